@@ -1,0 +1,161 @@
+"""App: the settings, the registry of jobs and the entry points (decorators, enqueue,
+worker). Users define one per application and import it from both sides:
+
+    jobs = App(queues=["critical", "default"])
+
+    @jobs.job(retry=5)
+    async def send_email(to: str) -> None: ...
+
+    await send_email.enqueue("a@example.com")        # from the web app
+    async with jobs.worker(): ...                     # in a lifespan, or the CLI
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, ParamSpec, TypeVar, overload
+
+import anyio
+
+from cogworker_async.client import Client
+from cogworker_async.errors import ConfigurationError
+from cogworker_async.redis.embedded import EmbeddedServer
+from cogworker_async.redis.store import Store
+from cogworker_async.registry import JobDefinition, JobFunction, JobOptions
+from cogworker_async.settings import Settings
+from cogworker_async.worker.manager import Manager
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+class App:
+    """One application's jobs and how to reach their Redis.
+
+    ``App(redis_url=None, **settings)``: every keyword is a field of ``Settings``
+    (``namespace``, ``queues``, ``concurrency``, ``shutdown_timeout``, ...). With no URL
+    (and no ``$COGWORKER_REDIS_URL``) the embedded server is used.
+    """
+
+    def __init__(
+        self, redis_url: str | None = None, *, settings: Settings | None = None, **options: Any
+    ) -> None:
+        base = settings or Settings()
+        self.settings = dataclasses.replace(base, redis_url=redis_url or base.redis_url,
+                                            **options)
+        self.registry: dict[str, JobDefinition] = {}
+        self._url: str | None = None
+        self._url_lock = threading.Lock()
+        self._embedded: EmbeddedServer | None = None
+        self._client = Client(self.settings, self.redis_url)
+
+    # -- registering jobs -------------------------------------------------------------
+
+    @overload
+    def job(self, func: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+    @overload
+    def job(
+        self, *, name: str | None = None, queue: str | None = None, retry: bool | int = True
+    ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+    def job(
+        self,
+        func: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retry: bool | int = True,
+    ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
+        """Register a function as a job (``@jobs.job`` or ``@jobs.job(queue=..., retry=...)``).
+
+        Its name is ``module.qualname`` unless ``name`` says otherwise; ``queue``
+        defaults to "default" (or the App's first queue if it has no "default").
+        """
+        options = JobOptions(queue=queue or self._default_queue(), retry=retry)
+
+        def register(function: Callable[P, R]) -> JobFunction[P, R]:
+            job_name = name or f"{function.__module__}.{function.__qualname__}"
+            existing = self.registry.get(job_name)
+            if existing is not None and existing.func is not function:
+                raise ConfigurationError(f"two jobs are registered as {job_name!r}")
+            definition = JobDefinition(job_name, function, options)
+            self.registry[job_name] = definition
+            return JobFunction(self._client, definition)
+
+        return register(func) if func is not None else register
+
+    def _default_queue(self) -> str:
+        names = self.settings.queue_names
+        return "default" if "default" in names else names[0]
+
+    # -- enqueueing -------------------------------------------------------------------
+
+    async def enqueue(self, name: str, /, *args: Any, **kwargs: Any) -> str:
+        """Enqueue a registered job by name; returns its jid."""
+        definition = self.registry.get(name)
+        if definition is None:
+            raise ValueError(f"no job is registered as {name!r} in this App")
+        return await self._client.enqueue(definition, definition.options, args, kwargs)
+
+    # -- connection -------------------------------------------------------------------
+
+    def redis_url(self) -> str:
+        """The URL in use: the configured one, ``$COGWORKER_REDIS_URL``, or the embedded
+        server's (started now if no process on this host runs it yet)."""
+        with self._url_lock:
+            if self._url is None:
+                self._url = self._pick_url(self.settings)
+            return self._url
+
+    def _pick_url(self, settings: Settings) -> str:
+        url = settings.redis_url or os.environ.get("COGWORKER_REDIS_URL")
+        if not url:
+            if self._embedded is None:
+                self._embedded = EmbeddedServer(settings.data_dir)
+            return self._embedded.start()
+        if not url.startswith(URL_SCHEMES):
+            raise ConfigurationError(
+                f"unsupported Redis URL {url!r}: use redis://, rediss:// or unix://"
+            )
+        return url
+
+    async def close(self) -> None:
+        """Release the connection pools (and stop the embedded server, if this process
+        started it)."""
+        await self._client.close()
+        embedded, self._embedded = self._embedded, None
+        if embedded is not None:
+            embedded.stop()
+        self._url = None
+
+    # -- working ----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def worker(self, **overrides: Any) -> AsyncIterator[Manager]:
+        """Run a worker for the duration of the block (a FastAPI/aiohttp lifespan).
+
+        Leaving the block stops it gracefully: running jobs get ``shutdown_timeout``
+        seconds, then are cancelled and given back.
+        """
+        settings = dataclasses.replace(self.settings, **overrides)
+        url = self._pick_url(settings) if "redis_url" in overrides else self.redis_url()
+        store = Store.from_url(url, settings.namespace)
+        try:
+            manager = Manager(self.registry, settings, store)
+            async with anyio.create_task_group() as tg:
+                await tg.start(manager.run)
+                try:
+                    yield manager
+                finally:
+                    manager.stop()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()

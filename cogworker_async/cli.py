@@ -1,0 +1,109 @@
+"""The command line: ``cogworker-async run app:jobs``.
+
+``run`` works until SIGTERM or SIGINT, then shuts down gracefully (exit 0). A second
+signal stops at once: running jobs are cancelled and given back (exit 1).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+from typing import Annotated, Any
+
+import anyio
+import typer
+
+from cogworker_async import __version__
+from cogworker_async.app import App
+from cogworker_async.errors import CogworkerError
+from cogworker_async.worker.manager import Manager
+
+log = logging.getLogger("cogworker_async")
+
+cli = typer.Typer(
+    name="cogworker-async",
+    help="An asyncio-native background job worker on Redis.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+def load_app(target: str) -> App:
+    """``"package.module:attribute"`` -> the App it names (from the current directory)."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise typer.BadParameter(f"{target!r}: expected MODULE:ATTRIBUTE, e.g. app:jobs")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise typer.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
+    app = getattr(module, attribute, None)
+    if not isinstance(app, App):
+        raise typer.BadParameter(f"{target!r} is not a cogworker_async.App")
+    return app
+
+
+async def _watch_signals(manager: Manager) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            if not manager.stopping:
+                log.info("%s: stopping (jobs get %.0fs; signal again to stop at once)",
+                         signal.Signals(signum).name, manager.settings.shutdown_timeout)
+                manager.stop()
+            else:
+                log.warning("%s again: stopping now", signal.Signals(signum).name)
+                manager.hard_stop()
+
+
+async def _serve(app: App, overrides: dict[str, Any]) -> bool:
+    """Run a worker until a signal stops it; True if it stopped gracefully."""
+    async with app.worker(**overrides) as manager, anyio.create_task_group() as tg:
+        tg.start_soon(_watch_signals, manager)
+        await manager.wait_stopped()
+        tg.cancel_scope.cancel()
+    await app.close()
+    return not manager.stopped_hard
+
+
+@cli.command()
+def run(
+    target: Annotated[str, typer.Argument(help="The App to run, as MODULE:ATTRIBUTE.")],
+    concurrency: Annotated[int | None, typer.Option(help="Jobs run at once.")] = None,
+    queue: Annotated[
+        list[str] | None, typer.Option("--queue", "-q", help="Queue to work (repeatable, in order).")
+    ] = None,
+    redis_url: Annotated[str | None, typer.Option(help="Redis URL (else the App's).")] = None,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+) -> None:
+    """Work jobs until SIGTERM/SIGINT, then shut down gracefully."""
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = load_app(target)
+    overrides: dict[str, Any] = {}
+    if concurrency is not None:
+        overrides["concurrency"] = concurrency
+    if queue:
+        overrides["queues"] = tuple(queue)
+    if redis_url:
+        overrides["redis_url"] = redis_url
+    try:
+        graceful = anyio.run(_serve, app, overrides)
+    except CogworkerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(0 if graceful else 1)
+
+
+@cli.command()
+def version() -> None:
+    """Print the version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    cli()

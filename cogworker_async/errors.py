@@ -1,0 +1,54 @@
+"""The exception tree.
+
+    CogworkerError
+    ├── ConfigurationError          bad settings, missing extra, unusable server
+    │   └── EmbeddedServerError     the embedded server could not start
+    ├── SerializationError (+TypeError)   arguments not JSON, raised at enqueue
+    ├── PayloadTooLarge (+ValueError)     encoded job over max_payload_bytes, at enqueue
+    ├── UnknownJob                  a payload names no registered job (filed in dead)
+    ├── InvalidArguments            a payload's args don't fit the function (filed in dead)
+    ├── UnparseablePayload          a payload that is not a JSON job (filed in dead)
+    └── ProcessDied                 recorded on jobs whose process died too often running them
+
+Redis' own errors stay inside ``cogworker_async.redis`` or surface as ``redis`` exceptions
+from ``enqueue`` (the caller decides whether to try again: an enqueue is never retried
+blindly, since a lost reply would push the job twice).
+"""
+
+from __future__ import annotations
+
+
+class CogworkerError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class ConfigurationError(CogworkerError):
+    """Settings that cannot work, a missing optional extra, or an unsuitable server."""
+
+
+class EmbeddedServerError(ConfigurationError):
+    """The embedded Redis-compatible server could not be started or reached."""
+
+
+class SerializationError(CogworkerError, TypeError):
+    """Raised at enqueue when the arguments cannot be encoded as JSON."""
+
+
+class PayloadTooLarge(CogworkerError, ValueError):
+    """Raised at enqueue when the encoded job is over ``max_payload_bytes``."""
+
+
+class UnknownJob(CogworkerError):
+    """A payload names a job that is not registered in this App (filed in dead)."""
+
+
+class InvalidArguments(CogworkerError):
+    """A payload's arguments do not fit the job function's signature (filed in dead)."""
+
+
+class UnparseablePayload(CogworkerError):
+    """A payload is not a JSON object describing a job (filed in dead, raw bytes kept)."""
+
+
+class ProcessDied(CogworkerError):
+    """A job's process died while running it more than ``max_orphanings`` times."""

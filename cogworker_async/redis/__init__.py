@@ -1,0 +1,1 @@
+"""Everything that speaks to Redis. No module outside this package imports ``redis``."""

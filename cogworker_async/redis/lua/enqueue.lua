@@ -1,0 +1,15 @@
+-- enqueue: push jobs on one queue, record the queue's name, wake idle workers.
+-- KEYS[1] queue list                KEYS[2] set of queue names
+-- ARGV[1] queue name                ARGV[2] wake channel (pub/sub, not a key)
+-- ARGV[3..] raw jobs, oldest first
+-- Returns the queue's length after the push.
+-- Not idempotent (a second call pushes the jobs twice): callers never retry it blindly.
+local length = 0
+local last = #ARGV
+-- unpack() has a stack limit: push in chunks.
+for first = 3, last, 1000 do
+  length = redis.call("LPUSH", KEYS[1], unpack(ARGV, first, math.min(first + 999, last)))
+end
+redis.call("SADD", KEYS[2], ARGV[1])
+redis.call("PUBLISH", ARGV[2], ARGV[1])
+return length

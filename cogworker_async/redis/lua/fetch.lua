@@ -1,0 +1,27 @@
+-- fetch: move up to ARGV[1] jobs from the queues, tried in order, onto this
+-- process's in-progress list (reliable fetch).
+-- KEYS[1] in-progress list of this identity
+-- KEYS[2..] queue lists, in the order to try
+-- ARGV[1] the most jobs to move
+-- Returns {{i, raw, i, raw, ...}, {bad...}}: each job with the index (1-based, among
+-- KEYS[2..]) of the queue it came from, and the indexes of queue keys that could not
+-- be read (wrong type): those are skipped, never a reason to stop fetching the rest.
+-- Each job is moved by LMOVE, so it is always on exactly one of the two lists.
+local want = tonumber(ARGV[1])
+local jobs, bad = {}, {}
+local got = 0
+for i = 2, #KEYS do
+  while got < want do
+    local job = redis.pcall("LMOVE", KEYS[i], KEYS[1], "RIGHT", "LEFT")
+    if type(job) == "table" and job.err then
+      table.insert(bad, i - 1)
+      break
+    end
+    if not job then break end
+    table.insert(jobs, i - 1)
+    table.insert(jobs, job)
+    got = got + 1
+  end
+  if got >= want then break end
+end
+return {jobs, bad}

@@ -1,0 +1,15 @@
+-- move_member: move one entry from a zset to another (a bad scheduled entry to dead,
+-- later the dashboard's "kill" and "retry").
+-- KEYS[1] source zset                KEYS[2] destination zset
+-- ARGV[1] member as it stands        ARGV[2] entry to write in the destination
+-- ARGV[3] delay: score = Redis TIME + delay   ARGV[4] the caller's clock, if TIME is refused
+-- Returns 1 if moved, 0 if the member was gone. Written before removed; safe to run twice.
+if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
+  return 0
+end
+local now = tonumber(ARGV[4])
+local ok, time = pcall(redis.call, "TIME")
+if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+redis.call("ZADD", KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
+redis.call("ZREM", KEYS[1], ARGV[1])
+return 1

@@ -1,0 +1,109 @@
+-- requeue: jobs left on an in-progress list back onto their queues. Used for a dead
+-- process's list (orphan recovery) and for this process's own list on shutdown.
+-- KEYS[1] in-progress list           KEYS[2] the owner's process key (alive marker)
+-- KEYS[3] last_beat hash             KEYS[4] repeat_orphans list
+-- KEYS[5] set of queue names
+-- ARGV[1] JSON options:
+--   queue_prefix, default_queue   where a job goes: queue_prefix .. its "queue" field
+--   identity                      the list's owner (its field in last_beat)
+--   threshold                     seconds without a beat that make the owner dead, or
+--                                 -1: requeue unconditionally (this process's own list)
+--   now                           the caller's clock (epoch s), used only if TIME is refused
+--   orphan_prefix, orphan_ttl, max_orphanings   per-jid orphan counters (recovery only)
+--   limit                         the most entries to look at in this call
+-- ARGV[2] n, the number of jobs to drop: ARGV[3 .. n + 2] (they ran; only their ack
+-- failed, so dropping them is their ack). ARGV[n + 3 ..] jobs to keep on the list.
+-- Derived keys (named here for Cluster: they share the namespace's hash tag): queue
+-- lists, orphan counters.
+-- Returns {-1, 0, 0} if the owner is alive after all (nothing done), else
+-- {moved, looked_at, parked}: looked_at < limit means the whole list was seen.
+-- Entries are taken from the head (newest) and pushed on the fetch end of their queue,
+-- so the oldest lands in front and the order is kept. Each job is written where it
+-- goes before it is taken off; one that cannot be written (its queue key of the wrong
+-- type) or that is to be kept goes to the tail and is looked at again on a later call.
+local opts = cjson.decode(ARGV[1])
+local threshold = tonumber(opts.threshold)
+local recovering = threshold >= 0
+
+if recovering then
+  if redis.call("EXISTS", KEYS[2]) == 1 then
+    return {-1, 0, 0}
+  end
+  -- A stamp that is not a number counts as no stamp: the presence key alone decides.
+  local last = tonumber(redis.call("HGET", KEYS[3], opts.identity) or "")
+  if last then
+    local now = tonumber(opts.now)
+    local ok, time = pcall(redis.call, "TIME")
+    if ok then now = tonumber(time[1]) end
+    if now - last <= threshold then
+      return {-1, 0, 0}
+    end
+  end
+end
+
+local drop, keep = {}, {}
+local ndrop = tonumber(ARGV[2])
+for i = 3, #ARGV do
+  if i <= ndrop + 2 then drop[ARGV[i]] = true else keep[ARGV[i]] = true end
+end
+
+local function decoded(job)
+  local ok, payload = pcall(cjson.decode, job)
+  if ok and type(payload) == "table" then return payload end
+  return nil
+end
+
+local function queue_of(payload)
+  local name = payload and payload.queue
+  if type(name) == "string" and #name <= 128 and string.match(name, "^[%w_%.:%-]+$") then
+    return name
+  end
+  return opts.default_queue
+end
+
+local moved, parked, looked = 0, 0, 0
+local limit = math.min(tonumber(opts.limit), redis.call("LLEN", KEYS[1]))
+for _ = 1, limit do
+  local job = redis.call("LINDEX", KEYS[1], 0)
+  if not job then break end
+  looked = looked + 1
+  local payload = decoded(job)
+  if drop[job] then
+    redis.call("LPOP", KEYS[1])
+    if payload and type(payload.jid) == "string" then
+      redis.pcall("DEL", opts.orphan_prefix .. payload.jid)
+    end
+  elseif keep[job] then
+    redis.call("LMOVE", KEYS[1], KEYS[1], "LEFT", "RIGHT")
+  else
+    -- Recovery only: count how often this jid was orphaned, and park it for dead past
+    -- the limit: a job that kills its own process (OOM, SIGKILL) would otherwise come
+    -- back after every crash, forever. The counter is bumped once the job is written.
+    local counter, written, park = nil, false, false
+    if recovering and payload and type(payload.jid) == "string" then
+      counter = opts.orphan_prefix .. payload.jid
+      local current = redis.pcall("GET", counter)
+      local count = type(current) == "string" and tonumber(current) or nil
+      if count == nil and current then redis.pcall("DEL", counter) end
+      park = (count or 0) + 1 > tonumber(opts.max_orphanings)
+    end
+    if park then
+      written = type(redis.pcall("RPUSH", KEYS[4], job)) == "number"
+    else
+      local name = queue_of(payload)
+      written = type(redis.pcall("RPUSH", opts.queue_prefix .. name, job)) == "number"
+      if written then redis.pcall("SADD", KEYS[5], name) end
+    end
+    if written then
+      redis.call("LPOP", KEYS[1])
+      if counter then
+        redis.pcall("INCR", counter)
+        redis.pcall("EXPIRE", counter, tonumber(opts.orphan_ttl))
+      end
+      if park then parked = parked + 1 else moved = moved + 1 end
+    else
+      redis.call("LMOVE", KEYS[1], KEYS[1], "LEFT", "RIGHT")
+    end
+  end
+end
+return {moved, looked, parked}

@@ -1,0 +1,19 @@
+-- schedule: add jobs to a zset (schedule) to be enqueued at a time.
+-- KEYS[1] the zset
+-- ARGV[1] "at" (ARGV[2] is an epoch time) or "in" (ARGV[2] is a delay from Redis TIME)
+-- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
+-- ARGV[4..] raw jobs
+-- Returns how many were added.
+-- Delays count from Redis' clock: the poller compares due times with the same clock.
+local score = tonumber(ARGV[2])
+if ARGV[1] == "in" then
+  local now = tonumber(ARGV[3])
+  local ok, time = pcall(redis.call, "TIME")
+  if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+  score = now + score
+end
+local added = 0
+for i = 4, #ARGV do
+  added = added + redis.call("ZADD", KEYS[1], score, ARGV[i])
+end
+return added

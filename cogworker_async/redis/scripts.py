@@ -1,0 +1,32 @@
+"""The Lua scripts: loaded once from ``lua/*.lua``, run by EVALSHA (reloaded on NOSCRIPT).
+
+Each move of a job between Redis structures is one script; its contract (KEYS, ARGV,
+reply, invariants) is the header of its file. Nothing outside this package runs Lua.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Final
+
+SCRIPT_NAMES: Final = (
+    "ack",
+    "due",
+    "enqueue",
+    "fetch",
+    "file_failure",
+    "give_back",
+    "move_member",
+    "promote",
+    "requeue",
+    "schedule",
+)
+
+
+@cache
+def source(name: str) -> str:
+    """The text of ``lua/<name>.lua``."""
+    if name not in SCRIPT_NAMES:
+        raise KeyError(f"no script named {name!r}")
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")

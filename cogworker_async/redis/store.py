@@ -1,0 +1,267 @@
+"""Store: the only object that issues Redis commands, in the words of the domain.
+
+The worker and the client speak of raw jobs (``bytes``, exactly as stored), queues and
+identities; this module turns that into keys and script calls. Raw jobs stay ``bytes``
+end to end: a settle script finds a job on the in-progress list by exact value, and a
+payload that is not valid UTF-8 must still be found (and filed in dead) byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import redis
+import redis.asyncio
+from redis.commands.core import AsyncScript
+
+from cogworker_async.redis.connection import ServerInfo, check_server, connect, connect_sync
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.scripts import SCRIPT_NAMES, source
+
+SetName = Literal["retry", "dead", "schedule"]
+
+REQUEUE_BATCH: Final = 1000
+"""Entries one requeue script looks at per call: one call must not block Redis for long."""
+
+ORPHAN_TTL: Final = 7 * 24 * 3600
+"""Seconds an orphan counter lives after its last bump."""
+
+RedisError = redis.exceptions.RedisError
+ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What one fetch moved: ``(queue name, raw job)`` pairs, and unreadable queues."""
+
+    jobs: list[tuple[str, bytes]] = field(default_factory=list)
+    bad_queues: list[str] = field(default_factory=list)
+
+
+def _as_list(reply: Any) -> list[Any]:
+    return list(reply) if isinstance(reply, list | tuple) else []
+
+
+class Store:
+    """Domain operations on one namespace, over one async connection pool."""
+
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(source(name)) for name in SCRIPT_NAMES
+        }
+
+    @classmethod
+    def from_url(cls, url: str, namespace: str) -> Store:
+        return cls(connect(url), Keys(namespace))
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def check_server(self, *, reliable: bool) -> ServerInfo:
+        return await check_server(self.client, reliable=reliable)
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return await self._scripts[name](keys=keys, args=args)
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    async def enqueue(self, queue: str, raws: Sequence[bytes]) -> int:
+        """Push jobs on ``queue`` (oldest first) and wake idle workers."""
+        keys = self.keys
+        args = [queue, keys.wake_channel, *raws]
+        return int(await self._run("enqueue", [keys.queue(queue), keys.queues], args))
+
+    async def enqueue_groups(self, groups: dict[str, list[bytes]]) -> None:
+        """Several queues' pushes in one round trip."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue, raws in groups.items():
+                args = [queue, self.keys.wake_channel, *raws]
+                await self._scripts["enqueue"](
+                    keys=[self.keys.queue(queue), self.keys.queues], args=args, client=pipe
+                )
+            await pipe.execute()
+
+    async def schedule(
+        self, raws: Sequence[bytes], *, at: float | None = None, delay: float | None = None
+    ) -> int:
+        """Add jobs to the schedule, due at epoch ``at`` or ``delay`` s from Redis' clock."""
+        mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
+        args = [mode, repr(float(value)), repr(time.time()), *raws]
+        return int(await self._run("schedule", [self.keys.schedule], args))
+
+    # -- fetch and settle --------------------------------------------------------------
+
+    async def fetch(self, identity: str, queues: Sequence[str], count: int) -> Fetched:
+        """Move up to ``count`` jobs from ``queues`` (in order) onto the in-progress list."""
+        keys = [self.keys.in_progress(identity), *map(self.keys.queue, queues)]
+        reply = _as_list(await self._run("fetch", keys, [count]))
+        flat = _as_list(reply[0]) if reply else []
+        result = Fetched()
+        for i in range(0, len(flat) - 1, 2):
+            result.jobs.append((queues[int(flat[i]) - 1], bytes(flat[i + 1])))
+        if len(reply) > 1:
+            result.bad_queues = [queues[int(i) - 1] for i in _as_list(reply[1])]
+        return result
+
+    async def ack(self, identity: str, jobs: Sequence[tuple[bytes, str | None]]) -> int:
+        """Forget jobs that ran (and clear their orphan counters)."""
+        keys = [self.keys.in_progress(identity)]
+        keys += [self.keys.orphanings(jid) if jid else self.keys.orphanings("-") for _, jid in jobs]
+        return int(await self._run("ack", keys, [raw for raw, _ in jobs]))
+
+    async def file_failure(
+        self, identity: str, raw: bytes, target: SetName, entry: bytes, delay: float
+    ) -> bool:
+        """File a failed job's ``entry`` in retry or dead, then take ``raw`` off the list."""
+        keys = [self.keys.in_progress(identity), self._zset(target)]
+        args = [raw, entry, repr(float(delay)), repr(time.time())]
+        return int(await self._run("file_failure", keys, args)) == 1
+
+    async def give_back(self, identity: str, queue: str, raw: bytes) -> bool:
+        """Put a job that never started back at the front of its queue."""
+        keys = [self.keys.in_progress(identity), self.keys.queue(queue)]
+        return int(await self._run("give_back", keys, [raw])) == 1
+
+    async def requeue(
+        self,
+        identity: str,
+        default_queue: str,
+        *,
+        dead_for: float | None = None,
+        max_orphanings: int = 0,
+        drop: Sequence[bytes] = (),
+        keep: Sequence[bytes] = (),
+    ) -> int | None:
+        """Requeue what is on ``identity``'s in-progress list, in bounded calls.
+
+        ``dead_for=None``: unconditionally (this process's own list, on shutdown).
+        Otherwise only if the owner has not beaten for ``dead_for`` seconds; returns None
+        if it turns out to be alive. ``drop``: jobs that ran (dropping is their ack);
+        ``keep``: jobs left on the list untouched.
+        """
+        key = self.keys.in_progress(identity)
+        budget = int(await self.client.llen(key))
+        moved = 0
+        while True:
+            opts = {
+                "queue_prefix": self.keys.queue_prefix,
+                "default_queue": default_queue,
+                "identity": identity,
+                "threshold": -1 if dead_for is None else dead_for,
+                "now": time.time(),
+                "orphan_prefix": self.keys.orphanings_prefix,
+                "orphan_ttl": ORPHAN_TTL,
+                "max_orphanings": max_orphanings,
+                "limit": max(1, min(REQUEUE_BATCH, budget)),
+            }
+            keys = [key, self.keys.process(identity), self.keys.last_beat,
+                    self.keys.repeat_orphans, self.keys.queues]
+            args = [json.dumps(opts), len(drop), *drop, *keep]
+            status, looked, _parked = (int(x) for x in await self._run("requeue", keys, args))
+            if status < 0:
+                return None
+            moved += status
+            budget -= looked
+            if looked < REQUEUE_BATCH or budget <= 0:
+                return moved
+
+    # -- basic fetch (BRPOP: a crash loses the running jobs) -----------------------
+
+    async def pop(self, queues: Sequence[str], timeout: float) -> tuple[str, bytes] | None:
+        reply = await self.client.brpop([self.keys.queue(q) for q in queues], timeout=timeout)
+        if not reply:
+            return None
+        key, raw = reply
+        name = bytes(key).decode()[len(self.keys.queue_prefix):]
+        return name, bytes(raw)
+
+    async def push_back(self, queue: str, raw: bytes) -> None:
+        await self.client.rpush(self.keys.queue(queue), raw)
+
+    async def file_entry(self, target: SetName, entry: bytes, delay: float) -> None:
+        args = ["in", repr(float(delay)), repr(time.time()), entry]
+        await self._run("schedule", [self._zset(target)], args)
+
+    # -- scheduled and retry sets ----------------------------------------------------
+
+    def _zset(self, target: SetName) -> str:
+        return {"retry": self.keys.retry, "dead": self.keys.dead,
+                "schedule": self.keys.schedule}[target]
+
+    async def due(self, target: SetName, limit: int) -> list[bytes]:
+        reply = await self._run("due", [self._zset(target)], [repr(time.time()), limit])
+        return [bytes(m) for m in _as_list(reply)]
+
+    async def promote(self, target: SetName, items: Sequence[tuple[bytes, bytes, str]]) -> int:
+        """Move due ``(member, job, queue)`` items from ``target`` onto their queues."""
+        if not items:
+            return 0
+        keys = [self._zset(target), self.keys.queues, *(self.keys.queue(q) for _, _, q in items)]
+        args: list[Any] = [self.keys.wake_channel]
+        for member, job, queue in items:
+            args += [member, job, queue]
+        return int(await self._run("promote", keys, args))
+
+    async def move_member(
+        self, source: SetName, target: SetName, member: bytes, entry: bytes, delay: float = 0.0
+    ) -> bool:
+        keys = [self._zset(source), self._zset(target)]
+        args = [member, entry, repr(float(delay)), repr(time.time())]
+        return int(await self._run("move_member", keys, args)) == 1
+
+    # -- stats and wake-ups ----------------------------------------------------------
+
+    async def add_stats(self, processed: int, failed: int) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            if processed:
+                pipe.incrby(self.keys.stats_processed, processed)
+            if failed:
+                pipe.incrby(self.keys.stats_failed, failed)
+            await pipe.execute()
+
+    @asynccontextmanager
+    async def wake_ups(self) -> AsyncIterator[AsyncIterator[None]]:
+        """Subscribe to the wake channel; iterate to wait for each enqueue's wake-up."""
+        pubsub = self.client.pubsub()
+        try:
+            await pubsub.subscribe(self.keys.wake_channel)
+
+            async def messages() -> AsyncIterator[None]:
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        yield None
+
+            yield messages()
+        finally:
+            await pubsub.aclose()
+
+
+class SyncStore:
+    """The enqueue half of Store, on a blocking client (``enqueue_sync``)."""
+
+    def __init__(self, url: str, namespace: str) -> None:
+        self.client = connect_sync(url)
+        self.keys = Keys(namespace)
+        self._enqueue = self.client.register_script(source("enqueue"))
+        self._schedule = self.client.register_script(source("schedule"))
+
+    def enqueue(self, queue: str, raws: Sequence[bytes]) -> int:
+        args = [queue, self.keys.wake_channel, *raws]
+        return int(self._enqueue(keys=[self.keys.queue(queue), self.keys.queues], args=args))
+
+    def schedule(
+        self, raws: Sequence[bytes], *, at: float | None = None, delay: float | None = None
+    ) -> int:
+        mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
+        args = [mode, repr(float(value)), repr(time.time()), *raws]
+        return int(self._schedule(keys=[self.keys.schedule], args=args))
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,148 @@
+"""Registered jobs: what ``@jobs.job`` makes of a function, and its enqueue methods.
+
+A payload can only ever run a function registered here: the worker looks the payload's
+``class`` up in this registry and never imports anything a payload names.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from cogworker_async.settings import check_queue_name
+
+if TYPE_CHECKING:
+    from cogworker_async.client import Client
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Delay = float | int | timedelta
+When = datetime | float | int
+
+
+def check_retry(retry: object) -> bool | int:
+    """``retry`` must be True, False or an int >= 0."""
+    if isinstance(retry, bool):
+        return retry
+    if not isinstance(retry, int):
+        raise TypeError(f"retry must be True, False or an int, not {type(retry).__name__}")
+    if retry < 0:
+        raise ValueError(f"retry must be >= 0, got {retry}")
+    return retry
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Per-job defaults, overridable per enqueue with ``.options(...)``."""
+
+    queue: str = "default"
+    retry: bool | int = True
+
+    def __post_init__(self) -> None:
+        check_queue_name(self.queue)
+        check_retry(self.retry)
+
+
+@dataclass(frozen=True, slots=True)
+class JobDefinition:
+    """A registered job: its name, function and defaults."""
+
+    name: str
+    func: Callable[..., Any]
+    options: JobOptions
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    @property
+    def signature(self) -> inspect.Signature | None:
+        try:
+            return inspect.signature(self.func)
+        except (TypeError, ValueError):  # some builtins have none
+            return None
+
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raise TypeError if ``args``/``kwargs`` don't fit the function."""
+        signature = self.signature
+        if signature is None:
+            return
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}: {exc}") from None
+
+
+class Enqueuer(Generic[P]):
+    """The enqueue methods of one job, with one set of options."""
+
+    def __init__(self, client: Client, definition: JobDefinition, options: JobOptions) -> None:
+        self._client = client
+        self._definition = definition
+        self._options = options
+
+    def options(self, *, queue: str | None = None, retry: bool | int | None = None) -> Enqueuer[P]:
+        """The same job with other options for the enqueues made through the result."""
+        changes: dict[str, Any] = {}
+        if queue is not None:
+            changes["queue"] = queue
+        if retry is not None:
+            changes["retry"] = retry
+        return Enqueuer(self._client, self._definition, replace(self._options, **changes))
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Enqueue one run now; returns its jid."""
+        return await self._client.enqueue(self._definition, self._options, args, kwargs)
+
+    async def enqueue_in(self, delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Enqueue one run ``delay`` seconds (or a timedelta) from now."""
+        return await self._client.enqueue(
+            self._definition, self._options, args, kwargs, delay=delay
+        )
+
+    async def enqueue_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Enqueue one run at ``when``: an aware datetime, or epoch seconds."""
+        return await self._client.enqueue(self._definition, self._options, args, kwargs, at=when)
+
+    async def enqueue_many(
+        self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
+    ) -> list[str]:
+        """Enqueue many runs in one round trip: ``[(args, kwargs), ...]``; returns jids."""
+        return await self._client.enqueue_many(self._definition, self._options, calls)
+
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """``enqueue`` for code that is not async (scripts, sync web frameworks)."""
+        return self._client.enqueue_sync(self._definition, self._options, args, kwargs)
+
+
+class JobFunction(Enqueuer[P], Generic[P, R]):
+    """A function registered as a job. Calling it calls the function directly."""
+
+    def __init__(self, client: Client, definition: JobDefinition) -> None:
+        super().__init__(client, definition, definition.options)
+        self.__wrapped__ = definition.func
+        self.__doc__ = definition.func.__doc__
+        self.__name__ = getattr(definition.func, "__name__", definition.name)
+
+    @property
+    def name(self) -> str:
+        """The registered name, which payloads carry in ``class``."""
+        return self._definition.name
+
+    @property
+    def definition(self) -> JobDefinition:
+        return self._definition
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        result: R = self._definition.func(*args, **kwargs)
+        return result
+
+    def __repr__(self) -> str:
+        return f"<job {self.name} queue={self._options.queue!r} retry={self._options.retry!r}>"
+
+
+AsyncJob = JobFunction[P, Awaitable[R]]

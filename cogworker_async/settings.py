@@ -1,0 +1,124 @@
+"""Every knob of an App, in one frozen dataclass, validated once.
+
+``App(...)`` builds one of these; ``jobs.worker(concurrency=5)`` derives a new one with
+``dataclasses.replace``. A worker never sees its settings change while it runs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+DEFAULT_RETRIES: Final = 25
+"""What ``retry=True`` means: this many retries after the first failure (Sidekiq's)."""
+
+MAX_PAYLOAD_BYTES: Final = 512 * 1024
+"""Default largest encoded job: enqueue refuses bigger, the worker files bigger in dead."""
+
+# Queue names end up inside key names; braces would break a Cluster hash tag and
+# whitespace or control characters make keys that no admin can type.
+_QUEUE_NAME: Final = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+
+FetchMode = Literal["reliable", "basic"]
+
+QueueSpec = str | tuple[str, int]
+
+
+def check_queue_name(name: object) -> str:
+    """Return ``name`` if it can be a queue name, else raise a clear error."""
+    if not isinstance(name, str):
+        raise TypeError(f"a queue name must be a str, not {type(name).__name__}")
+    if not _QUEUE_NAME.match(name):
+        raise ValueError(
+            f"invalid queue name {name!r}: use 1-128 letters, digits, '_', '-', '.', ':'"
+        )
+    return name
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if math.isnan(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Configuration of one App. Durations are in seconds."""
+
+    redis_url: str | None = None
+    """None: ``$COGWORKER_REDIS_URL``, else the embedded server."""
+    namespace: str = "cogworker"
+    """Prefix of every key; give it a hash tag (``"{cogworker}"``) on Redis Cluster."""
+    queues: Sequence[QueueSpec] = ("default",)
+    """Fetch order: names in strict order, or ``(name, weight)`` pairs for weighted order."""
+    concurrency: int = 10
+    """Jobs run at once by one worker process."""
+    heartbeat_interval: float = 5.0
+    orphan_threshold: float = 20.0
+    """No beat for this long: the process is dead and its jobs are recovered."""
+    recovery_interval: float = 5.0
+    max_orphanings: int = 3
+    """Recovered from a dead process more often than this: dead, as ``ProcessDied``."""
+    shutdown_timeout: float = 25.0
+    """How long running jobs get to finish after SIGTERM before they are cancelled."""
+    poll_interval: float = 2.0
+    """How often the poller moves due scheduled and retry jobs (jittered)."""
+    idle_fetch_interval: float = 1.0
+    """Idle workers are woken by each enqueue; this is the fallback poll when a wake-up is missed."""
+    retry_base_delay: float = 15.0
+    """First retry delay; each further retry doubles it (with jitter)."""
+    retry_max_delay: float = 24 * 3600.0
+    """Cap on one retry delay."""
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    fetch: FetchMode = "reliable"
+    """"basic" (BRPOP) loses the jobs that were running when a process crashes."""
+    data_dir: str | None = None
+    """Embedded server's data dir (default ``$COGWORKER_DATA_DIR`` or ``./.cogworker``)."""
+    sync_threads: int = 10
+    """Threads for plain (non-async) job functions."""
+    identity: str | None = field(default=None)
+    """This process's identity (default: host:pid:random)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.namespace, str) or not self.namespace:
+            raise ValueError("namespace must be a non-empty str")
+        if isinstance(self.queues, str) or not self.queues:
+            raise TypeError("queues must be a non-empty list of names or (name, weight) pairs")
+        for spec in self.queues:
+            name, weight = (spec, 1) if isinstance(spec, str) else spec
+            check_queue_name(name)
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                raise ValueError(f"queue weight of {name!r} must be an int >= 1")
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+            raise TypeError("concurrency must be an int")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        for name in ("heartbeat_interval", "orphan_threshold", "recovery_interval",
+                     "poll_interval", "idle_fetch_interval", "retry_max_delay"):
+            _positive(name, getattr(self, name))
+        _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
+        _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)
+        if self.orphan_threshold <= self.heartbeat_interval:
+            raise ValueError("orphan_threshold must be longer than heartbeat_interval")
+        if self.max_orphanings < 0 or self.max_payload_bytes < 1 or self.sync_threads < 1:
+            raise ValueError("max_orphanings >= 0, max_payload_bytes >= 1, sync_threads >= 1")
+        if self.fetch not in ("reliable", "basic"):
+            raise ValueError(f"fetch must be 'reliable' or 'basic', not {self.fetch!r}")
+
+    @property
+    def queue_names(self) -> list[str]:
+        """The queue names, in configured order, without weights."""
+        return [spec if isinstance(spec, str) else spec[0] for spec in self.queues]
+
+    @property
+    def weighted(self) -> bool:
+        """True when any queue has a weight: fetch order is then drawn per fetch."""
+        return any(not isinstance(spec, str) for spec in self.queues)
+
+    @property
+    def queue_weights(self) -> list[tuple[str, int]]:
+        return [(spec, 1) if isinstance(spec, str) else spec for spec in self.queues]

@@ -1,0 +1,95 @@
+"""Fetch: how a worker takes jobs from its queues.
+
+``ReliableFetch`` moves each job onto this process's in-progress list in the same step
+that takes it off the queue (LMOVE in ``fetch.lua``), several at a time, so a crash at
+any moment leaves every job in Redis. ``BasicFetch`` pops with BRPOP: a job that is
+running when the process dies is lost. It exists for Redis < 6.2 and for users who
+accept that; say so wherever it is offered.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from cogworker_async.redis.store import Store
+from cogworker_async.settings import Settings
+
+log = logging.getLogger("cogworker_async")
+
+BASIC_POP_TIMEOUT: Final = 1.0
+"""Seconds one BRPOP blocks: how long a basic-fetch worker takes to notice a stop."""
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One fetched job: the queue it came from and its raw bytes, exactly as stored."""
+
+    queue: str
+    raw: bytes
+
+
+def weighted_order(weights: list[tuple[str, int]], rng: random.Random | None = None) -> list[str]:
+    """A queue order drawn by weight: a queue of weight 3 comes first 3 times as often
+    as one of weight 1, and every queue appears once (none starves)."""
+    pick = rng or random
+    remaining = list(weights)
+    order: list[str] = []
+    while remaining:
+        total = sum(weight for _, weight in remaining)
+        point = pick.uniform(0, total)
+        for index, (name, weight) in enumerate(remaining):
+            point -= weight
+            if point <= 0 or index == len(remaining) - 1:
+                order.append(name)
+                del remaining[index]
+                break
+    return order
+
+
+class Fetcher(Protocol):
+    reliable: bool
+
+    async def fetch(self, count: int) -> list[Work]: ...
+
+
+class QueueOrder:
+    def __init__(self, settings: Settings) -> None:
+        self._weights = settings.queue_weights
+        self._strict = settings.queue_names
+        self._weighted = settings.weighted
+
+    def __call__(self) -> list[str]:
+        return weighted_order(self._weights) if self._weighted else self._strict
+
+
+class ReliableFetch:
+    reliable = True
+
+    def __init__(self, store: Store, settings: Settings, identity: str) -> None:
+        self._store = store
+        self._identity = identity
+        self._order = QueueOrder(settings)
+        self._warned: set[str] = set()
+
+    async def fetch(self, count: int) -> list[Work]:
+        fetched = await self._store.fetch(self._identity, self._order(), count)
+        for queue in fetched.bad_queues:
+            if queue not in self._warned:  # once per process: it would repeat every fetch
+                self._warned.add(queue)
+                log.error("queue %r is not a list in Redis (wrong type): skipped", queue)
+        return [Work(queue, raw) for queue, raw in fetched.jobs]
+
+
+class BasicFetch:
+    reliable = False
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self._store = store
+        self._order = QueueOrder(settings)
+
+    async def fetch(self, count: int) -> list[Work]:
+        popped = await self._store.pop(self._order(), BASIC_POP_TIMEOUT)
+        return [Work(*popped)] if popped else []

@@ -1,0 +1,80 @@
+"""Poller: moves scheduled and retry jobs onto their queues once they are due.
+
+Due is judged by Redis' clock (inside ``due.lua``), never this process's. Each job is
+pushed on its queue before it is removed from its set (``promote.lua``), so it is always
+in at least one place, and a member moved by another process meanwhile is skipped.
+An entry that is not a job goes to dead with its bytes kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Final
+
+import anyio
+
+from cogworker_async import job
+from cogworker_async.errors import UnparseablePayload
+from cogworker_async.redis.store import SetName, Store
+from cogworker_async.settings import Settings, check_queue_name
+
+log = logging.getLogger("cogworker_async")
+
+BATCH: Final = 100
+"""Due entries moved per round trip."""
+
+SETS: Final[tuple[SetName, ...]] = ("schedule", "retry")
+
+
+class Poller:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.default_queue = settings.queue_names[0]
+
+    async def run(self) -> None:
+        """Poll forever at a jittered interval (so processes don't poll in lockstep)."""
+        interval = self.settings.poll_interval
+        await anyio.sleep(random.uniform(0, min(interval, 0.5)))
+        while True:
+            for target in SETS:
+                try:
+                    await self.promote_due(target)
+                except Exception:  # one bad pass must never stop the poller
+                    log.exception("poller: moving due %s jobs failed", target)
+            await anyio.sleep(interval * random.uniform(0.5, 1.5))
+
+    async def promote_due(self, target: SetName) -> int:
+        """Move every due entry of ``target``; returns how many reached a queue."""
+        moved = 0
+        while True:
+            members = await self.store.due(target, BATCH)
+            items: list[tuple[bytes, bytes, str]] = []
+            for member in members:
+                item = await self._prepare(target, member)
+                if item is not None:
+                    items.append(item)
+            moved += await self.store.promote(target, items)
+            if len(members) < BATCH:
+                return moved
+
+    async def _prepare(self, target: SetName, member: bytes) -> tuple[bytes, bytes, str] | None:
+        """The ``(member, job to push, queue)`` for a due entry, or None if it went to dead."""
+        now = time.time()
+        try:
+            payload = job.decode(member, self.settings.max_payload_bytes)
+        except UnparseablePayload as exc:
+            entry = job.unparseable_entry(member, queue=self.default_queue, reason=str(exc),
+                                          now=now)
+            await self.store.move_member(target, "dead", member, job.encode(entry, 2**31))
+            log.error("poller: an unreadable %s entry was moved to dead: %s", target, exc)
+            return None
+        try:
+            queue = check_queue_name(payload.get("queue"))
+        except (TypeError, ValueError):
+            queue = self.default_queue
+        payload["queue"] = queue
+        payload["enqueued_at"] = now
+        return member, job.encode(payload, 2**31), queue
