@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import anyio
 
@@ -33,6 +33,12 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+class JobDecorator(Protocol):
+    """What ``@jobs.job(...)`` returns: registers the function it is applied to."""
+
+    def __call__(self, func: Callable[P, R], /) -> JobFunction[P, R]: ...
 
 
 class App:
@@ -62,18 +68,18 @@ class App:
 
     @overload
     def job(
-        self, *, name: str | None = None, queue: str | None = None, retry: bool | int = True
-    ) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+        self, /, *, name: str | None = None, queue: str | None = None, retry: bool | int = True
+    ) -> JobDecorator: ...
 
     def job(
         self,
-        func: Callable[P, R] | None = None,
+        func: Callable[..., Any] | None = None,
         /,
         *,
         name: str | None = None,
         queue: str | None = None,
         retry: bool | int = True,
-    ) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
+    ) -> Any:
         """Register a function as a job (``@jobs.job`` or ``@jobs.job(queue=..., retry=...)``).
 
         Its name is ``module.qualname`` unless ``name`` says otherwise; ``queue``
@@ -81,7 +87,7 @@ class App:
         """
         options = JobOptions(queue=queue or self._default_queue(), retry=retry)
 
-        def register(function: Callable[P, R]) -> JobFunction[P, R]:
+        def register(function: Callable[..., Any]) -> JobFunction[..., Any]:
             job_name = name or f"{function.__module__}.{function.__qualname__}"
             existing = self.registry.get(job_name)
             if existing is not None and existing.func is not function:

@@ -75,7 +75,8 @@ def run(
     target: Annotated[str, typer.Argument(help="The App to run, as MODULE:ATTRIBUTE.")],
     concurrency: Annotated[int | None, typer.Option(help="Jobs run at once.")] = None,
     queue: Annotated[
-        list[str] | None, typer.Option("--queue", "-q", help="Queue to work (repeatable, in order).")
+        list[str] | None,
+        typer.Option("--queue", "-q", help="Queue to work (repeatable, in order)."),
     ] = None,
     redis_url: Annotated[str | None, typer.Option(help="Redis URL (else the App's).")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",

@@ -121,7 +121,7 @@ class Client:
             try:
                 args, kwargs = call
             except (TypeError, ValueError):
-                raise TypeError(f"enqueue_many item {index} is not an (args, kwargs) pair") from None
+                raise TypeError(f"enqueue_many item {index} is not an (args, kwargs) pair") from None  # noqa: E501
             jid, raw = self._prepare(definition, options, tuple(args), dict(kwargs))
             jids.append(jid)
             raws.append(raw)

@@ -68,7 +68,7 @@ class Settings:
     poll_interval: float = 2.0
     """How often the poller moves due scheduled and retry jobs (jittered)."""
     idle_fetch_interval: float = 1.0
-    """Idle workers are woken by each enqueue; this is the fallback poll when a wake-up is missed."""
+    """Idle workers are woken by each enqueue; this is the fallback poll for a missed wake-up."""
     retry_base_delay: float = 15.0
     """First retry delay; each further retry doubles it (with jitter)."""
     retry_max_delay: float = 24 * 3600.0
@@ -86,6 +86,12 @@ class Settings:
     def __post_init__(self) -> None:
         if not isinstance(self.namespace, str) or not self.namespace:
             raise ValueError("namespace must be a non-empty str")
+        self._check_queues()
+        self._check_numbers()
+        if self.fetch not in ("reliable", "basic"):
+            raise ValueError(f"fetch must be 'reliable' or 'basic', not {self.fetch!r}")
+
+    def _check_queues(self) -> None:
         if isinstance(self.queues, str) or not self.queues:
             raise TypeError("queues must be a non-empty list of names or (name, weight) pairs")
         for spec in self.queues:
@@ -93,6 +99,8 @@ class Settings:
             check_queue_name(name)
             if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
                 raise ValueError(f"queue weight of {name!r} must be an int >= 1")
+
+    def _check_numbers(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
             raise TypeError("concurrency must be an int")
         if self.concurrency < 1:
@@ -106,8 +114,6 @@ class Settings:
             raise ValueError("orphan_threshold must be longer than heartbeat_interval")
         if self.max_orphanings < 0 or self.max_payload_bytes < 1 or self.sync_threads < 1:
             raise ValueError("max_orphanings >= 0, max_payload_bytes >= 1, sync_threads >= 1")
-        if self.fetch not in ("reliable", "basic"):
-            raise ValueError(f"fetch must be 'reliable' or 'basic', not {self.fetch!r}")
 
     @property
     def queue_names(self) -> list[str]:

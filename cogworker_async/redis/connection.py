@@ -15,9 +15,9 @@ from typing import Final
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
-from redis.asyncio.retry import Retry
 
 from cogworker_async.errors import ConfigurationError
 
@@ -32,13 +32,14 @@ SOCKET_TIMEOUT: Final = 10.0
 
 def connect(url: str) -> redis.asyncio.Redis:
     """An async client for ``url`` (``redis://``, ``rediss://``, ``unix://``), retries off."""
+    tcp = {} if url.startswith("unix://") else {"socket_keepalive": True}
     return redis.asyncio.Redis.from_url(
         url,
         retry=Retry(NoBackoff(), 0),
         socket_timeout=SOCKET_TIMEOUT,
         socket_connect_timeout=SOCKET_TIMEOUT,
-        socket_keepalive=True,
         health_check_interval=30,
+        **tcp,
     )
 
 

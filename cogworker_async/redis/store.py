@@ -43,6 +43,10 @@ class Fetched:
     bad_queues: list[str] = field(default_factory=list)
 
 
+def _bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
 def _as_list(reply: Any) -> list[Any]:
     return list(reply) if isinstance(reply, list | tuple) else []
 
@@ -82,7 +86,7 @@ class Store:
         """Several queues' pushes in one round trip."""
         async with self.client.pipeline(transaction=False) as pipe:
             for queue, raws in groups.items():
-                args = [queue, self.keys.wake_channel, *raws]
+                args: list[Any] = [queue, self.keys.wake_channel, *raws]
                 await self._scripts["enqueue"](
                     keys=[self.keys.queue(queue), self.keys.queues], args=args, client=pipe
                 )
@@ -93,7 +97,7 @@ class Store:
     ) -> int:
         """Add jobs to the schedule, due at epoch ``at`` or ``delay`` s from Redis' clock."""
         mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
-        args = [mode, repr(float(value)), repr(time.time()), *raws]
+        args: list[Any] = [mode, repr(float(value)), repr(time.time()), *raws]
         return int(await self._run("schedule", [self.keys.schedule], args))
 
     # -- fetch and settle --------------------------------------------------------------
@@ -174,13 +178,14 @@ class Store:
 
     # -- basic fetch (BRPOP: a crash loses the running jobs) -----------------------
 
-    async def pop(self, queues: Sequence[str], timeout: float) -> tuple[str, bytes] | None:
-        reply = await self.client.brpop([self.keys.queue(q) for q in queues], timeout=timeout)
+    async def pop(self, queues: Sequence[str], block_for: float) -> tuple[str, bytes] | None:
+        """BRPOP from ``queues`` (in order), blocking up to ``block_for`` seconds."""
+        reply = await self.client.brpop([self.keys.queue(q) for q in queues], timeout=block_for)
         if not reply:
             return None
         key, raw = reply
-        name = bytes(key).decode()[len(self.keys.queue_prefix):]
-        return name, bytes(raw)
+        name = _bytes(key).decode()[len(self.keys.queue_prefix):]
+        return name, _bytes(raw)
 
     async def push_back(self, queue: str, raw: bytes) -> None:
         await self.client.rpush(self.keys.queue(queue), raw)
@@ -240,7 +245,7 @@ class Store:
 
             yield messages()
         finally:
-            await pubsub.aclose()
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 class SyncStore:
@@ -253,14 +258,14 @@ class SyncStore:
         self._schedule = self.client.register_script(source("schedule"))
 
     def enqueue(self, queue: str, raws: Sequence[bytes]) -> int:
-        args = [queue, self.keys.wake_channel, *raws]
+        args: list[Any] = [queue, self.keys.wake_channel, *raws]
         return int(self._enqueue(keys=[self.keys.queue(queue), self.keys.queues], args=args))
 
     def schedule(
         self, raws: Sequence[bytes], *, at: float | None = None, delay: float | None = None
     ) -> int:
         mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
-        args = [mode, repr(float(value)), repr(time.time()), *raws]
+        args: list[Any] = [mode, repr(float(value)), repr(time.time()), *raws]
         return int(self._schedule(keys=[self.keys.schedule], args=args))
 
     def close(self) -> None:

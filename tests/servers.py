@@ -1,0 +1,98 @@
+"""Private Redis-compatible servers for tests: each on its own free port, stopped by pid.
+
+Tests never depend on the machine's shared server: a session gets one of these, and a
+test that kills, pauses or restarts Redis starts its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Final
+
+import redis
+
+START_TIMEOUT: Final = 15.0
+
+
+def server_binary() -> str:
+    """redis-server from PATH if there is one (the real thing), else the embedded binary."""
+    explicit = os.environ.get("COGWORKER_TEST_REDIS_SERVER")
+    if explicit:
+        return explicit
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    from cogworker_async.redis.embedded import find_binary
+
+    return find_binary()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """One private server on 127.0.0.1:<free port>, data in its own temp dir."""
+
+    def __init__(self, *, appendonly: bool = False, extra: list[str] | None = None) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="cogworker-test-redis-"))
+        self.appendonly = appendonly
+        self.extra = extra or []
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> ServerProcess:
+        args = [
+            server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.dir), "--save", "", "--daemonize", "no",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--logfile", str(self.dir / "server.log"), *self.extra,
+        ]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + START_TIMEOUT
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"test server exited: see {self.dir / 'server.log'}")
+                with contextlib.suppress(redis.exceptions.RedisError):
+                    if client.ping():
+                        return self
+                time.sleep(0.02)
+        finally:
+            client.close()
+        raise RuntimeError("test server did not start in time")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,20 @@
+"""``enqueue`` is typed with the job's own signature: mypy catches a wrong call."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+SAMPLE = Path(__file__).parent / "typing" / "sample.py"
+
+
+def test_mypy_checks_a_jobs_arguments_at_the_enqueue_call() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(SAMPLE)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert any("sample.py:13" in e and '"int"' in e for e in errors), result.stdout
+    assert any("sample.py:14" in e and "subjet" in e for e in errors), result.stdout
+    assert any("sample.py:15" in e and "Missing positional argument" in e for e in errors), (
+        result.stdout)
+    assert len(errors) == 3, result.stdout

@@ -1,0 +1,72 @@
+import random
+
+from cogworker_async.errors import UnknownJob
+from cogworker_async.worker import outcome
+from cogworker_async.worker.outcome import RetryPolicy
+
+POLICY = RetryPolicy(base_delay=10.0, max_delay=1000.0)
+
+
+def payload(**extra: object) -> dict[str, object]:
+    return {"jid": "j1", "class": "m.f", "args": [], "kwargs": {}, "queue": "default",
+            "retry": 2, **extra}
+
+
+def test_first_failure_retries_with_count_zero_and_records_the_error() -> None:
+    filed = outcome.after_failure(payload(), ValueError("bad"), now=100.0, policy=POLICY,
+                                  rng=random.Random(0))
+    assert filed.target == "retry"
+    assert not filed.terminal
+    assert 7.5 <= filed.delay <= 12.5
+    assert filed.entry["retry_count"] == 0
+    assert filed.entry["error_class"] == "ValueError"
+    assert filed.entry["error_message"] == "bad"
+    assert filed.entry["failed_at"] == 100.0
+    assert "retried_at" not in filed.entry
+
+
+def test_retries_used_up_goes_to_dead() -> None:
+    second = outcome.after_failure(payload(retry_count=0, failed_at=1.0), ValueError("x"),
+                                   now=200.0, policy=POLICY)
+    assert (second.target, second.entry["retry_count"]) == ("retry", 1)
+    assert second.entry["failed_at"] == 1.0
+    assert second.entry["retried_at"] == 200.0
+    third = outcome.after_failure(payload(retry_count=1), ValueError("x"), now=300.0,
+                                  policy=POLICY)
+    assert (third.target, third.terminal, third.delay) == ("dead", True, 0.0)
+
+
+def test_retry_false_and_zero_go_straight_to_dead() -> None:
+    for retry in (False, 0):
+        filed = outcome.after_failure(payload(retry=retry), ValueError("x"), now=1.0,
+                                      policy=POLICY)
+        assert filed.target == "dead"
+
+
+def test_terminal_errors_go_to_dead_whatever_the_retries() -> None:
+    filed = outcome.after_failure(payload(retry=True), UnknownJob("nope"), now=1.0,
+                                  policy=POLICY, terminal=True)
+    assert filed.target == "dead"
+    assert filed.entry["error_class"] == "UnknownJob"
+
+
+def test_the_original_payload_is_not_modified() -> None:
+    original = payload()
+    outcome.after_failure(original, ValueError("x"), now=1.0, policy=POLICY)
+    assert "retry_count" not in original
+
+
+def test_a_huge_error_message_is_truncated() -> None:
+    filed = outcome.after_failure(payload(), ValueError("x" * 50_000), now=1.0, policy=POLICY)
+    assert len(filed.entry["error_message"]) == outcome.MAX_ERROR_MESSAGE
+
+
+def test_unparseable_keeps_the_exact_bytes() -> None:
+    import base64
+
+    raw = b"\xff\xfenot json"
+    filed = outcome.unparseable(raw, queue="q", reason="not JSON", now=5.0)
+    assert filed.target == "dead"
+    assert filed.terminal
+    assert base64.b64decode(filed.entry["raw_payload_base64"]) == raw
+    assert filed.entry["error_class"] == "UnparseablePayload"
