@@ -74,6 +74,23 @@ class Keys:
         """Hash identity -> epoch seconds of its last beat; no TTL."""
         return self._key("last_beat")
 
+    @property
+    def beats(self) -> str:
+        """Hash identity -> its last beat's info (host, pid, memory, loop lag); no TTL:
+        what a dead process last said about itself (forensics for recovered jobs)."""
+        return self._key("beats")
+
+    @property
+    def declared_dead(self) -> str:
+        """Set of identities whose jobs recovery took: a paused process that beats again
+        finds itself here and knows it is a zombie."""
+        return self._key("declared_dead")
+
+    @property
+    def recoveries(self) -> str:
+        """Capped list of recent recoveries (JSON), newest first, for the dashboard."""
+        return self._key("recoveries")
+
     def workers(self, identity: str) -> str:
         """Hash of what each processor of one process runs (dashboard only, best effort)."""
         return self._key(f"workers:{identity}")

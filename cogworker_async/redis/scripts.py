@@ -12,15 +12,21 @@ from typing import Final
 
 SCRIPT_NAMES: Final = (
     "ack",
+    "beat",
+    "bury_orphan",
     "due",
     "enqueue",
     "fetch",
     "file_failure",
+    "file_unsettled",
+    "forget",
     "give_back",
     "move_member",
+    "park_unsettled",
     "promote",
     "requeue",
     "schedule",
+    "take_lock",
 )
 
 

@@ -36,6 +36,14 @@ ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutErro
 
 
 @dataclass(slots=True)
+class Requeued:
+    """What one requeue did: jobs back on queues, and jobs parked as repeat orphans."""
+
+    moved: int = 0
+    parked: int = 0
+
+
+@dataclass(slots=True)
 class Fetched:
     """What one fetch moved: ``(queue name, raw job)`` pairs, and unreadable queues."""
 
@@ -138,21 +146,34 @@ class Store:
         identity: str,
         default_queue: str,
         *,
-        dead_for: float | None = None,
-        max_orphanings: int = 0,
         drop: Sequence[bytes] = (),
         keep: Sequence[bytes] = (),
-    ) -> int | None:
-        """Requeue what is on ``identity``'s in-progress list, in bounded calls.
+    ) -> int:
+        """Requeue everything on this process's own in-progress list (shutdown), in
+        bounded calls. ``drop``: jobs that ran (dropping is their ack); ``keep``: jobs
+        left on the list untouched. Returns how many reached a queue."""
+        result = await self.recover(identity, default_queue, dead_for=None, max_orphanings=0,
+                                    drop=drop, keep=keep)
+        assert result is not None  # unconditional: never "alive after all"
+        return result.moved
 
-        ``dead_for=None``: unconditionally (this process's own list, on shutdown).
-        Otherwise only if the owner has not beaten for ``dead_for`` seconds; returns None
-        if it turns out to be alive. ``drop``: jobs that ran (dropping is their ack);
-        ``keep``: jobs left on the list untouched.
-        """
+    async def recover(
+        self,
+        identity: str,
+        default_queue: str,
+        *,
+        dead_for: float | None,
+        max_orphanings: int,
+        drop: Sequence[bytes] = (),
+        keep: Sequence[bytes] = (),
+    ) -> Requeued | None:
+        """Requeue a dead process's list: only if it has not beaten for ``dead_for``
+        seconds (by Redis TIME), else None (alive after all). Jobs recovered more than
+        ``max_orphanings`` times are parked in repeat_orphans instead. ``dead_for=None``
+        requeues unconditionally (see ``requeue``)."""
         key = self.keys.in_progress(identity)
         budget = int(await self.client.llen(key))
-        moved = 0
+        result = Requeued()
         while True:
             opts = {
                 "queue_prefix": self.keys.queue_prefix,
@@ -166,15 +187,85 @@ class Store:
                 "limit": max(1, min(REQUEUE_BATCH, budget)),
             }
             keys = [key, self.keys.process(identity), self.keys.last_beat,
-                    self.keys.repeat_orphans, self.keys.queues]
+                    self.keys.repeat_orphans, self.keys.queues, self.keys.declared_dead]
             args = [json.dumps(opts), len(drop), *drop, *keep]
-            status, looked, _parked = (int(x) for x in await self._run("requeue", keys, args))
-            if status < 0:
+            moved, looked, parked = (int(x) for x in await self._run("requeue", keys, args))
+            if moved < 0:
                 return None
-            moved += status
+            result.moved += moved
+            result.parked += parked
             budget -= looked
             if looked < REQUEUE_BATCH or budget <= 0:
-                return moved
+                return result
+
+    async def in_progress(self, identity: str) -> list[bytes]:
+        """Everything on ``identity``'s in-progress list, newest first."""
+        return [_bytes(raw) for raw in await self.client.lrange(self.keys.in_progress(identity),
+                                                                 0, -1)]
+
+    # -- liveness, recovery and hand-over --------------------------------------------
+
+    async def take_lock(self, key: str, owner: str, ttl: float) -> bool:
+        return int(await self._run("take_lock", [key], [owner, int(ttl * 1000)])) == 1
+
+    async def registered_identities(self) -> set[str]:
+        members = await self.client.smembers(self.keys.in_progress_identities)
+        return {_bytes(m).decode("utf-8", "replace") for m in members}
+
+    async def scanned_identities(self) -> set[str]:
+        prefix = self.keys.in_progress_prefix
+        found = set()
+        async for key in self.client.scan_iter(match=prefix + "*", count=1000):
+            found.add(_bytes(key).decode("utf-8", "replace")[len(prefix):])
+        return found
+
+    async def beat_info(self, identity: str) -> dict[str, Any] | None:
+        """What ``identity`` last said about itself (host, pid, memory, loop lag)."""
+        raw = await self.client.hget(self.keys.beats, identity)
+        try:
+            info = json.loads(raw) if raw else None
+        except ValueError:
+            return None
+        return info if isinstance(info, dict) else None
+
+    async def record_recovery(self, event: dict[str, Any], keep: int) -> None:
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.lpush(self.keys.recoveries, json.dumps(event))
+            pipe.ltrim(self.keys.recoveries, 0, keep - 1)
+            await pipe.execute()
+
+    async def forget(self, identity: str, *, declared_dead: bool) -> bool:
+        keys = self.keys
+        reply = await self._run(
+            "forget",
+            [keys.in_progress(identity), keys.in_progress_identities, keys.last_beat,
+             keys.beats, keys.workers(identity), keys.process(identity), keys.declared_dead],
+            [identity, "1" if declared_dead else "0"],
+        )
+        return int(reply) == 1
+
+    async def list_head(self, key: str, count: int) -> list[bytes]:
+        return [_bytes(raw) for raw in await self.client.lrange(key, 0, count - 1)]
+
+    async def bury_orphan(self, raw: bytes, entry: bytes, jid: str | None) -> bool:
+        keys = self.keys
+        reply = await self._run(
+            "bury_orphan",
+            [keys.repeat_orphans, keys.dead, keys.stats_failed, keys.orphanings(jid or "-")],
+            [raw, entry, repr(time.time())],
+        )
+        return int(reply) == 1
+
+    async def park_unsettled(self, identity: str, raw: bytes, record: bytes) -> bool:
+        keys = [self.keys.in_progress(identity), self.keys.unsettled]
+        return int(await self._run("park_unsettled", keys, [raw, record])) == 1
+
+    async def file_unsettled(
+        self, record: bytes, target: SetName, entry: bytes, delay: float
+    ) -> bool:
+        keys = [self.keys.unsettled, self._zset(target)]
+        args = [record, entry, repr(float(delay)), repr(time.time())]
+        return int(await self._run("file_unsettled", keys, args)) == 1
 
     # -- basic fetch (BRPOP: a crash loses the running jobs) -----------------------
 

@@ -94,3 +94,37 @@ def unparseable(raw: bytes, *, queue: str, reason: str, now: float) -> File:
     """A raw job that could not be read goes to dead, its bytes kept in the entry."""
     return File("dead", job.unparseable_entry(raw, queue=queue, reason=reason, now=now), 0.0,
                 terminal=True)
+
+
+MAX_INTERRUPTS: Final = 3
+"""Times a job may be re-filed after recording its failure failed, before it goes to dead."""
+INTERRUPT_DELAY: Final = 10.0
+"""Seconds per interruption before such a job is retried (10, 20, 30)."""
+
+
+def interrupt(raw: bytes, error: BaseException, *, now: float) -> File:
+    """Recording a failure itself failed (a bug in the bookkeeping): re-file the job from
+    its payload *as fetched*, not from whatever the failed attempt had built.
+
+    ``retry_count`` is this attempt's number from the fetched payload; a job with no
+    retries left goes straight to dead, like any terminal failure, and so does one
+    interrupted more than MAX_INTERRUPTS times. Unreadable bytes go to dead as they are.
+    """
+    try:
+        payload = job.decode(raw, 2**62)
+    except Exception as exc:
+        return unparseable(raw, queue="", reason=f"{exc} (while recording {error!r})", now=now)
+    error_class, message, backtrace = describe(error)
+    count = _int(payload.get("interrupted_count")) + 1
+    previous = payload.get("retry_count")
+    attempt = _int(previous) + 1 if previous is not None else 0
+    entry = dict(payload)
+    entry.update(interrupted_count=count, retry_count=attempt, error_class=error_class,
+                 error_message=message, error_backtrace=backtrace, failed_at=now)
+    if attempt >= backoff.max_retries(payload.get("retry")) or count > MAX_INTERRUPTS:
+        return File("dead", entry, 0.0, terminal=True)
+    return File("retry", entry, INTERRUPT_DELAY * count, terminal=False)
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

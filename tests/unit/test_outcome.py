@@ -70,3 +70,36 @@ def test_unparseable_keeps_the_exact_bytes() -> None:
     assert filed.terminal
     assert base64.b64decode(filed.entry["raw_payload_base64"]) == raw
     assert filed.entry["error_class"] == "UnparseablePayload"
+
+
+def test_interrupt_refiles_from_the_payload_as_fetched() -> None:
+    import json
+
+    raw = json.dumps(payload(retry=3, retry_count=0)).encode()
+    filed = outcome.interrupt(raw, RuntimeError("logging bug"), now=9.0)
+    assert filed.target == "retry"
+    assert filed.delay == outcome.INTERRUPT_DELAY
+    assert (filed.entry["interrupted_count"], filed.entry["retry_count"]) == (1, 1)
+    assert filed.entry["error_message"] == "logging bug"
+
+
+def test_interrupt_without_retries_left_goes_to_dead() -> None:
+    import json
+
+    for fields in ({"retry": False}, {"retry": 2, "retry_count": 1}):
+        filed = outcome.interrupt(json.dumps(payload(**fields)).encode(), RuntimeError("x"),
+                                  now=1.0)
+        assert filed.target == "dead", fields
+
+
+def test_interrupt_past_the_limit_goes_to_dead() -> None:
+    import json
+
+    raw = json.dumps(payload(retry=True, interrupted_count=outcome.MAX_INTERRUPTS)).encode()
+    assert outcome.interrupt(raw, RuntimeError("x"), now=1.0).target == "dead"
+
+
+def test_interrupt_of_unreadable_bytes_keeps_them() -> None:
+    filed = outcome.interrupt(b"\xff garbage", RuntimeError("x"), now=1.0)
+    assert filed.target == "dead"
+    assert "raw_payload_base64" in filed.entry

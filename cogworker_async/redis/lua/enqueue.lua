@@ -4,12 +4,14 @@
 -- ARGV[3..] raw jobs, oldest first
 -- Returns the queue's length after the push.
 -- Not idempotent (a second call pushes the jobs twice): callers never retry it blindly.
-local length = 0
+-- An error (a key of the wrong type) means nothing was pushed: the name is recorded
+-- first, and the queue's type is checked (LLEN) before the first push.
+redis.call("SADD", KEYS[2], ARGV[1])
+local length = redis.call("LLEN", KEYS[1])
 local last = #ARGV
 -- unpack() has a stack limit: push in chunks.
 for first = 3, last, 1000 do
   length = redis.call("LPUSH", KEYS[1], unpack(ARGV, first, math.min(first + 999, last)))
 end
-redis.call("SADD", KEYS[2], ARGV[1])
 redis.call("PUBLISH", ARGV[2], ARGV[1])
 return length

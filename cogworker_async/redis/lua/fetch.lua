@@ -7,6 +7,12 @@
 -- KEYS[2..]) of the queue it came from, and the indexes of queue keys that could not
 -- be read (wrong type): those are skipped, never a reason to stop fetching the rest.
 -- Each job is moved by LMOVE, so it is always on exactly one of the two lists.
+-- An in-progress key of the wrong type is an error (nothing moved): reported as what it
+-- is, rather than as every queue being unreadable.
+local kind = redis.call("TYPE", KEYS[1]).ok
+if kind ~= "list" and kind ~= "none" then
+  return redis.error_reply("WRONGTYPE in-progress list " .. KEYS[1] .. " is a " .. kind)
+end
 local want = tonumber(ARGV[1])
 local jobs, bad = {}, {}
 local got = 0

@@ -4,6 +4,7 @@
 -- ARGV[1] member as it stands        ARGV[2] entry to write in the destination
 -- ARGV[3] delay: score = Redis TIME + delay   ARGV[4] the caller's clock, if TIME is refused
 -- Returns 1 if moved, 0 if the member was gone. Written before removed; safe to run twice.
+-- The same entry moved within one zset only gets its new score (never removed).
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
@@ -11,5 +12,7 @@ local now = tonumber(ARGV[4])
 local ok, time = pcall(redis.call, "TIME")
 if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
 redis.call("ZADD", KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
-redis.call("ZREM", KEYS[1], ARGV[1])
+if KEYS[1] ~= KEYS[2] or ARGV[1] ~= ARGV[2] then
+  redis.call("ZREM", KEYS[1], ARGV[1])
+end
 return 1

@@ -6,15 +6,20 @@
 -- job to push (the same job with enqueued_at renewed), and its queue's name.
 -- Returns how many were moved. A member no longer in the zset (moved by another
 -- process, deleted by an admin) is skipped, so two pollers never both move one job.
--- Written before removed: a job is always in at least one place.
+-- Written before removed: a job is always in at least one place. A job whose queue
+-- key cannot be written (wrong type) stays in the zset and is not counted; the others
+-- are still moved (one bad queue must not stop every due job behind it). The set of
+-- queue names is best effort: an error there after the push would leave the job in the
+-- zset too, to be pushed (and run) again on every poll.
 local moved = 0
 for i = 1, #KEYS - 2 do
   local member, job, name = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
   if redis.call("ZSCORE", KEYS[1], member) then
-    redis.call("LPUSH", KEYS[2 + i], job)
-    redis.call("SADD", KEYS[2], name)
-    redis.call("ZREM", KEYS[1], member)
-    moved = moved + 1
+    if type(redis.pcall("LPUSH", KEYS[2 + i], job)) == "number" then
+      redis.pcall("SADD", KEYS[2], name)
+      redis.call("ZREM", KEYS[1], member)
+      moved = moved + 1
+    end
   end
 end
 if moved > 0 then redis.call("PUBLISH", ARGV[1], "due") end

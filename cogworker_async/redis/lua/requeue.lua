@@ -2,7 +2,8 @@
 -- process's list (orphan recovery) and for this process's own list on shutdown.
 -- KEYS[1] in-progress list           KEYS[2] the owner's process key (alive marker)
 -- KEYS[3] last_beat hash             KEYS[4] repeat_orphans list
--- KEYS[5] set of queue names
+-- KEYS[5] set of queue names        KEYS[6] declared_dead set (recovery marks the owner
+--                                   there once it took any of its jobs)
 -- ARGV[1] JSON options:
 --   queue_prefix, default_queue   where a job goes: queue_prefix .. its "queue" field
 --   identity                      the list's owner (its field in last_beat)
@@ -29,9 +30,10 @@ if recovering then
   if redis.call("EXISTS", KEYS[2]) == 1 then
     return {-1, 0, 0}
   end
-  -- A stamp that is not a number counts as no stamp: the presence key alone decides.
+  -- A stamp that is not a finite number counts as no stamp: the presence key alone
+  -- decides ("inf" would keep a dead owner alive forever; NaN fails the test too).
   local last = tonumber(redis.call("HGET", KEYS[3], opts.identity) or "")
-  if last then
+  if last and last > -math.huge and last < math.huge then
     local now = tonumber(opts.now)
     local ok, time = pcall(redis.call, "TIME")
     if ok then now = tonumber(time[1]) end
@@ -105,5 +107,8 @@ for _ = 1, limit do
       redis.call("LMOVE", KEYS[1], KEYS[1], "LEFT", "RIGHT")
     end
   end
+end
+if recovering and moved + parked > 0 then
+  redis.pcall("SADD", KEYS[6], opts.identity) -- best effort: the jobs are already moved
 end
 return {moved, looked, parked}

@@ -1,0 +1,25 @@
+-- beat: this process is alive. Written from the heartbeat thread, on its own connection.
+-- KEYS[1] process:<identity> (alive marker, with a TTL)   KEYS[2] last_beat hash
+-- KEYS[3] in_progress_identities set (the registry recovery walks)
+-- KEYS[4] beats hash (identity -> the last beat's info, no TTL: forensics)
+-- KEYS[5] declared_dead set (identities whose jobs recovery took)
+-- ARGV[1] identity   ARGV[2] info (JSON)   ARGV[3] TTL of the alive marker (ms)
+-- ARGV[4] the caller's clock (epoch s), used only if TIME is refused
+-- ARGV[5] "1" if this process has beaten before, else "0"
+-- Returns {status, now}: status 1 = alive, as expected; 2 = this process had been
+-- declared dead (recovery took its jobs, or forgot it) while it was paused: a zombie.
+-- The stamp comes from Redis TIME: recovery compares it with the same clock.
+local now = tonumber(ARGV[4])
+local ok, time = pcall(redis.call, "TIME")
+if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+local status = 1
+if ARGV[5] == "1" then
+  local declared = redis.call("SREM", KEYS[5], ARGV[1]) == 1
+  local forgotten = redis.call("EXISTS", KEYS[1]) == 0 and redis.call("HEXISTS", KEYS[2], ARGV[1]) == 0
+  if declared or forgotten then status = 2 end
+end
+redis.call("SET", KEYS[1], ARGV[2], "PX", tonumber(ARGV[3]))
+redis.call("HSET", KEYS[2], ARGV[1], string.format("%.6f", now))
+redis.call("HSET", KEYS[4], ARGV[1], ARGV[2])
+redis.call("SADD", KEYS[3], ARGV[1])
+return {status, string.format("%.6f", now)}

@@ -1,0 +1,19 @@
+-- bury_orphan: a job parked in repeat_orphans (its process died running it more than
+-- max_orphanings times) is filed in dead, with the usual terminal-failure bookkeeping.
+-- KEYS[1] repeat_orphans list        KEYS[2] dead zset
+-- KEYS[3] stats:failed counter       KEYS[4] the job's orphan counter
+-- ARGV[1] the parked job (must be the list's head)   ARGV[2] its dead entry
+-- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
+-- Returns 1 if buried, 0 if the head is another job (someone else buried it first).
+-- Head only: the caller walks the list in order. Written before removed.
+if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
+  return 0
+end
+local now = tonumber(ARGV[3])
+local ok, time = pcall(redis.call, "TIME")
+if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+redis.call("ZADD", KEYS[2], now, ARGV[2])
+redis.call("LPOP", KEYS[1])
+redis.pcall("INCR", KEYS[3])
+redis.pcall("DEL", KEYS[4])
+return 1

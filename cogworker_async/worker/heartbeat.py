@@ -1,0 +1,125 @@
+"""Heartbeat: "this process is alive", from its own thread and its own connection.
+
+A job that blocks the event loop (CPU work, a C call) must not make a live process look
+dead and get its jobs recovered — and run twice — by another process. So beats are
+written from a thread, and each beat carries the loop's lag, so a stall is visible
+rather than fatal. The first beat is written before the first fetch.
+
+Each beat also tells whether this process had been declared dead meanwhile (paused past
+``orphan_threshold``, e.g. SIGSTOP or a long GC): the Manager then fences itself (see
+``Manager.on_declared_dead``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from cogworker_async.redis.beats import ZOMBIE, BeatWriter
+
+log = logging.getLogger("cogworker_async")
+
+LAG_PROBE_INTERVAL: Final = 0.25
+"""Seconds between the loop-lag probe's ticks."""
+JOIN_TIMEOUT: Final = 5.0
+
+
+@dataclass(slots=True)
+class LoopLag:
+    """Measured on the loop (``tick``), read from the heartbeat thread (``take``)."""
+
+    last_tick: float = field(default_factory=time.monotonic)
+    worst: float = 0.0
+
+    def tick(self, lag: float) -> None:
+        self.last_tick = time.monotonic()
+        self.worst = max(self.worst, lag)
+
+    def take(self) -> float:
+        """The worst lag since the last call, counting a stall still in progress."""
+        stalled = time.monotonic() - self.last_tick - LAG_PROBE_INTERVAL
+        worst, self.worst = max(self.worst, stalled, 0.0), 0.0
+        return worst
+
+
+def rss_bytes() -> int | None:
+    """Resident memory of this process (Linux), for the beat; None where unknown."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        writer: BeatWriter,
+        *,
+        interval: float,
+        ttl: float,
+        describe: Callable[[], Mapping[str, Any]],
+        running: Callable[[], Mapping[str, str]],
+        on_zombie: Callable[[], None],
+    ) -> None:
+        self.writer = writer
+        self.interval = interval
+        self.ttl = ttl
+        self._describe = describe
+        self._running = running
+        self._on_zombie = on_zombie
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._beaten = False
+        self._failing = False
+        self.started_at = time.time()
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "started_at": self.started_at,
+            "rss_bytes": rss_bytes(),
+            **self._describe(),
+        }
+
+    def beat(self) -> None:
+        """Write one beat (raises on a Redis error). Fences the process if it was dead."""
+        status = self.writer.beat(self.info(), self.ttl, first=not self._beaten)
+        self._beaten = True
+        if status == ZOMBIE:
+            self._on_zombie()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="cogworker-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(JOIN_TIMEOUT)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.beat()
+            except Exception as exc:  # Redis away: keep trying; the TTL tells the rest
+                if not self._failing:
+                    log.warning("heartbeat failed (%r); retrying every %.1fs", exc,
+                                self.interval)
+                self._failing = True
+                continue
+            if self._failing:
+                log.info("heartbeat restored")
+                self._failing = False
+            try:
+                self.writer.write_workers(self._running())
+            except Exception as exc:  # dashboard only
+                log.debug("couldn't write the workers hash: %r", exc)

@@ -1,0 +1,225 @@
+"""Recovery: the jobs of dead processes back on their queues, and this process's own
+in-progress list kept honest.
+
+Orphan recovery runs in every live process, every ``recovery_interval`` (one process at
+a time, under a short lock), plus a one-off SCAN at boot for lists no registry knows.
+Sidekiq Pro recovers orphans only when a process starts; here a dead process's jobs are
+back within ``orphan_threshold + recovery_interval`` of its last beat. Whether the owner
+is dead is decided inside ``requeue.lua``, atomically with the requeue, by Redis TIME:
+checked separately, an owner that beat in between would see its running jobs run twice.
+
+A job recovered more than ``max_orphanings`` times (it kills its process: OOM, SIGKILL)
+is parked and then buried in dead as ``ProcessDied`` instead of coming back forever.
+
+Reconcile looks at this process's own list: an entry no processor is running (judged
+from memory, never from Redis) is either a pending settlement — finished here, never run
+again — or a stray (a ghost left by a lost fetch reply), requeued once seen on two passes
+in a row (the second look rules out a job caught between its fetch and its start).
+
+One bad identity or record (wrong key type, corrupt stamp, unreadable JSON) is logged
+and skipped; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import anyio
+
+from cogworker_async import job
+from cogworker_async.errors import UnparseablePayload
+from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.settings import Settings, check_queue_name
+from cogworker_async.worker.fetch import Work
+from cogworker_async.worker.settlement import MAX_ENTRY_BYTES, Pending, Settler
+
+log = logging.getLogger("cogworker_async")
+
+RECENT_RECOVERIES: Final = 100
+"""Recovery events kept for the dashboard."""
+HEAD_BATCH: Final = 100
+"""Parked orphans or unsettled records handled per pass."""
+
+
+def queue_of(raw: bytes, default: str) -> str:
+    """The queue a raw job belongs on: its own ``queue`` field if valid, else ``default``."""
+    try:
+        payload = json.loads(raw)
+        return check_queue_name(payload.get("queue"))
+    except Exception:
+        return default
+
+
+def process_died_entry(raw: bytes, *, max_orphanings: int, identity: str,
+                       info: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
+    """The dead entry of a job that kept killing its process."""
+    message = (f"its process died while running it more than {max_orphanings} times "
+               "(killed for memory? SIGKILL?): not retried again")
+    try:
+        entry = job.decode(raw, MAX_ENTRY_BYTES)
+    except UnparseablePayload as exc:
+        entry = job.unparseable_entry(raw, queue="", reason=str(exc), now=now)
+    entry.update(error_class="ProcessDied", error_message=message, failed_at=now,
+                 orphaned_from=identity, orphaned_process=dict(info or {}))
+    return entry
+
+
+class Recovery:
+    def __init__(self, store: Store, settings: Settings, identity: str) -> None:
+        self.store = store
+        self.settings = settings
+        self.identity = identity
+        self.default_queue = settings.queue_names[0]
+
+    async def recover_orphans(self, *, scan: bool = False) -> int:
+        """One pass over every other identity; returns how many jobs were requeued."""
+        candidates = await self._candidates(scan)
+        candidates.discard(self.identity)
+        moved = 0
+        for identity in sorted(candidates):
+            try:
+                moved += await self._recover(identity)
+            except Exception as exc:
+                log.error("orphan recovery skipped %s: %r", identity, exc)
+        for what in (self.bury_repeat_orphans, self.file_unsettled):
+            try:
+                await what()
+            except Exception as exc:
+                log.error("orphan recovery: %s failed: %r", what.__name__, exc)
+        return moved
+
+    async def _candidates(self, scan: bool) -> set[str]:
+        found: set[str] = set()
+        sources = [self.store.registered_identities]
+        if scan:
+            sources.append(self.store.scanned_identities)
+        for source in sources:  # each on its own: one unreadable must not hide the other
+            try:
+                found |= await source()
+            except Exception as exc:
+                log.error("orphan recovery: reading candidates failed: %r", exc)
+        return found
+
+    async def _recover(self, identity: str) -> int:
+        info = await self.store.beat_info(identity)
+        result = await self.store.recover(
+            identity, self.default_queue, dead_for=self.settings.orphan_threshold,
+            max_orphanings=self.settings.max_orphanings,
+        )
+        if result is None:  # alive after all
+            return 0
+        if result.moved or result.parked:
+            log.warning("requeued %d job(s) left in progress by dead process %s%s",
+                        result.moved, identity,
+                        f"; {result.parked} orphaned too often" if result.parked else "")
+            event = {"identity": identity, "at": time.time(), "requeued": result.moved,
+                     "parked": result.parked, "by": self.identity, "last_beat": info}
+            await self.store.record_recovery(event, RECENT_RECOVERIES)
+        if result.parked:
+            await self.bury_repeat_orphans(identity, info)
+        await self.store.forget(identity, declared_dead=True)
+        return result.moved
+
+    async def bury_repeat_orphans(self, identity: str = "",
+                                  info: Mapping[str, Any] | None = None) -> None:
+        """File each parked job in dead as ProcessDied (whatever its retry setting)."""
+        for raw in await self.store.list_head(self.store.keys.repeat_orphans, HEAD_BATCH):
+            entry = process_died_entry(raw, max_orphanings=self.settings.max_orphanings,
+                                       identity=identity, info=info, now=time.time())
+            if not await self.store.bury_orphan(raw, job.encode(entry, MAX_ENTRY_BYTES),
+                                                job.jid_of(raw)):
+                return  # someone else is burying: leave the rest to them
+            log.error("jid=%s orphaned more than %d times: moved to dead (ProcessDied)",
+                      entry.get("jid"), self.settings.max_orphanings)
+
+    async def file_unsettled(self) -> None:
+        """File what stopping processes handed over, head first."""
+        for record in await self.store.list_head(self.store.keys.unsettled, HEAD_BATCH):
+            try:
+                parsed = json.loads(record)
+                target = parsed["set"]
+                if target not in ("retry", "dead"):
+                    raise ValueError(f"unknown set {target!r}")
+                entry, delay = parsed["payload"].encode(), float(parsed.get("delay", 0.0))
+            except Exception as exc:  # unreadable: filed in dead as it is, never dropped
+                target, delay = "dead", 0.0
+                entry = job.encode(job.unparseable_entry(
+                    record, queue="", reason=f"unreadable hand-over record: {exc!r}",
+                    now=time.time()), MAX_ENTRY_BYTES)
+            if not await self.store.file_unsettled(record, target, entry, delay):
+                return
+
+
+class Reconciler:
+    """Keeps this process's own in-progress list in line with what it is doing."""
+
+    def __init__(
+        self,
+        store: Store,
+        settler: Settler,
+        identity: str,
+        default_queue: str,
+        running: Mapping[bytes, Work],
+        pending: dict[bytes, Pending],
+        fetching: Callable[[], bool],
+    ) -> None:
+        self.store = store
+        self.settler = settler
+        self.identity = identity
+        self.default_queue = default_queue
+        self.running = running
+        self.pending = pending
+        self.fetching = fetching
+        self._strays: set[bytes] = set()
+
+    async def settle_pending(self) -> None:
+        """Finish remembered outcomes through the same scripts; stop at the first failure."""
+        for raw, disposition in list(self.pending.items()):
+            try:
+                await self.settler.apply(Work("", raw), disposition)
+            except RedisError as exc:
+                log.warning("still couldn't settle jid=%s: %r", job.jid_of(raw), exc)
+                return
+            self.pending.pop(raw, None)
+            log.info("settled jid=%s late (it was not run again)", job.jid_of(raw))
+
+    async def reconcile(self) -> int:
+        """One pass; returns how many strays were requeued."""
+        await self.settle_pending()
+        if self.fetching():  # a fetch in flight: its jobs are listed but not yet running
+            return 0
+        listed = await self.store.in_progress(self.identity)
+        strays = {raw for raw in listed if raw not in self.running and raw not in self.pending}
+        requeued = 0
+        for raw in strays & self._strays:
+            queue = queue_of(raw, self.default_queue)
+            if await self.store.give_back(self.identity, queue, raw):
+                requeued += 1
+                log.warning("requeued stray in-progress job jid=%s (a lost fetch reply?)",
+                            job.jid_of(raw))
+        self._strays = strays - self._strays
+        return requeued
+
+
+async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Settings,
+                     identity: str) -> None:
+    """Every ``recovery_interval`` (jittered): orphan recovery under the lock, reconcile."""
+    first = True
+    while True:
+        try:
+            if await recovery.store.take_lock(recovery.store.keys.recovery_lock, identity,
+                                              settings.recovery_interval):
+                await recovery.recover_orphans(scan=first)
+                first = False
+        except Exception as exc:
+            log.error("orphan recovery pass failed: %r", exc)
+        try:
+            await reconciler.reconcile()
+        except Exception as exc:
+            log.error("reconcile pass failed: %r", exc)
+        await anyio.sleep(settings.recovery_interval * random.uniform(0.8, 1.2))

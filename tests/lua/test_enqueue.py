@@ -1,0 +1,106 @@
+"""enqueue.lua: push jobs on one queue, record its name, wake idle workers."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.store import Store
+from tests.lua.helpers import NOT_UTF8, items, make_job, plant_wrong_type, still_planted
+
+IDENTITY = "host:1:abc"
+
+
+async def test_jobs_are_fetched_in_the_order_they_were_enqueued(store: Store) -> None:
+    jobs = [make_job("emails") for _ in range(3)]
+
+    length = await store.enqueue("emails", jobs)
+
+    assert length == 3
+    fetched = await store.fetch(IDENTITY, ["emails"], 3)
+    assert [raw for _, raw in fetched.jobs] == jobs
+
+
+async def test_returns_the_queue_length_after_the_push(store: Store) -> None:
+    await store.enqueue("emails", [make_job("emails"), make_job("emails")])
+
+    assert await store.enqueue("emails", [make_job("emails") for _ in range(3)]) == 5
+
+
+async def test_no_jobs_pushes_nothing_and_reports_the_current_length(
+    store: Store, keys: Keys
+) -> None:
+    await store.enqueue("emails", [make_job("emails"), make_job("emails")])
+
+    assert await store.enqueue("emails", []) == 2
+    assert await store.client.llen(keys.queue("emails")) == 2
+
+
+async def test_records_each_queue_name(store: Store, keys: Keys) -> None:
+    await store.enqueue("emails", [make_job("emails")])
+    await store.enqueue("reports", [make_job("reports")])
+
+    assert await store.client.smembers(keys.queues) == {b"emails", b"reports"}
+
+
+async def test_publishes_the_queue_name_on_the_wake_channel(store: Store, keys: Keys) -> None:
+    pubsub = store.client.pubsub()
+    await pubsub.subscribe(keys.wake_channel)
+    try:
+        assert (await pubsub.get_message(timeout=5.0))["type"] == "subscribe"
+
+        await store.enqueue("emails", [make_job("emails")])
+
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+    finally:
+        await pubsub.aclose()
+    assert message is not None
+    assert message["channel"] == keys.wake_channel.encode()
+    assert message["data"] == b"emails"
+
+
+async def test_more_jobs_than_one_push_chunk_keep_their_order(store: Store) -> None:
+    # The script pushes 1,000 arguments at a time (Lua's unpack has a stack limit).
+    jobs = [make_job("bulk", n=n) for n in range(2_500)]
+
+    assert await store.enqueue("bulk", jobs) == 2_500
+
+    fetched = await store.fetch(IDENTITY, ["bulk"], 2_500)
+    assert [raw for _, raw in fetched.jobs] == jobs
+
+
+async def test_a_second_call_pushes_the_jobs_again(store: Store, keys: Keys) -> None:
+    # Documented as not idempotent: this is why no client retries it blindly.
+    job = make_job("emails")
+
+    await store.enqueue("emails", [job])
+    await store.enqueue("emails", [job])
+
+    assert await items(store, keys.queue("emails")) == [job, job]
+
+
+async def test_a_job_that_is_not_utf8_is_stored_byte_for_byte(store: Store, keys: Keys) -> None:
+    await store.enqueue("default", [NOT_UTF8])
+
+    assert await items(store, keys.queue("default")) == [NOT_UTF8]
+
+
+async def test_a_queue_key_of_the_wrong_type_refuses_the_jobs(store: Store, keys: Keys) -> None:
+    await plant_wrong_type(store, keys.queue("emails"))
+
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await store.enqueue("emails", [make_job("emails")])
+
+    assert await still_planted(store, keys.queue("emails"))
+
+
+async def test_an_error_means_nothing_was_enqueued(store: Store, keys: Keys) -> None:
+    # A caller that sees an error may enqueue again: the job must not be there already.
+    await plant_wrong_type(store, keys.queues)
+
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await store.enqueue("emails", [make_job("emails")])
+
+    assert await store.client.llen(keys.queue("emails")) == 0
+    assert await still_planted(store, keys.queues)

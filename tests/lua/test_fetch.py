@@ -1,0 +1,113 @@
+"""fetch.lua: move jobs from the queues, tried in order, onto the in-progress list."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.store import Store
+from tests.lua.helpers import NOT_UTF8, items, make_job, plant_wrong_type, still_planted
+
+IDENTITY = "host:1:abc"
+
+
+async def test_moves_jobs_first_enqueued_first_fetched(store: Store, keys: Keys) -> None:
+    jobs = [make_job("emails") for _ in range(3)]
+    await store.enqueue("emails", jobs)
+
+    fetched = await store.fetch(IDENTITY, ["emails"], 10)
+
+    assert fetched.jobs == [("emails", job) for job in jobs]
+    assert fetched.bad_queues == []
+    assert await store.client.llen(keys.queue("emails")) == 0
+    # Newest fetched at the head: requeue.lua relies on this to keep the order.
+    assert await items(store, keys.in_progress(IDENTITY)) == jobs[::-1]
+
+
+async def test_drains_queues_in_strict_order(store: Store) -> None:
+    high = [make_job("high") for _ in range(2)]
+    low = [make_job("low") for _ in range(3)]
+    await store.enqueue("low", low)
+    await store.enqueue("high", high)
+
+    fetched = await store.fetch(IDENTITY, ["high", "low"], 4)
+
+    assert fetched.jobs == [("high", high[0]), ("high", high[1]), ("low", low[0]),
+                            ("low", low[1])]
+
+
+async def test_count_is_respected_and_the_rest_stays_queued(store: Store, keys: Keys) -> None:
+    jobs = [make_job("emails") for _ in range(5)]
+    await store.enqueue("emails", jobs)
+
+    fetched = await store.fetch(IDENTITY, ["emails"], 2)
+
+    assert [raw for _, raw in fetched.jobs] == jobs[:2]
+    assert await store.client.llen(keys.queue("emails")) == 3
+    assert await store.client.llen(keys.in_progress(IDENTITY)) == 2
+    assert [raw for _, raw in (await store.fetch(IDENTITY, ["emails"], 10)).jobs] == jobs[2:]
+
+
+async def test_count_zero_moves_nothing(store: Store, keys: Keys) -> None:
+    await store.enqueue("emails", [make_job("emails")])
+
+    fetched = await store.fetch(IDENTITY, ["emails"], 0)
+
+    assert fetched.jobs == []
+    assert await store.client.llen(keys.queue("emails")) == 1
+
+
+async def test_no_queues_fetches_nothing(store: Store, keys: Keys) -> None:
+    await store.enqueue("emails", [make_job("emails")])
+
+    fetched = await store.fetch(IDENTITY, [], 5)
+
+    assert fetched.jobs == []
+    assert fetched.bad_queues == []
+    assert await store.client.exists(keys.in_progress(IDENTITY)) == 0
+
+
+async def test_empty_queues_fetch_nothing(store: Store, keys: Keys) -> None:
+    fetched = await store.fetch(IDENTITY, ["emails", "reports"], 5)
+
+    assert fetched.jobs == []
+    assert fetched.bad_queues == []
+    assert await store.client.exists(keys.in_progress(IDENTITY)) == 0
+
+
+async def test_a_queue_of_the_wrong_type_is_skipped_and_reported(
+    store: Store, keys: Keys
+) -> None:
+    await plant_wrong_type(store, keys.queue("broken"))
+    good = [make_job("emails"), make_job("emails")]
+    await store.enqueue("emails", good)
+
+    fetched = await store.fetch(IDENTITY, ["broken", "emails"], 5)
+
+    assert fetched.bad_queues == ["broken"]
+    assert fetched.jobs == [("emails", job) for job in good]
+    assert await still_planted(store, keys.queue("broken"))
+
+
+async def test_a_job_that_is_not_utf8_is_moved_byte_for_byte(store: Store, keys: Keys) -> None:
+    await store.enqueue("default", [NOT_UTF8])
+
+    fetched = await store.fetch(IDENTITY, ["default"], 1)
+
+    assert fetched.jobs == [("default", NOT_UTF8)]
+    assert await items(store, keys.in_progress(IDENTITY)) == [NOT_UTF8]
+
+
+async def test_an_in_progress_key_of_the_wrong_type_leaves_jobs_queued(
+    store: Store, keys: Keys
+) -> None:
+    job = make_job("emails")
+    await store.enqueue("emails", [job])
+    await plant_wrong_type(store, keys.in_progress(IDENTITY))
+
+    with pytest.raises(redis.exceptions.ResponseError, match="in-progress list"):
+        await store.fetch(IDENTITY, ["emails"], 5)
+
+    assert await items(store, keys.queue("emails")) == [job]
+    assert await still_planted(store, keys.in_progress(IDENTITY))
