@@ -11,7 +11,10 @@ import logging
 import os
 import signal
 import sys
-from typing import Annotated, Any
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Final
 
 import anyio
 import typer
@@ -22,6 +25,9 @@ from cogworker_async.errors import CogworkerError
 from cogworker_async.worker.manager import Manager
 
 log = logging.getLogger("cogworker_async")
+
+THREAD_EXIT_GRACE: Final = 1.0
+"""Seconds idle job threads get to end at exit before the CLI stops waiting for them."""
 
 cli = typer.Typer(
     name="cogworker-async",
@@ -48,25 +54,30 @@ def load_app(target: str) -> App:
     return app
 
 
-async def _watch_signals(manager: Manager) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            if not manager.stopping:
-                log.info("%s: stopping (jobs get %.0fs; signal again to stop at once)",
-                         signal.Signals(signum).name, manager.settings.shutdown_timeout)
-                manager.stop()
-            else:
-                log.warning("%s again: stopping now", signal.Signals(signum).name)
-                manager.hard_stop()
+async def _watch_signals(manager: Manager, signals: AsyncIterator[int]) -> None:
+    async for signum in signals:
+        if not manager.stopping:
+            log.info("%s: stopping (jobs get %.0fs; signal again to stop at once)",
+                     signal.Signals(signum).name, manager.settings.shutdown_timeout)
+            manager.stop()
+        else:
+            log.warning("%s again: stopping now", signal.Signals(signum).name)
+            manager.hard_stop()
 
 
 async def _serve(app: App, overrides: dict[str, Any]) -> bool:
     """Run a worker until a signal stops it; True if it stopped gracefully."""
-    async with app.worker(**overrides) as manager, anyio.create_task_group() as tg:
-        tg.start_soon(_watch_signals, manager)
-        await manager.wait_stopped()
-        tg.cancel_scope.cancel()
-    await app.close()
+    # The handlers go in before the worker starts. Installed by the watcher task, they
+    # came a moment after the Manager had begun fetching: a SIGTERM in between killed the
+    # process outright (exit -15, no hand-over, fetched jobs left in progress). A signal
+    # that arrives while the worker starts now waits in the receiver and stops it as soon
+    # as it runs.
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with app.worker(**overrides) as manager, anyio.create_task_group() as tg:
+            tg.start_soon(_watch_signals, manager, signals)
+            await manager.wait_stopped()
+            tg.cancel_scope.cancel()
+        await app.close()
     return not manager.stopped_hard
 
 
@@ -97,7 +108,36 @@ def run(
     except CogworkerError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    _leave_abandoned_threads(0 if graceful else 1)
     raise typer.Exit(0 if graceful else 1)
+
+
+def _leave_abandoned_threads(status: int) -> None:
+    """Exit now if a plain-function job's thread still runs after the worker stopped.
+
+    Such a thread was abandoned at the shutdown deadline and its job given back (see
+    ``Processor._call``); a normal exit would join it, holding the process for as long
+    as the function runs, past ``shutdown_timeout`` and past a second signal. Idle
+    threads get ``THREAD_EXIT_GRACE`` to end first.
+    """
+    deadline = time.monotonic() + THREAD_EXIT_GRACE
+    for thread in _other_threads():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    lingering = _other_threads()
+    if not lingering:
+        return
+    log.warning("exiting with %d job thread(s) still running; their jobs were given back",
+                len(lingering))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _other_threads() -> list[threading.Thread]:
+    current = threading.current_thread()
+    return [t for t in threading.enumerate()
+            if t is not current and not t.daemon and t.is_alive()]
 
 
 @cli.command()

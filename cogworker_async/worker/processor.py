@@ -102,6 +102,7 @@ class Processor:
             attempt.ran = True
             attempt.disposition = outcome.unparseable(work.raw, queue=work.queue,
                                                       reason=str(exc), now=time.time())
+            self.stats.processed += 1
             self.stats.failed += 1
             return
         definition = self.registry.get(payload["class"])
@@ -138,7 +139,12 @@ class Processor:
         if definition.is_async:
             await call()
         else:
-            await anyio.to_thread.run_sync(call, limiter=self.limiter)
+            # A thread cannot be cancelled. Without abandon_on_cancel the cancel at the
+            # shutdown deadline waited for the function to return: a long plain job held
+            # the worker (and a second SIGTERM) for as long as it ran. Abandoned, its job
+            # is given back like a cancelled async job (it never finished); the CLI then
+            # exits without joining the thread (cli._leave_abandoned_threads).
+            await anyio.to_thread.run_sync(call, limiter=self.limiter, abandon_on_cancel=True)
 
     def _failed(
         self, attempt: Attempt, payload: job.Payload, error: BaseException, *, terminal: bool

@@ -122,7 +122,9 @@ class Recovery:
             await self.store.record_recovery(event, RECENT_RECOVERIES)
         if result.parked:
             await self.bury_repeat_orphans(identity, info)
-        await self.store.forget(identity, declared_dead=True)
+        # Forgotten, it needs no declared_dead mark: a zombie beating again finds its
+        # stamp gone, which tells it the same (and the set stays bounded).
+        await self.store.forget(identity, declared_dead=False)
         return result.moved
 
     async def bury_repeat_orphans(self, identity: str = "",

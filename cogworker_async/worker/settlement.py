@@ -9,12 +9,15 @@ again: on shutdown a pending ack is dropped from the in-progress list (that is i
 from __future__ import annotations
 
 import logging
+import sys
+import time
 from typing import Final
 
 import anyio
 
 from cogworker_async import job
-from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.errors import CogworkerError
+from cogworker_async.redis.store import RedisError, SetName, Store
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.outcome import Ack, Disposition, File, GiveBack
 
@@ -56,16 +59,42 @@ class Settler:
             if self.reliable:
                 await store.ack(identity, [(work.raw, job.jid_of(work.raw))])
         elif isinstance(disposition, File):
-            entry = job.encode(disposition.entry, MAX_ENTRY_BYTES)
+            target, entry, delay = self._encoded(work, disposition)
             if self.reliable:
-                await store.file_failure(identity, work.raw, disposition.target, entry,
-                                         disposition.delay)
+                await store.file_failure(identity, work.raw, target, entry, delay)
             else:
-                await store.file_entry(disposition.target, entry, disposition.delay)
+                await store.file_entry(target, entry, delay)
         elif self.reliable:
             await store.give_back(identity, work.queue, work.raw)
         else:
             await store.push_back(work.queue, work.raw)
+
+    @staticmethod
+    def _encoded(work: Work, disposition: File) -> tuple[SetName, bytes, float]:
+        """The entry to file, as bytes: where it goes, the entry, the delay.
+
+        An entry that cannot be written back as JSON goes to dead with the job's bytes
+        as fetched. Python's parser reads ``NaN``, ``Infinity`` and ``1e999``, which
+        ``job.encode`` refuses; before this fallback the SerializationError escaped the
+        processor and stopped the whole worker (exit 1), and the job, requeued by the
+        hand-over, then stopped every worker that fetched it.
+        """
+        try:
+            entry = job.encode(disposition.entry, MAX_ENTRY_BYTES)
+        except CogworkerError as exc:  # SerializationError, PayloadTooLarge
+            failed = disposition.entry
+            reason = (f"{failed.get('error_class')}: {failed.get('error_message')} "
+                      f"(and its entry could not be written as JSON: {exc})")
+            queue = work.queue or str(failed.get("queue") or "")
+            fallback = job.unparseable_entry(work.raw, queue=queue, reason=reason,
+                                             now=time.time())
+            fallback["jid"] = failed.get("jid", fallback["jid"])
+            fallback["error_class"] = failed.get("error_class", fallback["error_class"])
+            log.error("jid=%s: %s; filed in dead with its bytes as fetched",
+                      job.jid_of(work.raw), reason)
+            # No size limit here: the raw bytes are all there is left of the job.
+            return "dead", job.encode(fallback, sys.maxsize), 0.0
+        return disposition.target, entry, disposition.delay
 
     def _remember(self, work: Work, disposition: Disposition, exc: Exception) -> None:
         jid = job.jid_of(work.raw)

@@ -8,18 +8,24 @@
 -- ARGV[5] "1" if this process has beaten before, else "0"
 -- Returns {status, now}: status 1 = alive, as expected; 2 = this process had been
 -- declared dead (recovery took its jobs, or forgot it) while it was paused: a zombie.
+-- A first beat is never a zombie, and clears a declared_dead entry left by an earlier
+-- process with the same identity.
 -- The stamp comes from Redis TIME: recovery compares it with the same clock.
+-- declared_dead and beats are best effort: one of the wrong type must not stop the beat
+-- (the process would look dead and its running jobs be recovered and run twice).
 local now = tonumber(ARGV[4])
 local ok, time = pcall(redis.call, "TIME")
 if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
 local status = 1
+-- Removed on every beat: on a first beat the entry can only be a predecessor's (a
+-- configured identity reused after that process died); this process fetched nothing yet.
+local declared = redis.pcall("SREM", KEYS[5], ARGV[1]) == 1
 if ARGV[5] == "1" then
-  local declared = redis.call("SREM", KEYS[5], ARGV[1]) == 1
   local forgotten = redis.call("EXISTS", KEYS[1]) == 0 and redis.call("HEXISTS", KEYS[2], ARGV[1]) == 0
   if declared or forgotten then status = 2 end
 end
 redis.call("SET", KEYS[1], ARGV[2], "PX", tonumber(ARGV[3]))
 redis.call("HSET", KEYS[2], ARGV[1], string.format("%.6f", now))
-redis.call("HSET", KEYS[4], ARGV[1], ARGV[2])
+redis.pcall("HSET", KEYS[4], ARGV[1], ARGV[2])
 redis.call("SADD", KEYS[3], ARGV[1])
 return {status, string.format("%.6f", now)}

@@ -2,6 +2,8 @@
 -- KEYS[1] unsettled list             KEYS[2] the record's destination zset
 -- ARGV[1] the record (must be the list's head)   ARGV[2] the entry to file
 -- ARGV[3] delay: score = Redis TIME + delay      ARGV[4] the caller's clock, if TIME is refused
+-- A delay that is not a finite number counts as 0: a corrupt record must not block the
+-- list (NaN is refused by ZADD) nor be filed where it never comes due (inf).
 -- Returns 1 if filed, 0 if the head is another record (filed by someone else first).
 -- Written before removed.
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
@@ -10,6 +12,8 @@ end
 local now = tonumber(ARGV[4])
 local ok, time = pcall(redis.call, "TIME")
 if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
-redis.call("ZADD", KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
+local delay = tonumber(ARGV[3])
+if not delay or delay ~= delay or delay == math.huge or delay == -math.huge then delay = 0 end
+redis.call("ZADD", KEYS[2], now + delay, ARGV[2])
 redis.call("LPOP", KEYS[1])
 return 1

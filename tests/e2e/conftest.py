@@ -1,0 +1,205 @@
+"""End-to-end harness: the real CLI in a subprocess, against a private redis-server.
+
+Each test gets its own namespace on the session server (``redis_server`` in
+tests/conftest.py), starts workers with ``start_worker(...)`` and talks to Redis through
+``r`` (raw bytes) and ``jobs`` (the same job app, to enqueue). Every worker process a test
+starts is killed by pid at teardown if the test did not stop it; its log is printed, so
+a failing test shows what the worker said.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+import redis.asyncio
+
+from tests.e2e import jobsapp
+from tests.waiting import wait_until
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+"""The repository root: the worker's cwd, so ``tests.e2e.jobsapp`` imports."""
+TARGET: Final = "tests.e2e.jobsapp:jobs"
+READY_TIMEOUT: Final = 15.0
+"""Seconds a worker may take to start (imports on a busy 2-core machine)."""
+
+
+class WorkerProcess:
+    """One ``cogworker-async run`` subprocess, its output in a log file."""
+
+    def __init__(self, redis_url: str, namespace: str, settings: dict[str, Any],
+                 args: list[str]) -> None:
+        self.redis_url = redis_url
+        self.namespace = namespace
+        self.settings = settings
+        self.args = args
+        fd, path = tempfile.mkstemp(prefix="cogworker-e2e-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(path)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        env = dict(os.environ)
+        env.pop("COGWORKER_REDIS_URL", None)
+        env.update({
+            jobsapp.URL_ENV: self.redis_url,
+            jobsapp.NAMESPACE_ENV: self.namespace,
+            jobsapp.SETTINGS_ENV: json.dumps(self.settings),
+            "PYTHONUNBUFFERED": "1",
+        })
+        command = [sys.executable, "-m", "cogworker_async", "run", TARGET, *self.args]
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
+                                            stderr=subprocess.STDOUT)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        assert self.process is not None
+        return self.process.poll()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    async def wait_exit(self, timeout: float) -> int:
+        """The exit status, once the process has exited (fails after ``timeout`` s)."""
+        try:
+            await wait_until(lambda: not self.alive(), timeout=timeout)
+        except AssertionError:
+            raise AssertionError(f"worker {self.pid} still running after {timeout}s:\n"
+                                 f"{self.log()}") from None
+        assert self.process is not None
+        return self.process.returncode
+
+    async def stop(self, timeout: float = 10.0) -> float:
+        """SIGTERM, then wait for a clean exit (status 0); returns the seconds it took."""
+        began = time.monotonic()
+        self.signal(signal.SIGTERM)
+        status = await self.wait_exit(timeout)
+        assert status == 0, f"worker exited with {status}:\n{self.log()}"
+        return time.monotonic() - began
+
+    def kill(self) -> None:
+        """Teardown: SIGKILL by pid if still running, and reap."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+    def cleanup(self) -> None:
+        self.kill()
+        self.log_path.unlink(missing_ok=True)
+
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+@pytest.fixture
+def start_worker(redis_url: str, namespace: str) -> Iterator[StartWorker]:
+    """``start_worker(*cli_args, redis_url=..., **settings)``: a running worker process."""
+    workers: list[WorkerProcess] = []
+
+    def start(*args: str, url: str | None = None, **settings: Any) -> WorkerProcess:
+        worker = WorkerProcess(url or redis_url, namespace, settings, list(args))
+        workers.append(worker)
+        return worker.start()
+
+    yield start
+    for worker in workers:
+        try:
+            worker.kill()
+            print(f"--- worker {worker.pid} (exit {worker.returncode}) ---\n{worker.log()}")
+        finally:
+            worker.cleanup()
+
+
+@pytest.fixture
+async def r(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    """A plain client on the test server (raw bytes), to plant and inspect keys."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def jobs(redis_url: str, namespace: str) -> AsyncIterator[jobsapp.Jobs]:
+    """The job app on the test server and namespace, to enqueue from the test."""
+    built = jobsapp.build(redis_url, namespace)
+    yield built
+    await built.app.close()
+
+
+# -- reading the outcome --------------------------------------------------------------
+
+
+async def ran(r: redis.asyncio.Redis, namespace: str) -> list[str]:
+    """Tags of the finished runs, in order."""
+    return [tag.decode() for tag in await r.lrange(jobsapp.ran_key(namespace), 0, -1)]
+
+
+async def started(r: redis.asyncio.Redis, namespace: str) -> list[str]:
+    return [tag.decode() for tag in await r.lrange(jobsapp.started_key(namespace), 0, -1)]
+
+
+async def in_progress(r: redis.asyncio.Redis, namespace: str) -> list[bytes]:
+    """Every entry on every in-progress list of the namespace."""
+    entries: list[bytes] = []
+    async for key in r.scan_iter(match=f"{namespace}:in_progress:*"):
+        entries += await r.lrange(key, 0, -1)
+    return entries
+
+
+async def zset_entries(r: redis.asyncio.Redis, key: str) -> list[dict[str, Any]]:
+    return [json.loads(member) for member in await r.zrange(key, 0, -1)]
+
+
+async def counter(r: redis.asyncio.Redis, key: str) -> int:
+    return int(await r.get(key) or 0)
+
+
+async def wait_while_alive(
+    worker: WorkerProcess, condition: Callable[[], Awaitable[bool]], *, timeout: float
+) -> None:
+    """``wait_until(condition)``, failing at once (with its log) if the worker exits."""
+
+    async def check() -> bool:
+        assert worker.alive(), f"worker exited with {worker.returncode}:\n{worker.log()}"
+        return await condition()
+
+    await wait_until(check, timeout=timeout)
+
+
+async def wait_ready(r: redis.asyncio.Redis, namespace: str, worker: WorkerProcess,
+                     subscribers: int = 1) -> None:
+    """Until the worker listens for wake-ups (its Manager runs and can fetch)."""
+
+    async def listening() -> bool:
+        ((_, count),) = await r.pubsub_numsub(f"{namespace}:wake")
+        return int(count) >= subscribers
+
+    await wait_while_alive(worker, listening, timeout=READY_TIMEOUT)
