@@ -17,9 +17,8 @@ from cogworker_async.errors import (
 )
 from cogworker_async.registry import Enqueuer, JobFunction
 from cogworker_async.settings import Settings
+from cogworker_async.version import __version__
 from cogworker_async.worker.manager import Manager
-
-__version__ = "0.1.0"
 
 __all__ = [
     "App",

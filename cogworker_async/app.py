@@ -155,7 +155,7 @@ class App:
         url = self._pick_url(settings) if "redis_url" in overrides else self.redis_url()
         store = Store.from_url(url, settings.namespace)
         try:
-            manager = Manager(self.registry, settings, store)
+            manager = Manager(self.registry, settings, store, url)
             async with anyio.create_task_group() as tg:
                 await tg.start(manager.run)
                 try:

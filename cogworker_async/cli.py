@@ -19,9 +19,9 @@ from typing import Annotated, Any, Final
 import anyio
 import typer
 
-from cogworker_async import __version__
 from cogworker_async.app import App
 from cogworker_async.errors import CogworkerError
+from cogworker_async.version import __version__
 from cogworker_async.worker.manager import Manager
 
 log = logging.getLogger("cogworker_async")

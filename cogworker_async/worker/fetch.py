@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from cogworker_async.redis.store import Store
@@ -29,6 +30,7 @@ class Work:
 
     queue: str
     raw: bytes
+    fetched_at: float = field(default_factory=time.time)
 
 
 def weighted_order(weights: list[tuple[str, int]], rng: random.Random | None = None) -> list[str]:

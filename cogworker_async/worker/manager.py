@@ -3,19 +3,24 @@
 It owns the shared state — what is running (``running``), outcomes not yet settled in
 Redis (``pending``), free slots, in-memory stats — and the tasks: the dispatcher that
 fetches while slots are free, one task per running job, the poller, the wake-up
-listener, the pending-settlement retrier and the stats flusher.
+listener, orphan recovery and reconcile (``recovery.run_upkeep``), the loop-lag probe
+and the stats flusher; plus the heartbeat on its own thread. The first beat is written
+before the first fetch.
 
 Shutdown, in Sidekiq's phases:
 1. quiet — ``stop()``: fetch nothing more (a job fetched meanwhile is given back);
 2. stop — wait up to ``shutdown_timeout`` for running jobs;
 3. hard stop — cancel what still runs: each job that never finished is given back, a
    job that did finish is settled from its outcome (shielded, bounded);
-4. hand-over — whatever is left on this process's in-progress list (pending acks are
-   dropped: that is their ack) goes back to its queue.
+4. hand-over (``handover.py``) — pending acks are dropped from the list (their ack),
+   unfiled failures handed over to ``unsettled``, everything else back on its queue;
+5. retire — the heartbeat stops and the process leaves the registries.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 import secrets
@@ -27,13 +32,18 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from cogworker_async import job
+from cogworker_async.redis.beats import BeatWriter
 from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.registry import JobDefinition
 from cogworker_async.settings import Settings
+from cogworker_async.version import __version__
+from cogworker_async.worker import handover
 from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch, Work
-from cogworker_async.worker.outcome import Ack, GiveBack
+from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
+from cogworker_async.worker.outcome import GiveBack
 from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor, Stats
+from cogworker_async.worker.recovery import Reconciler, Recovery, run_upkeep
 from cogworker_async.worker.settlement import Pending, Settler
 
 log = logging.getLogger("cogworker_async")
@@ -44,6 +54,8 @@ STATS_FLUSH_INTERVAL: Final = 1.0
 FETCH_ERROR_PAUSE: Final = (0.1, 2.0)
 """First and longest pause after a failed fetch (doubling in between)."""
 WAKE_RETRY_PAUSE: Final = 1.0
+PENDING_PER_SLOT: Final = 10
+"""Outcomes awaiting settlement per slot before fetching stops (back-pressure)."""
 
 
 def new_identity() -> str:
@@ -79,7 +91,7 @@ class Slots:
 
 class Manager:
     def __init__(
-        self, registry: Mapping[str, JobDefinition], settings: Settings, store: Store
+        self, registry: Mapping[str, JobDefinition], settings: Settings, store: Store, url: str
     ) -> None:
         self.settings = settings
         self.store = store
@@ -97,6 +109,20 @@ class Manager:
         self.processor = Processor(registry, settings, self.settler, self.stats, self.running,
                                    self.slots.release)
         self.poller = Poller(store, settings)
+        self.lag = LoopLag()
+        self.heartbeat = Heartbeat(
+            BeatWriter(url, store.keys, self.identity),
+            interval=settings.heartbeat_interval, ttl=settings.orphan_threshold,
+            describe=self._describe, running=self._running_snapshot,
+            on_zombie=self._declared_dead_from_thread,
+        )
+        default_queue = settings.queue_names[0]
+        self.recovery = Recovery(store, settings, self.identity)
+        self.reconciler = Reconciler(store, self.settler, self.identity, default_queue,
+                                     self.running, self.pending, lambda: self._fetching)
+        self._fetching = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._upkeep: TaskGroup | None = None
         self._stopping = anyio.Event()
         self._hard = False
         self._drain_scope: anyio.CancelScope | None = None
@@ -129,17 +155,25 @@ class Manager:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Work until ``stop()``; ready (``task_status.started()``) once it can fetch."""
         reliable = self.fetcher.reliable
+        self._loop = asyncio.get_running_loop()
         await self.store.check_server(reliable=reliable)
+        # The first beat before the first fetch: a job must never sit on the list of a
+        # process that recovery could not yet see as alive.
+        await anyio.to_thread.run_sync(self.heartbeat.beat)
+        self.heartbeat.start()
         log.info("worker %s started: queues %s, concurrency %d, %s fetch", self.identity,
                  self.settings.queue_names, self.settings.concurrency,
                  "reliable" if reliable else "basic (running jobs are lost on a crash)")
         try:
             async with anyio.create_task_group() as upkeep:
+                self._upkeep = upkeep
                 if reliable:
                     await upkeep.start(self._listen_for_wake_ups)
-                    upkeep.start_soon(self._retry_pending)
+                    upkeep.start_soon(run_upkeep, self.recovery, self.reconciler,
+                                      self.settings, self.identity)
                 upkeep.start_soon(self.poller.run)
                 upkeep.start_soon(self._flush_stats_forever)
+                upkeep.start_soon(self._probe_lag)
                 async with anyio.create_task_group() as jobs:
                     task_status.started()
                     await self._dispatch(jobs)
@@ -147,8 +181,11 @@ class Manager:
                     jobs.cancel_scope.cancel()
                 upkeep.cancel_scope.cancel()
         finally:
+            self._upkeep = None
             with anyio.move_on_after(HANDOVER_TIMEOUT, shield=True):
                 await self._hand_over()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._retire)
             self._finished.set()
             log.info("worker %s stopped", self.identity)
 
@@ -157,17 +194,23 @@ class Manager:
         pause = FETCH_ERROR_PAUSE[0]
         while not self.stopping:
             nudge = self.slots.fresh_nudge()
-            if self.slots.free == 0 or (self.pending and self._backpressure()):
-                await nudge.wait()
+            if self.slots.free == 0 or self._backpressure():
+                with anyio.move_on_after(self.settings.idle_fetch_interval):
+                    await nudge.wait()
                 continue
             try:
+                self._fetching = True
                 works = await self.fetcher.fetch(self.slots.free)
             except RedisError as exc:
+                # The reply may be lost after the script ran: its jobs are then on our
+                # list with nobody running them; reconcile requeues such strays.
                 log.warning("fetch failed (%r); trying again in %.1fs", exc, pause)
                 with anyio.move_on_after(pause):
                     await self._stopping.wait()
                 pause = min(pause * 2, FETCH_ERROR_PAUSE[1])
                 continue
+            finally:
+                self._fetching = False
             pause = FETCH_ERROR_PAUSE[0]
             if not works:
                 with anyio.move_on_after(self.settings.idle_fetch_interval):
@@ -178,11 +221,12 @@ class Manager:
                     jobs.start_soon(self.settler.settle, work, GiveBack())
                     continue
                 self.slots.free -= 1
+                self.running[work.raw] = work  # before the task starts: never a "stray"
                 jobs.start_soon(self.processor.process, work)
 
     def _backpressure(self) -> bool:
         """Too many outcomes not yet settled in Redis: stop fetching until they are."""
-        return len(self.pending) >= self.settings.concurrency * 10
+        return len(self.pending) >= self.settings.concurrency * PENDING_PER_SLOT
 
     async def _drain(self) -> None:
         if self._hard:
@@ -214,17 +258,71 @@ class Manager:
                 log.warning("wake-up channel lost (%r); reconnecting", exc)
                 await anyio.sleep(WAKE_RETRY_PAUSE)
 
-    async def _retry_pending(self) -> None:
-        """Finish the settlements that failed (Redis unreachable), through the same scripts."""
+    async def _probe_lag(self) -> None:
+        """Measure how late the loop wakes up; the beat reports the worst lag."""
         while True:
-            await anyio.sleep(self.settings.recovery_interval)
-            for raw, disposition in list(self.pending.items()):
-                try:
-                    await self.settler.apply(Work("", raw), disposition)
-                except RedisError as exc:
-                    log.warning("still couldn't settle jid=%s: %r", job.jid_of(raw), exc)
-                    break
-                self.pending.pop(raw, None)
+            began = anyio.current_time()
+            await anyio.sleep(LAG_PROBE_INTERVAL)
+            self.lag.tick(max(0.0, anyio.current_time() - began - LAG_PROBE_INTERVAL))
+
+    # -- called from the heartbeat thread --------------------------------------------
+
+    def _describe(self) -> dict[str, object]:
+        return {
+            "identity": self.identity,
+            "queues": self.settings.queue_names,
+            "concurrency": self.settings.concurrency,
+            "busy": self.slots.total - self.slots.free,
+            "pending": len(self.pending),
+            "fetch": self.settings.fetch,
+            "lag_ms": round(self.lag.take() * 1000, 1),
+            "version": __version__,
+        }
+
+    def _running_snapshot(self) -> dict[str, str]:
+        """jid -> what it is (JSON), for the workers hash. Read from another thread: the
+        dict may change while it is copied, so try again."""
+        for _ in range(3):
+            try:
+                works = list(self.running.values())
+                break
+            except RuntimeError:
+                continue
+        else:
+            return {}
+        snapshot = {}
+        for work in works:
+            try:
+                payload = json.loads(work.raw)
+                jid, name = str(payload["jid"]), str(payload["class"])
+            except Exception:
+                continue
+            snapshot[jid] = json.dumps({"queue": work.queue, "class": name,
+                                        "run_at": work.fetched_at})
+        return snapshot
+
+    def _declared_dead_from_thread(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._declared_dead)
+
+    def _declared_dead(self) -> None:
+        if self._upkeep is not None:
+            self._upkeep.start_soon(self._fence)
+
+    async def _fence(self) -> None:
+        """This process was paused past ``orphan_threshold`` and declared dead: another
+        process took its jobs. Stop the ones no longer ours (their requeued copies run
+        elsewhere) and forget their outcomes — our late settles would change nothing."""
+        listed = set(await self.store.in_progress(self.identity))
+        cancelled = self.processor.cancel_unlisted(listed)
+        stale = [raw for raw in self.pending if raw not in listed]
+        for raw in stale:
+            self.pending.pop(raw, None)
+            log.error("jid=%s finished here, but was recovered by another process while "
+                      "this one was paused: it may run again", job.jid_of(raw))
+        log.error("worker %s was declared dead (paused past orphan_threshold?): its jobs "
+                  "were recovered elsewhere; %d running job(s) cancelled here",
+                  self.identity, cancelled)
 
     async def _flush_stats_forever(self) -> None:
         while True:
@@ -244,23 +342,43 @@ class Manager:
         self.stats.failed -= failed
 
     async def _hand_over(self) -> None:
-        """Shutdown: requeue what never finished; drop what finished (pending acks)."""
+        """Shutdown: settle what can be settled, hand over what ran and failed, requeue
+        what never finished (see ``handover.py``)."""
         await self._flush_stats()
         if not self.fetcher.reliable:
             return
-        drop = [raw for raw, how in self.pending.items() if isinstance(how, Ack)]
-        keep = [raw for raw, how in self.pending.items() if not isinstance(how, Ack)]
+        with anyio.move_on_after(HANDOVER_TIMEOUT / 2):
+            await self.reconciler.settle_pending()  # a last try: Redis may be back
+        decided = handover.plan(self.pending)
+        keep: list[bytes] = []
+        for raw, filed in decided.hand_over:
+            try:
+                record = self.settler.record(Work("", raw), filed)
+                await self.store.park_unsettled(self.identity, raw, record)
+                self.pending.pop(raw, None)
+            except RedisError as exc:
+                keep.append(raw)
+                log.error("shutdown: couldn't hand over the failure of jid=%s (%r): left "
+                          "in progress, it may run again", job.jid_of(raw), exc)
         try:
             moved = await self.store.requeue(self.identity, self.settings.queue_names[0],
-                                             drop=drop, keep=keep)
+                                             drop=decided.drop, keep=keep)
         except RedisError as exc:
             log.error("shutdown: couldn't requeue this process's unfinished jobs (%r); "
-                      "they stay in progress for orphan recovery", exc)
+                      "orphan recovery will, once this process is gone", exc)
             return
-        for raw in drop:
+        for raw in decided.drop:
             self.pending.pop(raw, None)
         if moved:
             log.warning("shutdown: requeued %d unfinished job(s)", moved)
-        if keep:
-            log.error("shutdown: %d failed job(s) couldn't be filed; left in progress", len(keep))
 
+    def _retire(self) -> None:
+        """Stop beating; leave the registries if nothing is left in progress."""
+        self.heartbeat.stop()
+        try:
+            self.heartbeat.writer.retire()
+        except Exception as exc:
+            log.warning("couldn't deregister %s (%r): it will be found dead and forgotten",
+                        self.identity, exc)
+        finally:
+            self.heartbeat.writer.close()

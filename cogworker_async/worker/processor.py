@@ -56,9 +56,7 @@ class Attempt:
             return GiveBack()
         if self.error is None:
             return Ack()
-        reason = f"{type(self.error).__name__}: {self.error} (and recording it failed)"
-        return outcome.unparseable(self.work.raw, queue=self.work.queue, reason=reason,
-                                   now=time.time())
+        return outcome.interrupt(self.work.raw, self.error, now=time.time())
 
 
 class Processor:
@@ -79,19 +77,38 @@ class Processor:
         self.on_done = on_done
         self.policy = RetryPolicy(settings.retry_base_delay, settings.retry_max_delay)
         self.limiter = anyio.CapacityLimiter(settings.sync_threads)
+        self.scopes: dict[bytes, anyio.CancelScope] = {}
 
     async def process(self, work: Work) -> None:
         """Run ``work`` and settle it; on cancellation, settle what it got to."""
         attempt = Attempt(work)
         self.running[work.raw] = work
         try:
-            await self._attempt(attempt)
+            with anyio.CancelScope() as scope:
+                self.scopes[work.raw] = scope
+                await self._attempt(attempt)
         finally:
-            disposition = attempt.disposition or attempt.fallback()
+            self.scopes.pop(work.raw, None)
+            try:
+                disposition = attempt.disposition or attempt.fallback()
+            except Exception:  # deciding failed: the fallback's own fallback
+                log.exception("jid=%s: deciding its outcome failed", job.jid_of(work.raw))
+                disposition = outcome.interrupt(work.raw, RuntimeError("bookkeeping failed"),
+                                                now=time.time())
             with anyio.move_on_after(SETTLE_TIMEOUT, shield=True):
                 await self.settler.settle(work, disposition)
             self.running.pop(work.raw, None)
             self.on_done()
+
+    def cancel_unlisted(self, listed: set[bytes]) -> int:
+        """Cancel the jobs no longer on this process's in-progress list (recovered by
+        another process while this one was paused); returns how many."""
+        cancelled = 0
+        for raw, scope in list(self.scopes.items()):
+            if raw not in listed:
+                scope.cancel()
+                cancelled += 1
+        return cancelled
 
     async def _attempt(self, attempt: Attempt) -> None:
         work = attempt.work

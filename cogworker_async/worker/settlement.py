@@ -8,6 +8,7 @@ again: on shutdown a pending ack is dropped from the in-progress list (that is i
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -18,6 +19,7 @@ import anyio
 from cogworker_async import job
 from cogworker_async.errors import CogworkerError
 from cogworker_async.redis.store import RedisError, SetName, Store
+from cogworker_async.worker import outcome
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.outcome import Ack, Disposition, File, GiveBack
 
@@ -43,6 +45,7 @@ class Settler:
         self.pending = pending
 
     async def settle(self, work: Work, disposition: Disposition) -> None:
+        """Apply ``disposition``; never raises (a settle must not stop the worker)."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 await self.apply(work, disposition)
@@ -52,6 +55,24 @@ class Settler:
                     self._remember(work, disposition, exc)
                     return
                 await anyio.sleep(RETRY_PAUSE * attempt)
+            except Exception as exc:  # a bug, not Redis: don't retry the same thing
+                log.exception("settling jid=%s failed", job.jid_of(work.raw))
+                if isinstance(disposition, File):
+                    # The simplest possible entry (the bytes as fetched) cannot fail
+                    # the same way: file that instead, never leave a stray to re-run.
+                    disposition = outcome.unparseable(
+                        work.raw, queue=work.queue, reason=f"settling failed: {exc!r}",
+                        now=time.time())
+                    await self.settle(work, disposition)
+                else:
+                    self._remember(work, disposition, exc)
+                return
+
+    def record(self, work: Work, disposition: File) -> bytes:
+        """The hand-over record of a failure that could not be filed (``unsettled``)."""
+        target, entry, delay = self._encoded(work, disposition)
+        return json.dumps({"set": target, "delay": delay,
+                           "payload": entry.decode("utf-8")}).encode()
 
     async def apply(self, work: Work, disposition: Disposition) -> None:
         store, identity = self.store, self.identity
