@@ -15,18 +15,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import tzinfo
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import anyio
 
 from cogworker_async.client import Client
 from cogworker_async.errors import ConfigurationError
+from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
+from cogworker_async.periodic import Periodic, parse_tz
 from cogworker_async.redis.embedded import EmbeddedServer
 from cogworker_async.redis.store import Store
-from cogworker_async.registry import JobDefinition, JobFunction, JobOptions
+from cogworker_async.registry import JobDefinition, JobFunction, JobOptions, RetryIn
 from cogworker_async.settings import Settings
+from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
+from cogworker_async.unique import UniqueKey, UniquePolicy, policy_of
 from cogworker_async.worker.manager import Manager
 
 P = ParamSpec("P")
@@ -56,10 +62,13 @@ class App:
         self.settings = dataclasses.replace(base, redis_url=redis_url or base.redis_url,
                                             **options)
         self.registry: dict[str, JobDefinition] = {}
+        self.periodics: dict[str, Periodic] = {}
+        self.client_middleware: list[ClientMiddleware] = []
+        self.server_middleware: list[ServerMiddleware] = []
         self._url: str | None = None
         self._url_lock = threading.Lock()
         self._embedded: EmbeddedServer | None = None
-        self._client = Client(self.settings, self.redis_url)
+        self._client = Client(self.settings, self.redis_url, self.client_middleware)
 
     # -- registering jobs -------------------------------------------------------------
 
@@ -68,7 +77,18 @@ class App:
 
     @overload
     def job(
-        self, /, *, name: str | None = None, queue: str | None = None, retry: bool | int = True
+        self,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        retry: bool | int = True,
+        timeout: float | None = None,
+        unique: bool | UniquePolicy = False,
+        unique_ttl: float = DEFAULT_UNIQUE_TTL,
+        unique_key: UniqueKey | None = None,
+        retry_in: RetryIn | None = None,
+        discard_on: Sequence[type[BaseException]] = (),
     ) -> JobDecorator: ...
 
     def job(
@@ -79,24 +99,92 @@ class App:
         name: str | None = None,
         queue: str | None = None,
         retry: bool | int = True,
+        timeout: float | None = None,
+        unique: bool | UniquePolicy = False,
+        unique_ttl: float = DEFAULT_UNIQUE_TTL,
+        unique_key: UniqueKey | None = None,
+        retry_in: RetryIn | None = None,
+        discard_on: Sequence[type[BaseException]] = (),
     ) -> Any:
-        """Register a function as a job (``@jobs.job`` or ``@jobs.job(queue=..., retry=...)``).
+        """Register a function as a job (``@jobs.job`` or ``@jobs.job(queue=..., ...)``).
 
-        Its name is ``module.qualname`` unless ``name`` says otherwise; ``queue``
-        defaults to "default" (or the App's first queue if it has no "default").
+        - ``name``: the registered name (default ``module.qualname``);
+        - ``queue``: default "default" (or the App's first queue if it has no "default");
+        - ``retry``: True (25 retries), False, or how many;
+        - ``timeout``: seconds before a run fails with ``JobTimeout``;
+        - ``unique``: True / "until_executed" or "until_started" (see ``unique.py``), with
+          ``unique_ttl`` and an optional ``unique_key(*args, **kwargs) -> str``;
+        - ``retry_in(attempt, error)``: seconds before the next attempt (None: default);
+        - ``discard_on``: exception types that send the job to dead at once.
         """
-        options = JobOptions(queue=queue or self._default_queue(), retry=retry)
+        options = JobOptions(queue=queue or self._default_queue(), retry=retry,
+                             timeout=timeout, unique=policy_of(unique), unique_ttl=unique_ttl)
+        for kind in discard_on:
+            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                raise TypeError(f"discard_on takes exception classes, not {kind!r}")
 
         def register(function: Callable[..., Any]) -> JobFunction[..., Any]:
             job_name = name or f"{function.__module__}.{function.__qualname__}"
             existing = self.registry.get(job_name)
             if existing is not None and existing.func is not function:
                 raise ConfigurationError(f"two jobs are registered as {job_name!r}")
-            definition = JobDefinition(job_name, function, options)
+            definition = JobDefinition(job_name, function, options, unique_key=unique_key,
+                                       retry_in=retry_in, discard_on=tuple(discard_on))
             self.registry[job_name] = definition
             return JobFunction(self._client, definition)
 
         return register(func) if func is not None else register
+
+    def periodic(
+        self,
+        schedule: str,
+        /,
+        *,
+        tz: str | tzinfo | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+        retry: bool | int = False,
+        timeout: float | None = None,
+    ) -> JobDecorator:
+        """Register a job enqueued on a cron ``schedule`` (five fields, or six with
+        seconds last), once per tick across all processes, never two runs at once.
+        ``tz``: the schedule's timezone (default UTC). The function takes no arguments.
+        """
+
+        def register(function: Callable[P, R]) -> JobFunction[P, R]:
+            registered: JobFunction[P, R] = self.job(name=name, queue=queue, retry=retry,
+                                                     timeout=timeout)(function)
+            definition = registered.definition
+            signature = definition.signature
+            if signature is not None:
+                try:
+                    signature.bind()
+                except TypeError:
+                    raise TypeError(f"periodic job {definition.name} must take no "
+                                    "required arguments") from None
+            self.periodics[definition.name] = Periodic(definition.name, schedule,
+                                                       parse_tz(tz))
+            return registered
+
+        return register
+
+    def add_client_middleware(self, middleware: ClientMiddleware) -> None:
+        """Add ``async def mw(enqueue, call_next) -> str | None`` around every enqueue."""
+        self.client_middleware.append(middleware)
+
+    def add_server_middleware(self, middleware: ServerMiddleware) -> None:
+        """Add ``async def mw(job_context, call_next) -> None`` around every run."""
+        self.server_middleware.append(middleware)
+
+    async def periodic_jobs(self) -> list[dict[str, Any]]:
+        """Each periodic job: name, schedule, timezone, next run and last run (epoch s)."""
+        claimed = await self._client.store().cron_claimed()
+        now = time.time()
+        return [
+            {"name": p.name, "schedule": p.schedule, "tz": str(p.tz),
+             "next_run": p.next_tick(now), "last_run": claimed.get(p.name)}
+            for p in self.periodics.values()
+        ]
 
     def _default_queue(self) -> str:
         names = self.settings.queue_names
@@ -104,8 +192,8 @@ class App:
 
     # -- enqueueing -------------------------------------------------------------------
 
-    async def enqueue(self, name: str, /, *args: Any, **kwargs: Any) -> str:
-        """Enqueue a registered job by name; returns its jid."""
+    async def enqueue(self, name: str, /, *args: Any, **kwargs: Any) -> str | None:
+        """Enqueue a registered job by name; returns its jid (None: a unique duplicate)."""
         definition = self.registry.get(name)
         if definition is None:
             raise ValueError(f"no job is registered as {name!r} in this App")

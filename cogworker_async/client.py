@@ -9,17 +9,26 @@ The worker should never be the first to find out. An enqueue is never retried bl
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from cogworker_async import job
-from cogworker_async.redis.store import Store, SyncStore
+import anyio
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from cogworker_async import job, unique
+from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
+from cogworker_async.redis.store import Store
 from cogworker_async.registry import Delay, JobDefinition, JobOptions, When
 from cogworker_async.settings import Settings
+
+log = logging.getLogger("cogworker_async")
 
 
 def seconds_from(delay: Delay) -> float:
@@ -46,48 +55,98 @@ def epoch_from(when: When) -> float:
     raise TypeError(f"enqueue_at takes an aware datetime or epoch seconds, not {when!r}")
 
 
+@dataclass(slots=True)
+class _Push:
+    """One prepared job on its way to Redis."""
+
+    queue: str
+    raw: bytes
+    jid: str
+    unique: tuple[str, float] | None = None
+    """(digest, ttl) when a unique lock must be taken with the push."""
+
+
+async def mark_unique(enqueue: Enqueue, call_next: EnqueueNext) -> str | None:
+    """Built-in client middleware: a unique job's payload carries its digest and policy
+    (the worker releases the lock from them, even in a process without the registry)."""
+    options: JobOptions = enqueue.options
+    if options.unique is not None:
+        payload = enqueue.payload
+        definition: JobDefinition = enqueue.definition
+        payload["unique_digest"] = unique.digest(definition.name, options.queue,
+                                                 payload["args"], payload["kwargs"],
+                                                 definition.unique_key)
+        payload["unique_policy"] = options.unique
+        payload["unique_ttl"] = options.unique_ttl
+    return await call_next(enqueue)
+
+
 class Client:
     """Enqueue paths of one App, with a connection pool per event loop."""
 
-    def __init__(self, settings: Settings, resolve_url: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        resolve_url: Callable[[], str],
+        middleware: Sequence[ClientMiddleware] = (),
+    ) -> None:
         self.settings = settings
         self._resolve_url = resolve_url
-        self._store: Store | None = None
-        self._store_loop: asyncio.AbstractEventLoop | None = None
-        self._sync_store: SyncStore | None = None
-        self._sync_lock = threading.Lock()
+        self.middleware = middleware
+        # One pool per event loop (a pool is bound to the loop that made it): the
+        # caller's loops, and the private loop of enqueue_sync.
+        self._stores: dict[asyncio.AbstractEventLoop, Store] = {}
+        self._portal_lock = threading.Lock()
+        self._portal: BlockingPortal | None = None
+        self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
 
     def store(self) -> Store:
         """This event loop's Store (a pool is bound to the loop that made it)."""
         loop = asyncio.get_running_loop()
-        if self._store is None or self._store_loop is not loop:
-            self._store = Store.from_url(self._resolve_url(), self.settings.namespace)
-            self._store_loop = loop
-        return self._store
+        store = self._stores.get(loop)
+        if store is None:
+            for old in [other for other in self._stores if other.is_closed()]:
+                del self._stores[old]  # its loop is gone: so are its connections
+            store = self._stores[loop] = Store.from_url(self._resolve_url(),
+                                                        self.settings.namespace)
+        return store
 
-    def _prepare(
+    async def _prepare(
         self,
         definition: JobDefinition,
         options: JobOptions,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
-    ) -> tuple[str, bytes]:
+    ) -> _Push | None:
+        """Check, build and pass the job through the client chain; None if refused."""
         definition.check_arguments(args, kwargs)
         payload = job.build(definition.name, args, kwargs, queue=options.queue,
                             retry=options.retry, now=time.time())
-        return payload["jid"], job.encode(payload, self.settings.max_payload_bytes)
+        prepared: list[_Push] = []
+
+        async def accept(enqueue: Enqueue) -> str | None:
+            body = enqueue.payload
+            raw = job.encode(body, self.settings.max_payload_bytes)
+            digest = body.get("unique_digest")
+            lock = (str(digest), float(body.get("unique_ttl") or unique.DEFAULT_TTL)) \
+                if digest else None
+            prepared.append(_Push(options.queue, raw, body["jid"], lock))
+            return str(body["jid"])
+
+        chain = client_chain([*self.middleware, mark_unique], accept)
+        await chain(Enqueue(definition.name, payload, options, definition))
+        return prepared[0] if prepared else None
 
     @staticmethod
-    def _due(delay: Delay | None, at: When | None) -> float | None:
-        """Epoch time to schedule for, or None to enqueue now."""
-        now = time.time()
+    def _due(delay: Delay | None, at: When | None) -> tuple[float | None, float | None]:
+        """(epoch, delay) to schedule with, or (None, None) to enqueue now."""
         if delay is not None:
             seconds = seconds_from(delay)
-            return now + seconds if seconds > 0 else None
+            return (None, seconds) if seconds > 0 else (None, None)
         if at is not None:
             epoch = epoch_from(at)
-            return epoch if epoch > now else None
-        return None
+            return (epoch, None) if epoch > time.time() else (None, None)
+        return None, None
 
     async def enqueue(
         self,
@@ -98,36 +157,47 @@ class Client:
         *,
         delay: Delay | None = None,
         at: When | None = None,
-    ) -> str:
-        due = self._due(delay, at)
-        jid, raw = self._prepare(definition, options, args, kwargs)
+    ) -> str | None:
+        epoch, seconds = self._due(delay, at)
+        push = await self._prepare(definition, options, args, kwargs)
+        if push is None:
+            return None
         store = self.store()
-        if due is None:
-            await store.enqueue(options.queue, [raw])
-        elif delay is not None:
-            await store.schedule([raw], delay=seconds_from(delay))
+        if push.unique is not None:
+            digest, ttl = push.unique
+            if not await store.enqueue_unique(digest, push.jid, ttl, push.queue, push.raw,
+                                              at=epoch, delay=seconds):
+                log.debug("%s: a unique job with the same digest is already enqueued",
+                          definition.name)
+                return None
+        elif epoch is not None:
+            await store.schedule([push.raw], at=epoch)
+        elif seconds is not None:
+            await store.schedule([push.raw], delay=seconds)
         else:
-            await store.schedule([raw], at=due)
-        return jid
+            await store.enqueue(push.queue, [push.raw])
+        return push.jid
 
     async def enqueue_many(
         self,
         definition: JobDefinition,
         options: JobOptions,
         calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
-    ) -> list[str]:
-        jids, raws = [], []
+    ) -> list[str | None]:
+        pushes: list[_Push | None] = []
         for index, call in enumerate(calls):
             try:
                 args, kwargs = call
             except (TypeError, ValueError):
                 raise TypeError(f"enqueue_many item {index} is not an (args, kwargs) pair") from None  # noqa: E501
-            jid, raw = self._prepare(definition, options, tuple(args), dict(kwargs))
-            jids.append(jid)
-            raws.append(raw)
-        if raws:
-            await self.store().enqueue(options.queue, raws)
-        return jids
+            pushes.append(await self._prepare(definition, options, tuple(args), dict(kwargs)))
+        plain = [p for p in pushes if p is not None and p.unique is None]
+        locked = [p for p in pushes if p is not None and p.unique is not None]
+        taken = await self.store().push_batch(
+            options.queue, [p.raw for p in plain],
+            [(p.unique[0], p.jid, p.unique[1], p.raw) for p in locked if p.unique])
+        refused = {p.jid for p, ok in zip(locked, taken, strict=True) if not ok}
+        return [p.jid if p is not None and p.jid not in refused else None for p in pushes]
 
     def enqueue_sync(
         self,
@@ -135,19 +205,46 @@ class Client:
         options: JobOptions,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
-    ) -> str:
-        jid, raw = self._prepare(definition, options, args, kwargs)
-        with self._sync_lock:
-            if self._sync_store is None:
-                self._sync_store = SyncStore(self._resolve_url(), self.settings.namespace)
-        self._sync_store.enqueue(options.queue, [raw])
+    ) -> str | None:
+        """``enqueue`` from code that is not async: run on a private event loop thread
+        (so client middleware and unique locks behave exactly as in ``enqueue``)."""
+        with self._portal_lock:
+            if self._portal is None:
+                self._resolve_url()  # an embedded server starts from the caller's thread
+                self._portal_cm = start_blocking_portal()
+                self._portal = self._portal_cm.__enter__()
+            portal = self._portal
+        jid: str | None = portal.call(self._enqueue_now, definition, options, args, kwargs)
         return jid
 
+    async def _enqueue_now(
+        self,
+        definition: JobDefinition,
+        options: JobOptions,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> str | None:
+        return await self.enqueue(definition, options, args, kwargs)
+
     async def close(self) -> None:
-        store, self._store = self._store, None
-        if store is not None and self._store_loop is asyncio.get_running_loop():
+        store = self._stores.pop(asyncio.get_running_loop(), None)
+        if store is not None:
             await store.aclose()
-        self._store_loop = None
-        sync_store, self._sync_store = self._sync_store, None
-        if sync_store is not None:
-            sync_store.close()
+        with self._portal_lock:
+            portal, cm = self._portal, self._portal_cm
+            self._portal = self._portal_cm = None
+        if portal is not None and cm is not None:
+            await anyio.to_thread.run_sync(self._close_portal, portal, cm)
+
+    def _close_portal(
+        self, portal: BlockingPortal, cm: AbstractContextManager[BlockingPortal]
+    ) -> None:
+        portal.call(self._close_own_store)
+        cm.__exit__(None, None, None)
+        self._stores = {loop: store for loop, store in self._stores.items()
+                        if not loop.is_closed()}
+
+    async def _close_own_store(self) -> None:
+        store = self._stores.pop(asyncio.get_running_loop(), None)
+        if store is not None:
+            await store.aclose()

@@ -8,7 +8,9 @@
     ├── UnknownJob                  a payload names no registered job (filed in dead)
     ├── InvalidArguments            a payload's args don't fit the function (filed in dead)
     ├── UnparseablePayload          a payload that is not a JSON job (filed in dead)
-    └── ProcessDied                 recorded on jobs whose process died too often running them
+    ├── ProcessDied                 recorded on jobs whose process died too often running them
+    ├── JobTimeout                  a job ran past its ``timeout`` (retried like any failure)
+    └── Retry                       raised by a job to ask for a retry after ``in_`` seconds
 
 Redis' own errors stay inside ``cogworker_async.redis`` or surface as ``redis`` exceptions
 from ``enqueue`` (the caller decides whether to try again: an enqueue is never retried
@@ -52,3 +54,17 @@ class UnparseablePayload(CogworkerError):
 
 class ProcessDied(CogworkerError):
     """A job's process died while running it more than ``max_orphanings`` times."""
+
+
+class JobTimeout(CogworkerError):
+    """A job ran longer than its ``timeout``: an async job is cancelled; a plain function
+    cannot be (its thread runs on, and its slot stays busy until it returns)."""
+
+
+class Retry(CogworkerError):
+    """Raise from a job to have it retried after ``in_`` seconds (it counts as a retry:
+    with no retries left, the job goes to dead)."""
+
+    def __init__(self, in_: float = 0.0, reason: str = "") -> None:
+        super().__init__(reason or f"retry requested in {in_}s")
+        self.delay = float(in_)

@@ -12,7 +12,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from cogworker_async import unique as unique_module
 from cogworker_async.settings import check_queue_name
+from cogworker_async.unique import UniqueKey, UniquePolicy
 
 if TYPE_CHECKING:
     from cogworker_async.client import Client
@@ -41,10 +43,26 @@ class JobOptions:
 
     queue: str = "default"
     retry: bool | int = True
+    timeout: float | None = None
+    """Seconds a run may take before it fails with JobTimeout (None: no limit)."""
+    unique: UniquePolicy | None = None
+    unique_ttl: float = unique_module.DEFAULT_TTL
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
         check_retry(self.retry)
+        if self.timeout is not None and (
+            isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float)
+            or not self.timeout > 0
+        ):
+            raise ValueError(f"timeout must be a number of seconds > 0, not {self.timeout!r}")
+        unique_module.policy_of(self.unique)
+        if not isinstance(self.unique_ttl, int | float) or not self.unique_ttl > 0:
+            raise ValueError(f"unique_ttl must be > 0 seconds, not {self.unique_ttl!r}")
+
+
+RetryIn = Callable[[int, BaseException], float | None]
+"""``retry_in(attempt, error)``: seconds before the next attempt, or None for the default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +72,10 @@ class JobDefinition:
     name: str
     func: Callable[..., Any]
     options: JobOptions
+    unique_key: UniqueKey | None = None
+    retry_in: RetryIn | None = None
+    discard_on: tuple[type[BaseException], ...] = ()
+    """Exceptions that send the job to dead at once, whatever its retries."""
 
     @property
     def is_async(self) -> bool:
@@ -85,36 +107,42 @@ class Enqueuer(Generic[P]):
         self._definition = definition
         self._options = options
 
-    def options(self, *, queue: str | None = None, retry: bool | int | None = None) -> Enqueuer[P]:
+    def options(
+        self, *, queue: str | None = None, retry: bool | int | None = None,
+        timeout: float | None = None,
+    ) -> Enqueuer[P]:
         """The same job with other options for the enqueues made through the result."""
         changes: dict[str, Any] = {}
         if queue is not None:
             changes["queue"] = queue
         if retry is not None:
             changes["retry"] = retry
+        if timeout is not None:
+            changes["timeout"] = timeout
         return Enqueuer(self._client, self._definition, replace(self._options, **changes))
 
-    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
-        """Enqueue one run now; returns its jid."""
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+        """Enqueue one run now; returns its jid (None: a unique job's duplicate)."""
         return await self._client.enqueue(self._definition, self._options, args, kwargs)
 
-    async def enqueue_in(self, delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> str:
+    async def enqueue_in(self, delay: Delay, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Enqueue one run ``delay`` seconds (or a timedelta) from now."""
         return await self._client.enqueue(
             self._definition, self._options, args, kwargs, delay=delay
         )
 
-    async def enqueue_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> str:
+    async def enqueue_at(self, when: When, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Enqueue one run at ``when``: an aware datetime, or epoch seconds."""
         return await self._client.enqueue(self._definition, self._options, args, kwargs, at=when)
 
     async def enqueue_many(
         self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]
-    ) -> list[str]:
-        """Enqueue many runs in one round trip: ``[(args, kwargs), ...]``; returns jids."""
+    ) -> list[str | None]:
+        """Enqueue many runs in one round trip: ``[(args, kwargs), ...]``; returns jids
+        (None for a unique job's duplicate)."""
         return await self._client.enqueue_many(self._definition, self._options, calls)
 
-    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> str:
+    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """``enqueue`` for code that is not async (scripts, sync web frameworks)."""
         return self._client.enqueue_sync(self._definition, self._options, args, kwargs)
 

@@ -131,6 +131,15 @@ class Keys:
         """Pub/sub channel an enqueue publishes on, so idle workers fetch at once."""
         return self._key("wake")
 
+    @property
+    def cron_claimed(self) -> str:
+        """Hash periodic job name -> the last tick (epoch s) enqueued for it."""
+        return self._key("cron:claimed")
+
+    def periodic_running(self, name: str) -> str:
+        """Lock held (by a jid) while a periodic job runs: runs never overlap."""
+        return self._key(f"cron:running:{name}")
+
     def unique(self, digest: str) -> str:
         """Unique-job lock, owned by a jid."""
         return self._key(f"unique:{digest}")

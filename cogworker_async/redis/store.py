@@ -19,7 +19,7 @@ import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
-from cogworker_async.redis.connection import ServerInfo, check_server, connect, connect_sync
+from cogworker_async.redis.connection import ServerInfo, check_server, connect
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
 
@@ -339,25 +339,63 @@ class Store:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
-class SyncStore:
-    """The enqueue half of Store, on a blocking client (``enqueue_sync``)."""
+    # -- locks and claims: unique jobs, periodic ticks, running locks ------------------
 
-    def __init__(self, url: str, namespace: str) -> None:
-        self.client = connect_sync(url)
-        self.keys = Keys(namespace)
-        self._enqueue = self.client.register_script(source("enqueue"))
-        self._schedule = self.client.register_script(source("schedule"))
+    async def enqueue_unique(
+        self, digest: str, jid: str, ttl: float, queue: str, raw: bytes,
+        *, at: float | None = None, delay: float | None = None,
+    ) -> bool:
+        """Take the unique lock of ``digest`` for ``jid`` and push (or schedule) ``raw``
+        in one step; False if another jid holds the lock (nothing written)."""
+        keys = self.keys
+        mode, value, target = "now", 0.0, keys.queue(queue)
+        if at is not None:
+            mode, value, target = "at", at, keys.schedule
+        elif delay is not None:
+            mode, value, target = "in", delay, keys.schedule
+        args = [jid, max(1, int(ttl * 1000)), mode, repr(float(value)), queue,
+                keys.wake_channel, repr(time.time()), raw]
+        reply = await self._run("enqueue_unique", [keys.unique(digest), target, keys.queues],
+                                args)
+        return int(reply) == 1
 
-    def enqueue(self, queue: str, raws: Sequence[bytes]) -> int:
-        args: list[Any] = [queue, self.keys.wake_channel, *raws]
-        return int(self._enqueue(keys=[self.keys.queue(queue), self.keys.queues], args=args))
+    async def push_batch(
+        self, queue: str, raws: Sequence[bytes],
+        unique: Sequence[tuple[str, str, float, bytes]] = (),
+    ) -> list[bool]:
+        """Push ``raws`` on ``queue`` and each ``(digest, jid, ttl, raw)`` unique job, in
+        one round trip; returns whether each unique job's lock was taken."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            if raws:
+                await self._scripts["enqueue"](
+                    keys=[self.keys.queue(queue), self.keys.queues],
+                    args=[queue, self.keys.wake_channel, *raws], client=pipe)
+            for digest, jid, ttl, raw in unique:
+                args: list[Any] = [jid, max(1, int(ttl * 1000)), "now", "0", queue,
+                                   self.keys.wake_channel, repr(time.time()), raw]
+                await self._scripts["enqueue_unique"](
+                    keys=[self.keys.unique(digest), self.keys.queue(queue), self.keys.queues],
+                    args=args, client=pipe)
+            replies = await pipe.execute()
+        return [int(reply) == 1 for reply in replies[1 if raws else 0:]]
 
-    def schedule(
-        self, raws: Sequence[bytes], *, at: float | None = None, delay: float | None = None
-    ) -> int:
-        mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
-        args: list[Any] = [mode, repr(float(value)), repr(time.time()), *raws]
-        return int(self._schedule(keys=[self.keys.schedule], args=args))
+    async def release_lock(self, key: str, owner: str) -> bool:
+        return int(await self._run("release_lock", [key], [owner])) == 1
 
-    def close(self) -> None:
-        self.client.close()
+    async def extend_lock(self, key: str, owner: str, ttl: float) -> bool:
+        return int(await self._run("extend_lock", [key], [owner, max(1, int(ttl * 1000))])) == 1
+
+    async def cron_claimed(self) -> dict[str, float]:
+        """periodic name -> last claimed tick (unreadable stamps are left out)."""
+        claimed = {}
+        for name, value in (await self.client.hgetall(self.keys.cron_claimed)).items():
+            try:
+                claimed[_bytes(name).decode()] = float(value)
+            except ValueError:
+                continue
+        return claimed
+
+    async def cron_claim(self, name: str, tick: float, queue: str, raw: bytes) -> bool:
+        keys = [self.keys.cron_claimed, self.keys.queue(queue), self.keys.queues]
+        args = [name, repr(tick), queue, self.keys.wake_channel, raw]
+        return int(await self._run("cron_claim", keys, args)) == 1

@@ -1,0 +1,56 @@
+"""The running job's context: what a job can know about itself.
+
+    from cogworker_async import current_job
+
+    @jobs.job()
+    async def charge(order_id: int) -> None:
+        job = current_job()
+        if job.attempt > 1 or await job.was_recovered():
+            ...  # check whether the charge already went through (idempotency)
+
+Set by the processor for the duration of one run (also inside a plain function's
+thread). Outside a job, ``current_job()`` raises ``LookupError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    jid: str
+    name: str
+    """The registered name (the payload's ``class``)."""
+    queue: str
+    attempt: int
+    """1 on the first run, 2 on the first retry, ..."""
+    enqueued_at: float | None
+    created_at: float | None
+    payload: dict[str, Any] = field(repr=False)
+    _orphanings: Callable[[], Awaitable[int]] = field(repr=False)
+
+    async def was_recovered(self) -> bool:
+        """True if this job was ever taken back from a process that died running it
+        (so an earlier run may have done part of the work)."""
+        return await self._orphanings() > 0
+
+
+_current: ContextVar[JobContext] = ContextVar("cogworker_current_job")
+
+
+def current_job() -> JobContext:
+    """The context of the job running in this task (or thread); LookupError outside one."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise LookupError("current_job() is only available while a job runs") from None
+
+
+def attempt_of(payload: dict[str, Any]) -> int:
+    """1 + the number of failures so far (Sidekiq's retry_count is 0 after the first)."""
+    count = payload.get("retry_count")
+    return count + 2 if isinstance(count, int) and not isinstance(count, bool) else 1

@@ -1,0 +1,16 @@
+-- cron_claim: enqueue a periodic job's tick once, however many processes tick.
+-- KEYS[1] hash periodic name -> last claimed tick (epoch s)   KEYS[2] the queue list
+-- KEYS[3] set of queue names
+-- ARGV[1] periodic name   ARGV[2] tick (epoch s)   ARGV[3] queue name
+-- ARGV[4] wake channel    ARGV[5] raw job
+-- Returns 1 if this call claimed the tick and pushed the job, 0 if the tick (or a later
+-- one) was already claimed. Claim and push in one step: a claimed tick always has its job.
+local last = tonumber(redis.call("HGET", KEYS[1], ARGV[1]) or "")
+if last and last >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
+redis.call("SADD", KEYS[3], ARGV[3])
+redis.call("LPUSH", KEYS[2], ARGV[5])
+redis.call("PUBLISH", ARGV[4], ARGV[3])
+return 1

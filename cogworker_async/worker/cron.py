@@ -1,0 +1,68 @@
+"""Cron ticker: enqueues each periodic job's due tick, once across all processes.
+
+Every worker process ticks; ``cron_claim.lua`` lets exactly one of them enqueue each
+tick (claim and push in one step), so there is no leader to lose. The ticker wakes at
+the next due tick (at least once a second), and remembers the last tick known claimed
+so that it asks Redis once per tick, not once per wake-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import anyio
+
+from cogworker_async.periodic import Periodic, tick_to_claim
+from cogworker_async.redis.store import Store
+
+log = logging.getLogger("cogworker_async")
+
+MAX_SLEEP: Final = 1.0
+"""The ticker looks at the clock at least this often (seconds)."""
+TICK_GRACE: Final = 5.0
+"""A schedule never claimed before claims a tick at most this old (else its next)."""
+
+BuildRaw = Callable[[Periodic, float], tuple[str, bytes]]
+"""(periodic, tick) -> (queue, raw job) to enqueue for that tick."""
+
+
+class CronTicker:
+    def __init__(self, store: Store, periodics: Sequence[Periodic], build: BuildRaw) -> None:
+        self.store = store
+        self.periodics = list(periodics)
+        self.build = build
+        self.claimed: dict[str, float] = {}
+
+    async def run(self) -> None:
+        if not self.periodics:
+            return
+        while True:
+            try:
+                if not self.claimed:
+                    self.claimed = await self.store.cron_claimed()
+                await self.tick(time.time())
+            except Exception as exc:  # one bad pass must never stop the ticker
+                log.error("cron: ticking failed: %r", exc)
+            await anyio.sleep(self._sleep(time.time()))
+
+    async def tick(self, now: float) -> int:
+        """Claim every due tick; returns how many this process enqueued."""
+        enqueued = 0
+        for periodic in self.periodics:
+            tick = tick_to_claim(periodic, now, self.claimed.get(periodic.name), TICK_GRACE)
+            if tick is None:
+                continue
+            queue, raw = self.build(periodic, tick)
+            if await self.store.cron_claim(periodic.name, tick, queue, raw):
+                enqueued += 1
+                log.info("cron: enqueued %s for %s", periodic.name,
+                         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(tick)))
+            self.claimed[periodic.name] = tick
+        return enqueued
+
+    def _sleep(self, now: float) -> float:
+        soonest = min(p.next_tick(now) for p in self.periodics)
+        return max(0.01, min(MAX_SLEEP, soonest - now + 0.005))
