@@ -4,13 +4,16 @@ A job, once enqueued, is never lost; a job that already ran is never silently ru
 """
 
 from cogworker_async.app import App
+from cogworker_async.context import JobContext, current_job
 from cogworker_async.errors import (
     CogworkerError,
     ConfigurationError,
     EmbeddedServerError,
     InvalidArguments,
+    JobTimeout,
     PayloadTooLarge,
     ProcessDied,
+    Retry,
     SerializationError,
     UnknownJob,
     UnparseablePayload,
@@ -27,13 +30,17 @@ __all__ = [
     "EmbeddedServerError",
     "Enqueuer",
     "InvalidArguments",
+    "JobContext",
     "JobFunction",
+    "JobTimeout",
     "Manager",
     "PayloadTooLarge",
     "ProcessDied",
+    "Retry",
     "SerializationError",
     "Settings",
     "UnknownJob",
     "UnparseablePayload",
     "__version__",
+    "current_job",
 ]

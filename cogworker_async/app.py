@@ -243,7 +243,9 @@ class App:
         url = self._pick_url(settings) if "redis_url" in overrides else self.redis_url()
         store = Store.from_url(url, settings.namespace)
         try:
-            manager = Manager(self.registry, settings, store, url)
+            manager = Manager(self.registry, settings, store, url,
+                              periodics=list(self.periodics.values()),
+                              middleware=self.server_middleware)
             async with anyio.create_task_group() as tg:
                 await tg.start(manager.run)
                 try:

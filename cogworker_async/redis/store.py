@@ -379,6 +379,13 @@ class Store:
             replies = await pipe.execute()
         return [int(reply) == 1 for reply in replies[1 if raws else 0:]]
 
+    async def orphan_count(self, jid: str) -> int:
+        """How often ``jid`` was recovered from a dead process (0 if never)."""
+        try:
+            return int(await self.client.get(self.keys.orphanings(jid)) or 0)
+        except (ValueError, redis.exceptions.ResponseError):
+            return 0
+
     async def release_lock(self, key: str, owner: str) -> bool:
         return int(await self._run("release_lock", [key], [owner])) == 1
 

@@ -25,19 +25,24 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Final
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from cogworker_async import job
+from cogworker_async.middleware import ServerMiddleware
+from cogworker_async.periodic import Periodic
 from cogworker_async.redis.beats import BeatWriter
 from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.registry import JobDefinition
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
 from cogworker_async.worker import handover
+from cogworker_async.worker.cron import CronTicker
 from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch, Work
 from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
 from cogworker_async.worker.outcome import GiveBack
@@ -54,6 +59,7 @@ STATS_FLUSH_INTERVAL: Final = 1.0
 FETCH_ERROR_PAUSE: Final = (0.1, 2.0)
 """First and longest pause after a failed fetch (doubling in between)."""
 WAKE_RETRY_PAUSE: Final = 1.0
+MAX_PERIODIC_BYTES: Final = 64 * 1024
 PENDING_PER_SLOT: Final = 10
 """Outcomes awaiting settlement per slot before fetching stops (back-pressure)."""
 
@@ -61,6 +67,18 @@ PENDING_PER_SLOT: Final = 10
 def new_identity() -> str:
     """host:pid:random — unique per process start, readable in the dashboard."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def periodic_job(registry: Mapping[str, JobDefinition], periodic: Periodic,
+                 tick: float) -> tuple[str, bytes]:
+    """The job a periodic tick enqueues: its queue and raw payload."""
+    definition = registry[periodic.name]
+    options = definition.options
+    payload = job.build(definition.name, [], {}, queue=options.queue, retry=options.retry,
+                        now=time.time())
+    payload["periodic"] = periodic.name
+    payload["periodic_tick"] = tick
+    return options.queue, job.encode(payload, MAX_PERIODIC_BYTES)
 
 
 class Slots:
@@ -91,7 +109,14 @@ class Slots:
 
 class Manager:
     def __init__(
-        self, registry: Mapping[str, JobDefinition], settings: Settings, store: Store, url: str
+        self,
+        registry: Mapping[str, JobDefinition],
+        settings: Settings,
+        store: Store,
+        url: str,
+        *,
+        periodics: Sequence[Periodic] = (),
+        middleware: Sequence[ServerMiddleware] = (),
     ) -> None:
         self.settings = settings
         self.store = store
@@ -107,7 +132,8 @@ class Manager:
         )
         self.settler = Settler(store, self.identity, reliable=reliable, pending=self.pending)
         self.processor = Processor(registry, settings, self.settler, self.stats, self.running,
-                                   self.slots.release)
+                                   self.slots.release, store=store, middleware=middleware)
+        self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
         self.poller = Poller(store, settings)
         self.lag = LoopLag()
         self.heartbeat = Heartbeat(
@@ -172,6 +198,7 @@ class Manager:
                     upkeep.start_soon(run_upkeep, self.recovery, self.reconciler,
                                       self.settings, self.identity)
                 upkeep.start_soon(self.poller.run)
+                upkeep.start_soon(self.cron.run)
                 upkeep.start_soon(self._flush_stats_forever)
                 upkeep.start_soon(self._probe_lag)
                 async with anyio.create_task_group() as jobs:

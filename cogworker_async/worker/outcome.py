@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -66,9 +67,11 @@ def after_failure(
     now: float,
     policy: RetryPolicy,
     terminal: bool = False,
+    delay: Callable[[], float | None] | None = None,
     rng: random.Random | None = None,
 ) -> File:
-    """Retry with backoff while retries are left; else, or if ``terminal``, dead.
+    """Retry with backoff (or after what ``delay()`` says, if the job asks for a delay)
+    while retries are left; else, or if ``terminal``, dead.
 
     ``retry_count`` follows Sidekiq: 0 after the first failure, so ``retry=N`` allows N
     runs after the first.
@@ -86,7 +89,9 @@ def after_failure(
     entry["retried_at" if "failed_at" in payload else "failed_at"] = now
     if terminal or count >= backoff.max_retries(payload.get("retry")):
         return File("dead", entry, 0.0, terminal=True)
-    wait = backoff.delay(count, base=policy.base_delay, cap=policy.max_delay, rng=rng)
+    wanted = delay() if delay is not None else None  # asked only when it will retry
+    wait = wanted if wanted is not None else backoff.delay(
+        count, base=policy.base_delay, cap=policy.max_delay, rng=rng)
     return File("retry", entry, wait, terminal=False)
 
 

@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Final
+from typing import Any, Final
 
 import anyio
 
 from cogworker_async import job
-from cogworker_async.errors import InvalidArguments, UnknownJob, UnparseablePayload
+from cogworker_async.context import attempt_of
+from cogworker_async.errors import InvalidArguments, Retry, UnknownJob, UnparseablePayload
+from cogworker_async.middleware import ServerMiddleware
+from cogworker_async.redis.store import Store
 from cogworker_async.registry import JobDefinition
 from cogworker_async.settings import Settings
 from cogworker_async.worker import outcome
+from cogworker_async.worker.execute import Counts, Executor, Running
 from cogworker_async.worker.fetch import Work
+from cogworker_async.worker.locks import JobLocks
 from cogworker_async.worker.outcome import Ack, Disposition, GiveBack, RetryPolicy
 from cogworker_async.worker.settlement import Settler
 
@@ -31,13 +35,7 @@ log = logging.getLogger("cogworker_async")
 SETTLE_TIMEOUT: Final = 30.0
 """Seconds a settle may take once a job is done, even while the worker is cancelled."""
 
-
-@dataclass(slots=True)
-class Stats:
-    """Counts kept in memory and flushed to Redis by the Manager in batches."""
-
-    processed: int = 0
-    failed: int = 0
+Stats = Counts
 
 
 @dataclass(slots=True)
@@ -48,6 +46,8 @@ class Attempt:
     ran: bool = False
     error: BaseException | None = None
     disposition: Disposition | None = None
+    payload: dict[str, Any] | None = None
+    running: Running = field(default_factory=Running)
     started: float = field(default_factory=time.monotonic)
 
     def fallback(self) -> Disposition:
@@ -65,9 +65,12 @@ class Processor:
         registry: Mapping[str, JobDefinition],
         settings: Settings,
         settler: Settler,
-        stats: Stats,
+        stats: Counts,
         running: dict[bytes, Work],
         on_done: Callable[[], None],
+        *,
+        store: Store,
+        middleware: Sequence[ServerMiddleware] = (),
     ) -> None:
         self.registry = registry
         self.settings = settings
@@ -76,8 +79,10 @@ class Processor:
         self.running = running
         self.on_done = on_done
         self.policy = RetryPolicy(settings.retry_base_delay, settings.retry_max_delay)
-        self.limiter = anyio.CapacityLimiter(settings.sync_threads)
         self.scopes: dict[bytes, anyio.CancelScope] = {}
+        self.locks = JobLocks(store)
+        self.executor = Executor(stats, middleware, anyio.CapacityLimiter(settings.sync_threads),
+                                 store.orphan_count)
 
     async def process(self, work: Work) -> None:
         """Run ``work`` and settle it; on cancellation, settle what it got to."""
@@ -89,16 +94,30 @@ class Processor:
                 await self._attempt(attempt)
         finally:
             self.scopes.pop(work.raw, None)
-            try:
-                disposition = attempt.disposition or attempt.fallback()
-            except Exception:  # deciding failed: the fallback's own fallback
-                log.exception("jid=%s: deciding its outcome failed", job.jid_of(work.raw))
-                disposition = outcome.interrupt(work.raw, RuntimeError("bookkeeping failed"),
-                                                now=time.time())
             with anyio.move_on_after(SETTLE_TIMEOUT, shield=True):
-                await self.settler.settle(work, disposition)
+                await self._settle(attempt)
             self.running.pop(work.raw, None)
+            thread_done = attempt.running.thread_done
+            if thread_done is not None and not thread_done.is_set():
+                await self._hold_slot_for(thread_done)
             self.on_done()
+
+    async def _settle(self, attempt: Attempt) -> None:
+        try:
+            disposition = attempt.disposition or attempt.fallback()
+        except Exception:  # deciding failed: the fallback's own fallback
+            log.exception("jid=%s: deciding its outcome failed", job.jid_of(attempt.work.raw))
+            disposition = outcome.interrupt(attempt.work.raw, RuntimeError("bookkeeping failed"),
+                                            now=time.time())
+        await self.settler.settle(attempt.work, disposition)
+        if attempt.payload is not None:
+            await self.locks.after_settle(attempt.payload, disposition, ran=attempt.ran)
+
+    async def _hold_slot_for(self, thread_done: anyio.Event) -> None:
+        """A timed-out plain function still runs in its thread: its slot stays busy."""
+        log.warning("a timed-out plain job's thread still runs: its slot stays busy until "
+                    "it returns")
+        await thread_done.wait()
 
     def cancel_unlisted(self, listed: set[bytes]) -> int:
         """Cancel the jobs no longer on this process's in-progress list (recovered by
@@ -127,17 +146,23 @@ class Processor:
         if problem is not None or definition is None:
             attempt.ran = True
             attempt.error = problem
-            self._failed(attempt, payload, problem or UnknownJob(), terminal=True)
+            self.stats.processed += 1
+            self.stats.failed += 1
+            self._failed(attempt, payload, None, problem or UnknownJob(), terminal=True)
             return
+        if not await self.locks.before_run(payload):
+            attempt.ran, attempt.disposition = True, Ack()  # skipped: never overlaps
+            return
+        attempt.payload = payload
         try:
-            await self._call(definition, payload)
+            await self.executor.run(definition, payload, work.queue, attempt.running)
         except (Exception, SystemExit) as exc:  # the job failed; the worker goes on
             attempt.ran, attempt.error = True, exc
-            self._failed(attempt, payload, exc, terminal=False)
+            self._failed(attempt, payload, definition, exc,
+                         terminal=isinstance(exc, definition.discard_on))
             return
         attempt.ran = True
         attempt.disposition = Ack()
-        self.stats.processed += 1
         if log.isEnabledFor(logging.INFO):
             log.info("done: %s jid=%s in %.3fs", definition.name, payload["jid"],
                      time.monotonic() - attempt.started)
@@ -151,26 +176,35 @@ class Processor:
             return InvalidArguments(str(exc))
         return None
 
-    async def _call(self, definition: JobDefinition, payload: job.Payload) -> None:
-        call = partial(definition.func, *payload["args"], **payload["kwargs"])
-        if definition.is_async:
-            await call()
-        else:
-            # A thread cannot be cancelled. Without abandon_on_cancel the cancel at the
-            # shutdown deadline waited for the function to return: a long plain job held
-            # the worker (and a second SIGTERM) for as long as it ran. Abandoned, its job
-            # is given back like a cancelled async job (it never finished); the CLI then
-            # exits without joining the thread (cli._leave_abandoned_threads).
-            await anyio.to_thread.run_sync(call, limiter=self.limiter, abandon_on_cancel=True)
-
     def _failed(
-        self, attempt: Attempt, payload: job.Payload, error: BaseException, *, terminal: bool
+        self,
+        attempt: Attempt,
+        payload: job.Payload,
+        definition: JobDefinition | None,
+        error: BaseException,
+        *,
+        terminal: bool,
     ) -> None:
-        self.stats.processed += 1
-        self.stats.failed += 1
         filed = outcome.after_failure(payload, error, now=time.time(), policy=self.policy,
-                                      terminal=terminal)
+                                      terminal=terminal,
+                                      delay=lambda: self._requested_delay(definition, payload,
+                                                                          error))
         attempt.disposition = filed
         log.warning("failed: %s jid=%s: %s: %s -> %s%s", payload["class"], payload["jid"],
                     type(error).__name__, error, filed.target,
                     f" in {filed.delay:.1f}s" if filed.target == "retry" else "")
+
+    @staticmethod
+    def _requested_delay(definition: JobDefinition | None, payload: job.Payload,
+                         error: BaseException) -> float | None:
+        """The delay the job asked for: ``raise Retry(in_=...)``, or its ``retry_in``."""
+        if isinstance(error, Retry):
+            return error.delay
+        if definition is None or definition.retry_in is None:
+            return None
+        try:
+            wanted = definition.retry_in(attempt_of(payload), error)
+        except Exception:
+            log.exception("%s: retry_in failed; using the default delay", definition.name)
+            return None
+        return None if wanted is None else max(0.0, float(wanted))

@@ -36,6 +36,7 @@ from cogworker_async.errors import UnparseablePayload
 from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.fetch import Work
+from cogworker_async.worker.locks import release_for_dead
 from cogworker_async.worker.settlement import MAX_ENTRY_BYTES, Pending, Settler
 
 log = logging.getLogger("cogworker_async")
@@ -138,6 +139,7 @@ class Recovery:
                 return  # someone else is burying: leave the rest to them
             log.error("jid=%s orphaned more than %d times: moved to dead (ProcessDied)",
                       entry.get("jid"), self.settings.max_orphanings)
+            await release_for_dead(self.store, entry)
 
     async def file_unsettled(self) -> None:
         """File what stopping processes handed over, head first."""

@@ -1,0 +1,124 @@
+"""Execute: run one job's function — in its context, through the server middleware, with
+its timeout, in a thread if it is a plain function.
+
+A timed-out async job is cancelled. A plain function cannot be: its thread runs on, so
+the job is filed as a ``JobTimeout`` failure at once, but its slot stays busy until the
+thread returns (``Running.thread_done``) — the docs say so, rather than pretend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+
+from cogworker_async.context import JobContext, _current, attempt_of
+from cogworker_async.errors import JobTimeout
+from cogworker_async.middleware import ServerMiddleware, server_chain
+from cogworker_async.registry import JobDefinition
+
+
+@dataclass(slots=True)
+class Counts:
+    """Processed/failed totals, kept in memory, flushed to Redis by the Manager."""
+
+    processed: int = 0
+    failed: int = 0
+
+    async def middleware(self, job: JobContext, call_next: Callable[[JobContext],
+                                                                   Awaitable[None]]) -> None:
+        """The built-in server middleware that counts runs (outermost in the chain)."""
+        try:
+            await call_next(job)
+        except BaseException:
+            self.processed += 1
+            self.failed += 1
+            raise
+        self.processed += 1
+
+
+@dataclass(slots=True)
+class Running:
+    """What the executor leaves behind after a run."""
+
+    thread_done: anyio.Event | None = field(default=None)
+    """Set when a timed-out plain function's thread finally returns (its slot is busy
+    until then)."""
+
+
+class Executor:
+    def __init__(
+        self,
+        counts: Counts,
+        middleware: Sequence[ServerMiddleware],
+        limiter: anyio.CapacityLimiter,
+        orphanings: Callable[[str], Awaitable[int]],
+    ) -> None:
+        self.counts = counts
+        self.middleware = list(middleware)
+        self.limiter = limiter
+        self.orphanings = orphanings
+
+    def context(self, definition: JobDefinition, payload: dict[str, Any],
+                queue: str) -> JobContext:
+        jid = str(payload["jid"])
+        return JobContext(
+            jid=jid, name=definition.name, queue=queue, attempt=attempt_of(payload),
+            enqueued_at=_number(payload.get("enqueued_at")),
+            created_at=_number(payload.get("created_at")), payload=payload,
+            _orphanings=partial(self.orphanings, jid),
+        )
+
+    async def run(self, definition: JobDefinition, payload: dict[str, Any], queue: str,
+                  running: Running) -> None:
+        """Run the job; raises whatever the job (or a middleware) raised."""
+        context = self.context(definition, payload, queue)
+
+        async def call(job: JobContext) -> None:
+            await self._call(definition, payload, running)
+
+        chain = server_chain([self.counts.middleware, *self.middleware], call)
+        token = _current.set(context)
+        try:
+            await chain(context)
+        finally:
+            _current.reset(token)
+
+    async def _call(self, definition: JobDefinition, payload: dict[str, Any],
+                    running: Running) -> None:
+        call = partial(definition.func, *payload["args"], **payload["kwargs"])
+        timeout = definition.options.timeout
+        if definition.is_async:
+            try:
+                with anyio.fail_after(timeout):
+                    await call()
+            except TimeoutError:
+                raise JobTimeout(f"{definition.name} ran over its timeout of {timeout}s") \
+                    from None
+            return
+        done = anyio.Event()
+        running.thread_done = done
+
+        def in_thread() -> Any:
+            try:
+                return call()
+            finally:
+                anyio.from_thread.run_sync(done.set)
+
+        # A thread cannot be cancelled: abandoned at a timeout or a shutdown's deadline,
+        # it runs on; its slot is held until ``done`` (see the module docstring).
+        with anyio.move_on_after(timeout) as scope:
+            await anyio.to_thread.run_sync(in_thread, limiter=self.limiter,
+                                           abandon_on_cancel=True)
+        if scope.cancelled_caught:
+            raise JobTimeout(f"{definition.name} ran over its timeout of {timeout}s (it is "
+                             "a plain function: its thread runs on until it returns)")
+        running.thread_done = None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        else None

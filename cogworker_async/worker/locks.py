@@ -1,0 +1,83 @@
+"""The locks around a run: unique-job locks and periodic jobs' running locks.
+
+All best effort, and never the reason a job is lost or run twice: every lock has a TTL,
+is owned by a jid (released only by its owner), and a failure here is logged and left
+to the TTL. What each payload needs is in the payload itself (``unique_digest``,
+``unique_policy``, ``unique_ttl``, ``periodic``), so any process can release them —
+orphan recovery included, when it buries a job as ProcessDied.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from cogworker_async.periodic import RUNNING_LOCK_TTL
+from cogworker_async.redis.store import Store
+from cogworker_async.worker.outcome import Ack, Disposition, File
+
+log = logging.getLogger("cogworker_async")
+
+
+class JobLocks:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def before_run(self, payload: Mapping[str, Any]) -> bool:
+        """False if the job must not run now (its periodic predecessor still runs)."""
+        jid = str(payload.get("jid"))
+        periodic = payload.get("periodic")
+        if isinstance(periodic, str):
+            key = self.store.keys.periodic_running(periodic)
+            try:
+                if not await self.store.take_lock(key, jid, RUNNING_LOCK_TTL):
+                    log.warning("periodic %s: skipped jid=%s, the previous run is still "
+                                "running", periodic, jid)
+                    return False
+            except Exception as exc:
+                log.warning("periodic %s: running lock unavailable (%r); running anyway",
+                            periodic, exc)
+        if payload.get("unique_policy") == "until_started":
+            await self._release_unique(payload)
+        return True
+
+    async def after_settle(self, payload: Mapping[str, Any], disposition: Disposition,
+                           *, ran: bool) -> None:
+        """Release or extend what the job held, now that its outcome is recorded."""
+        periodic = payload.get("periodic")
+        if ran and isinstance(periodic, str):
+            await self._release(self.store.keys.periodic_running(periodic), payload)
+        if payload.get("unique_policy") != "until_executed":
+            return
+        if isinstance(disposition, Ack) or (isinstance(disposition, File) and
+                                            disposition.terminal):
+            await self._release_unique(payload)
+        elif isinstance(disposition, File):
+            # Kept over the retry delay: the retry is the same job, still unique.
+            ttl = disposition.delay + float(payload.get("unique_ttl") or RUNNING_LOCK_TTL)
+            try:
+                await self.store.extend_lock(self.store.keys.unique(
+                    str(payload["unique_digest"])), str(payload.get("jid")), ttl)
+            except Exception as exc:
+                log.warning("couldn't extend the unique lock of jid=%s: %r",
+                            payload.get("jid"), exc)
+
+    async def _release_unique(self, payload: Mapping[str, Any]) -> None:
+        digest = payload.get("unique_digest")
+        if isinstance(digest, str):
+            await self._release(self.store.keys.unique(digest), payload)
+
+    async def _release(self, key: str, payload: Mapping[str, Any]) -> None:
+        try:
+            await self.store.release_lock(key, str(payload.get("jid")))
+        except Exception as exc:
+            log.warning("couldn't release %s for jid=%s (it expires): %r", key,
+                        payload.get("jid"), exc)
+
+
+async def release_for_dead(store: Store, payload: Mapping[str, Any]) -> None:
+    """A job buried in dead by recovery releases what it held, like any terminal failure."""
+    locks = JobLocks(store)
+    await locks.after_settle(payload, File("dead", dict(payload), 0.0, terminal=True),
+                             ran=True)

@@ -1,0 +1,52 @@
+"""Three worker processes and per-second cron jobs for 10 s: each tick is enqueued
+exactly once, and runs of one periodic job never overlap."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import anyio
+import pytest
+import redis.asyncio
+
+from tests.e2e.cronapp import LONG_RUN
+from tests.workerproc import WorkerProcess
+
+pytestmark = pytest.mark.slow
+
+RUN_FOR = 10.0
+
+
+async def test_three_processes_enqueue_each_tick_once_and_never_overlap(
+    redis_url: str, namespace: str, r: redis.asyncio.Redis
+) -> None:
+    workers = [WorkerProcess(redis_url, namespace, {}, [], target="tests.e2e.cronapp:jobs")
+               for _ in range(3)]
+    try:
+        for worker in workers:
+            worker.start()
+        began = time.time()
+        while time.time() - began < RUN_FOR:  # pacing the run, not waiting for luck
+            for worker in workers:
+                assert worker.alive(), worker.log()
+            await anyio.sleep(0.5)
+        for worker in workers:
+            await worker.stop(timeout=15)
+    finally:
+        for worker in workers:
+            worker.cleanup()
+
+    ticks = [float(t) for t in await r.lrange(f"{namespace}:cron:ticks", 0, -1)]
+    assert len(ticks) == len(set(ticks)), "a tick was enqueued (and run) twice"
+    assert len(ticks) >= RUN_FOR - 4  # start-up takes a moment; then one per second
+    assert all(b - a == 1.0 for a, b in zip(sorted(ticks), sorted(ticks)[1:], strict=False)
+               ), f"a tick was skipped: {sorted(ticks)}"
+
+    spans = sorted(json.loads(s) for s in await r.lrange(f"{namespace}:cron:spans", 0, -1))
+    assert len(spans) >= 2
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert start >= end - 0.01, f"two runs overlapped: {spans}"
+    assert all(e - s >= LONG_RUN - 0.01 for s, e in spans)
+    claimed = await r.hgetall(f"{namespace}:cron:claimed")
+    assert set(claimed) == {b"tick", b"long"}
