@@ -3,6 +3,7 @@ exactly once, and runs of one periodic job never overlap."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 
@@ -45,7 +46,7 @@ async def test_three_processes_enqueue_each_tick_once_and_never_overlap(
 
     spans = sorted(json.loads(s) for s in await r.lrange(f"{namespace}:cron:spans", 0, -1))
     assert len(spans) >= 2
-    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert start >= end - 0.01, f"two runs overlapped: {spans}"
     assert all(e - s >= LONG_RUN - 0.01 for s, e in spans)
     claimed = await r.hgetall(f"{namespace}:cron:claimed")

@@ -191,7 +191,8 @@ async def test_the_job_context(make_app: Callable[..., App], store: Store) -> No
     assert [c.attempt for c in by_name if c.name.endswith("aware")] == [1, 2]
     first = by_name[0]
     assert (first.jid, first.queue) == (jid, "default")
-    assert first.enqueued_at is not None and first.enqueued_at <= time.time()
+    assert first.enqueued_at is not None
+    assert first.enqueued_at <= time.time()
     assert recovered == [True, True]
     with pytest.raises(LookupError):
         current_job()
