@@ -6,6 +6,7 @@ A payload can only ever run a function registered here: the worker looks the pay
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -79,14 +80,11 @@ class JobDefinition:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+        return _is_async(self.func)
 
     @property
     def signature(self) -> inspect.Signature | None:
-        try:
-            return inspect.signature(self.func)
-        except (TypeError, ValueError):  # some builtins have none
-            return None
+        return _signature(self.func)
 
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raise TypeError if ``args``/``kwargs`` don't fit the function."""
@@ -97,6 +95,20 @@ class JobDefinition:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}: {exc}") from None
+
+
+# Looked up on every enqueue and every run: computed once per function.
+@functools.cache
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):  # some builtins have none
+        return None
+
+
+@functools.cache
+def _is_async(func: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(func)
 
 
 class Enqueuer(Generic[P]):

@@ -9,6 +9,7 @@ thread returns (``Running.thread_done``) — the docs say so, rather than preten
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -19,6 +20,10 @@ from cogworker_async.context import JobContext, _current, attempt_of
 from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
 from cogworker_async.registry import JobDefinition
+
+
+_this_run: ContextVar[tuple[JobDefinition, dict[str, Any], Running]] = ContextVar(
+    "cogworker_this_run")
 
 
 @dataclass(slots=True)
@@ -61,6 +66,9 @@ class Executor:
         self.middleware = list(middleware)
         self.limiter = limiter
         self.orphanings = orphanings
+        # The chain is built once, not per run; each run finds its own parts in a
+        # context variable (per task: concurrent runs never see each other's).
+        self._chain = server_chain([counts.middleware, *self.middleware], self._innermost)
 
     def context(self, definition: JobDefinition, payload: dict[str, Any],
                 queue: str) -> JobContext:
@@ -76,16 +84,17 @@ class Executor:
                   running: Running) -> None:
         """Run the job; raises whatever the job (or a middleware) raised."""
         context = self.context(definition, payload, queue)
-
-        async def call(job: JobContext) -> None:
-            await self._call(definition, payload, running)
-
-        chain = server_chain([self.counts.middleware, *self.middleware], call)
         token = _current.set(context)
+        parts = _this_run.set((definition, payload, running))
         try:
-            await chain(context)
+            await self._chain(context)
         finally:
+            _this_run.reset(parts)
             _current.reset(token)
+
+    async def _innermost(self, job: JobContext) -> None:
+        definition, payload, running = _this_run.get()
+        await self._call(definition, payload, running)
 
     async def _call(self, definition: JobDefinition, payload: dict[str, Any],
                     running: Running) -> None:
