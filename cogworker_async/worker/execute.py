@@ -21,7 +21,6 @@ from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
 from cogworker_async.registry import JobDefinition
 
-
 _this_run: ContextVar[tuple[JobDefinition, dict[str, Any], Running]] = ContextVar(
     "cogworker_this_run")
 
