@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint typecheck chaos install clean
+.PHONY: run test check lint typecheck chaos install clean bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,9 +31,17 @@ typecheck: $(STAMP)
 ## What CI runs: lint, types, tests.
 check: lint typecheck test
 
-## Long fault-injection runs.
+## The chaos suite at full size (make test runs a short version of each scenario);
+## each scenario prints a "CHAOS <name> {figures}" line.
 chaos: $(STAMP)
-	$(BIN)/python -m pytest -q -m chaos
+	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s -m chaos tests/chaos
+
+## Side-by-side benchmark against arq, SAQ, taskiq, streaq and RQ (each in its own venv
+## under benchmarks/.venvs/, installed on first use); writes benchmarks/RESULTS.md.
+## A short smoke run: make bench BENCH_ARGS=--quick
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -68,3 +68,9 @@ class Retry(CogworkerError):
     def __init__(self, in_: float = 0.0, reason: str = "") -> None:
         super().__init__(reason or f"retry requested in {in_}s")
         self.delay = float(in_)
+
+
+def why(exc: BaseException) -> str:
+    """An error for a log line: its class and message. (redis-py's errors' repr() shows
+    only the class, hiding e.g. the WRONGTYPE text a script raised.)"""
+    return f"{type(exc).__name__}: {exc}"

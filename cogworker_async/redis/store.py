@@ -379,6 +379,22 @@ class Store:
             replies = await pipe.execute()
         return [int(reply) == 1 for reply in replies[1 if raws else 0:]]
 
+    async def orphan_counts(self, jids: Sequence[str | None]) -> list[int]:
+        """``orphan_count`` of each jid (0 for None or an unreadable counter)."""
+        if not jids:
+            return []
+        values = await self.client.mget([self.keys.orphanings(j or "-") for j in jids])
+        counts = []
+        for value in values:
+            try:
+                counts.append(int(value or 0))
+            except ValueError:
+                counts.append(0)
+        return counts
+
+    async def is_alive(self, identity: str) -> bool:
+        return int(await self.client.exists(self.keys.process(identity))) == 1
+
     async def orphan_count(self, jid: str) -> int:
         """How often ``jid`` was recovered from a dead process (0 if never)."""
         try:

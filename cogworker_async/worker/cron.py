@@ -15,6 +15,7 @@ from typing import Final
 
 import anyio
 
+from cogworker_async.errors import why
 from cogworker_async.periodic import Periodic, tick_to_claim
 from cogworker_async.redis.store import Store
 
@@ -45,7 +46,7 @@ class CronTicker:
                     self.claimed = await self.store.cron_claimed()
                 await self.tick(time.time())
             except Exception as exc:  # one bad pass must never stop the ticker
-                log.error("cron: ticking failed: %r", exc)
+                log.error("cron: ticking failed: %s", why(exc))
             await anyio.sleep(self._sleep(time.time()))
 
     async def tick(self, now: float) -> int:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from cogworker_async.errors import why
 from cogworker_async.redis.beats import ZOMBIE, BeatWriter
 
 log = logging.getLogger("cogworker_async")
@@ -78,6 +79,8 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._beaten = False
         self._failing = False
+        self.last_failure: float | None = None
+        """``time.monotonic()`` of the last beat that failed; None if none did."""
         self.started_at = time.time()
 
     def info(self) -> dict[str, Any]:
@@ -96,6 +99,11 @@ class Heartbeat:
         if status == ZOMBIE:
             self._on_zombie()
 
+    def steady_for(self, seconds: float) -> bool:
+        """No beat failed in the last ``seconds`` (read from the event loop)."""
+        failed = self.last_failure
+        return failed is None or time.monotonic() - failed >= seconds
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="cogworker-heartbeat",
                                         daemon=True)
@@ -111,8 +119,9 @@ class Heartbeat:
             try:
                 self.beat()
             except Exception as exc:  # Redis away: keep trying; the TTL tells the rest
+                self.last_failure = time.monotonic()
                 if not self._failing:
-                    log.warning("heartbeat failed (%r); retrying every %.1fs", exc,
+                    log.warning("heartbeat failed (%s); retrying every %.1fs", why(exc),
                                 self.interval)
                 self._failing = True
                 continue
@@ -122,4 +131,4 @@ class Heartbeat:
             try:
                 self.writer.write_workers(self._running())
             except Exception as exc:  # dashboard only
-                log.debug("couldn't write the workers hash: %r", exc)
+                log.debug("couldn't write the workers hash: %s", why(exc))

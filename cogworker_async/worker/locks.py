@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from cogworker_async.errors import why
 from cogworker_async.periodic import RUNNING_LOCK_TTL
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.outcome import Ack, Disposition, File
@@ -36,8 +37,8 @@ class JobLocks:
                                 "running", periodic, jid)
                     return False
             except Exception as exc:
-                log.warning("periodic %s: running lock unavailable (%r); running anyway",
-                            periodic, exc)
+                log.warning("periodic %s: running lock unavailable (%s); running anyway",
+                            periodic, why(exc))
         if payload.get("unique_policy") == "until_started":
             await self._release_unique(payload)
         return True
@@ -60,8 +61,8 @@ class JobLocks:
                 await self.store.extend_lock(self.store.keys.unique(
                     str(payload["unique_digest"])), str(payload.get("jid")), ttl)
             except Exception as exc:
-                log.warning("couldn't extend the unique lock of jid=%s: %r",
-                            payload.get("jid"), exc)
+                log.warning("couldn't extend the unique lock of jid=%s: %s",
+                            payload.get("jid"), why(exc))
 
     async def _release_unique(self, payload: Mapping[str, Any]) -> None:
         digest = payload.get("unique_digest")
@@ -72,8 +73,8 @@ class JobLocks:
         try:
             await self.store.release_lock(key, str(payload.get("jid")))
         except Exception as exc:
-            log.warning("couldn't release %s for jid=%s (it expires): %r", key,
-                        payload.get("jid"), exc)
+            log.warning("couldn't release %s for jid=%s (it expires): %s", key,
+                        payload.get("jid"), why(exc))
 
 
 async def release_for_dead(store: Store, payload: Mapping[str, Any]) -> None:

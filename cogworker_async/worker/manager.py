@@ -34,6 +34,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from cogworker_async import job
+from cogworker_async.errors import why
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.periodic import Periodic
 from cogworker_async.redis.beats import BeatWriter
@@ -143,7 +144,10 @@ class Manager:
             on_zombie=self._declared_dead_from_thread,
         )
         default_queue = settings.queue_names[0]
-        self.recovery = Recovery(store, settings, self.identity)
+        # No judging others dead until our own beats have succeeded for orphan_threshold
+        # (see Recovery.recover_orphans): after a Redis outage every stamp is stale.
+        self.recovery = Recovery(store, settings, self.identity, may_judge=lambda: (
+            self.heartbeat.steady_for(settings.orphan_threshold)))
         self.reconciler = Reconciler(store, self.settler, self.identity, default_queue,
                                      self.running, self.pending, lambda: self._fetching)
         self._fetching = False
@@ -153,6 +157,9 @@ class Manager:
         self._hard = False
         self._drain_scope: anyio.CancelScope | None = None
         self._finished = anyio.Event()
+        # Set (from a plain loop callback) when a beat finds this process declared dead;
+        # a task of the upkeep group then fences it (see ``_fence_when_declared_dead``).
+        self._zombie = anyio.Event()
 
     @property
     def stopping(self) -> bool:
@@ -201,6 +208,7 @@ class Manager:
                 upkeep.start_soon(self.cron.run)
                 upkeep.start_soon(self._flush_stats_forever)
                 upkeep.start_soon(self._probe_lag)
+                upkeep.start_soon(self._fence_when_declared_dead)
                 async with anyio.create_task_group() as jobs:
                     task_status.started()
                     await self._dispatch(jobs)
@@ -231,7 +239,11 @@ class Manager:
             except RedisError as exc:
                 # The reply may be lost after the script ran: its jobs are then on our
                 # list with nobody running them; reconcile requeues such strays.
-                log.warning("fetch failed (%r); trying again in %.1fs", exc, pause)
+                # Not "fetching" during the pause: the flag once covered it too, so while
+                # fetches kept failing (a flapping link) reconcile skipped every pass and
+                # the strays waited for the link to heal (chaos test 7a, flapping).
+                self._fetching = False
+                log.warning("fetch failed (%s); trying again in %.1fs", why(exc), pause)
                 with anyio.move_on_after(pause):
                     await self._stopping.wait()
                 pause = min(pause * 2, FETCH_ERROR_PAUSE[1])
@@ -282,7 +294,7 @@ class Manager:
                 if not started:
                     started = True
                     task_status.started()
-                log.warning("wake-up channel lost (%r); reconnecting", exc)
+                log.warning("wake-up channel lost (%s); reconnecting", why(exc))
                 await anyio.sleep(WAKE_RETRY_PAUSE)
 
     async def _probe_lag(self) -> None:
@@ -333,8 +345,22 @@ class Manager:
             self._loop.call_soon_threadsafe(self._declared_dead)
 
     def _declared_dead(self) -> None:
-        if self._upkeep is not None:
-            self._upkeep.start_soon(self._fence)
+        # Runs as a plain loop callback (call_soon_threadsafe), outside any task: anyio
+        # cannot tell its backend there, so ``start_soon`` from here raised
+        # NoEventLoopError (logged by asyncio, swallowed) and a zombie never fenced
+        # itself. Setting an event needs no task; a task of the upkeep group waits on it.
+        self._zombie.set()
+
+    async def _fence_when_declared_dead(self) -> None:
+        while True:
+            await self._zombie.wait()
+            self._zombie = anyio.Event()
+            try:
+                await self._fence()
+            except Exception as exc:  # Redis away: try again; never stop the worker
+                log.error("fencing this declared-dead process failed (%s); retrying", why(exc))
+                await anyio.sleep(self.settings.heartbeat_interval)
+                self._zombie.set()
 
     async def _fence(self) -> None:
         """This process was paused past ``orphan_threshold`` and declared dead: another
@@ -363,7 +389,7 @@ class Manager:
         try:
             await self.store.add_stats(processed, failed)
         except RedisError as exc:
-            log.warning("couldn't record stats (kept for the next flush): %r", exc)
+            log.warning("couldn't record stats (kept for the next flush): %s", why(exc))
             return
         self.stats.processed -= processed
         self.stats.failed -= failed
@@ -385,14 +411,14 @@ class Manager:
                 self.pending.pop(raw, None)
             except RedisError as exc:
                 keep.append(raw)
-                log.error("shutdown: couldn't hand over the failure of jid=%s (%r): left "
-                          "in progress, it may run again", job.jid_of(raw), exc)
+                log.error("shutdown: couldn't hand over the failure of jid=%s (%s): left "
+                          "in progress, it may run again", job.jid_of(raw), why(exc))
         try:
             moved = await self.store.requeue(self.identity, self.settings.queue_names[0],
                                              drop=decided.drop, keep=keep)
         except RedisError as exc:
-            log.error("shutdown: couldn't requeue this process's unfinished jobs (%r); "
-                      "orphan recovery will, once this process is gone", exc)
+            log.error("shutdown: couldn't requeue this process's unfinished jobs (%s); "
+                      "orphan recovery will, once this process is gone", why(exc))
             return
         for raw in decided.drop:
             self.pending.pop(raw, None)
@@ -405,7 +431,7 @@ class Manager:
         try:
             self.heartbeat.writer.retire()
         except Exception as exc:
-            log.warning("couldn't deregister %s (%r): it will be found dead and forgotten",
-                        self.identity, exc)
+            log.warning("couldn't deregister %s (%s): it will be found dead and forgotten",
+                        self.identity, why(exc))
         finally:
             self.heartbeat.writer.close()

@@ -16,8 +16,8 @@ from typing import Final
 import anyio
 
 from cogworker_async import job
-from cogworker_async.errors import UnparseablePayload
-from cogworker_async.redis.store import SetName, Store
+from cogworker_async.errors import UnparseablePayload, why
+from cogworker_async.redis.store import RedisError, SetName, Store
 from cogworker_async.settings import Settings, check_queue_name
 
 log = logging.getLogger("cogworker_async")
@@ -42,6 +42,8 @@ class Poller:
             for target in SETS:
                 try:
                     await self.promote_due(target)
+                except RedisError as exc:  # Redis away: said once per pass, no traceback
+                    log.warning("poller: moving due %s jobs failed: %s", target, why(exc))
                 except Exception:  # one bad pass must never stop the poller
                     log.exception("poller: moving due %s jobs failed", target)
             await anyio.sleep(interval * random.uniform(0.5, 1.5))

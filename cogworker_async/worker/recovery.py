@@ -32,7 +32,7 @@ from typing import Any, Final
 import anyio
 
 from cogworker_async import job
-from cogworker_async.errors import UnparseablePayload
+from cogworker_async.errors import UnparseablePayload, why
 from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.fetch import Work
@@ -45,6 +45,8 @@ RECENT_RECOVERIES: Final = 100
 """Recovery events kept for the dashboard."""
 HEAD_BATCH: Final = 100
 """Parked orphans or unsettled records handled per pass."""
+HOLD_BACK_SCAN: Final = 1000
+"""Entries of a dead process's list looked at for repeat orphans to hold back."""
 
 
 def queue_of(raw: bytes, default: str) -> str:
@@ -71,27 +73,39 @@ def process_died_entry(raw: bytes, *, max_orphanings: int, identity: str,
 
 
 class Recovery:
-    def __init__(self, store: Store, settings: Settings, identity: str) -> None:
+    def __init__(self, store: Store, settings: Settings, identity: str, *,
+                 may_judge: Callable[[], bool] = lambda: True) -> None:
         self.store = store
         self.settings = settings
         self.identity = identity
         self.default_queue = settings.queue_names[0]
+        self.may_judge = may_judge
+        """False while this process may not declare others dead (see recover_orphans)."""
 
     async def recover_orphans(self, *, scan: bool = False) -> int:
-        """One pass over every other identity; returns how many jobs were requeued."""
-        candidates = await self._candidates(scan)
+        """One pass over every other identity; returns how many jobs were requeued.
+
+        Nobody is judged dead while ``may_judge()`` is false: the Manager makes it false
+        for ``orphan_threshold`` after one of this process's own beats failed. When this
+        process could not beat (Redis down, restarted, unreachable), neither could the
+        others: once Redis is back every stamp is stale, and the live processes looked
+        dead to whichever one ran recovery first — their running and finished-but-unacked
+        jobs were requeued and ran twice (chaos test 6b: Redis down longer than
+        orphan_threshold). Waiting out the threshold lets the live ones beat first.
+        """
+        candidates = await self._candidates(scan) if self.may_judge() else set()
         candidates.discard(self.identity)
         moved = 0
         for identity in sorted(candidates):
             try:
                 moved += await self._recover(identity)
             except Exception as exc:
-                log.error("orphan recovery skipped %s: %r", identity, exc)
+                log.error("orphan recovery skipped %s: %s", identity, why(exc))
         for what in (self.bury_repeat_orphans, self.file_unsettled):
             try:
                 await what()
             except Exception as exc:
-                log.error("orphan recovery: %s failed: %r", what.__name__, exc)
+                log.error("orphan recovery: %s failed: %s", what.__name__, why(exc))
         return moved
 
     async def _candidates(self, scan: bool) -> set[str]:
@@ -103,14 +117,14 @@ class Recovery:
             try:
                 found |= await source()
             except Exception as exc:
-                log.error("orphan recovery: reading candidates failed: %r", exc)
+                log.error("orphan recovery: reading candidates failed: %s", why(exc))
         return found
 
     async def _recover(self, identity: str) -> int:
         info = await self.store.beat_info(identity)
         result = await self.store.recover(
             identity, self.default_queue, dead_for=self.settings.orphan_threshold,
-            max_orphanings=self.settings.max_orphanings,
+            max_orphanings=self.settings.max_orphanings, keep=await self._held_back(identity),
         )
         if result is None:  # alive after all
             return 0
@@ -127,6 +141,24 @@ class Recovery:
         # stamp gone, which tells it the same (and the set stays bounded).
         await self.store.forget(identity, declared_dead=False)
         return result.moved
+
+    async def _held_back(self, identity: str) -> list[bytes]:
+        """Jobs that were orphaned before come back one per pass, not all at once.
+
+        Recovered together, the jobs of a process killed by a poison job land on one
+        worker together, die with the poison again, and are buried with it as
+        ProcessDied. Brought back one at a time, a repeat orphan runs apart from the other
+        repeat orphans: the poison dies alone, the bystanders finish. A job about to be
+        parked (orphaned too often) is never held back. The cost: a job orphaned more
+        than once can come back up to (its rank) x recovery_interval later.
+        """
+        if await self.store.is_alive(identity):
+            return []
+        listed = await self.store.list_head(self.store.keys.in_progress(identity), HOLD_BACK_SCAN)
+        counts = await self.store.orphan_counts([job.jid_of(raw) for raw in listed])
+        limit = self.settings.max_orphanings
+        repeat = [raw for raw, count in zip(listed, counts, strict=True) if 0 < count < limit]
+        return repeat[1:]
 
     async def bury_repeat_orphans(self, identity: str = "",
                                   info: Mapping[str, Any] | None = None) -> None:
@@ -187,7 +219,7 @@ class Reconciler:
             try:
                 await self.settler.apply(Work("", raw), disposition)
             except RedisError as exc:
-                log.warning("still couldn't settle jid=%s: %r", job.jid_of(raw), exc)
+                log.warning("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
                 return
             self.pending.pop(raw, None)
             log.info("settled jid=%s late (it was not run again)", job.jid_of(raw))
@@ -221,9 +253,9 @@ async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Setti
                 await recovery.recover_orphans(scan=first)
                 first = False
         except Exception as exc:
-            log.error("orphan recovery pass failed: %r", exc)
+            log.error("orphan recovery pass failed: %s", why(exc))
         try:
             await reconciler.reconcile()
         except Exception as exc:
-            log.error("reconcile pass failed: %r", exc)
+            log.error("reconcile pass failed: %s", why(exc))
         await anyio.sleep(settings.recovery_interval * random.uniform(0.8, 1.2))

@@ -17,7 +17,7 @@ from typing import Final
 import anyio
 
 from cogworker_async import job
-from cogworker_async.errors import CogworkerError
+from cogworker_async.errors import CogworkerError, why
 from cogworker_async.redis.store import RedisError, SetName, Store
 from cogworker_async.worker import outcome
 from cogworker_async.worker.fetch import Work
@@ -121,10 +121,10 @@ class Settler:
         jid = job.jid_of(work.raw)
         if isinstance(disposition, GiveBack):
             # Still on the in-progress list: requeued with the rest at shutdown.
-            log.error("couldn't give back jid=%s (left in progress): %r", jid, exc)
+            log.error("couldn't give back jid=%s (left in progress): %s", jid, why(exc))
             return
         if not self.reliable:
-            log.error("couldn't settle jid=%s (basic fetch: outcome lost): %r", jid, exc)
+            log.error("couldn't settle jid=%s (basic fetch: outcome lost): %s", jid, why(exc))
             return
         self.pending[work.raw] = disposition
-        log.error("couldn't settle jid=%s, will retry (it is not run again): %r", jid, exc)
+        log.error("couldn't settle jid=%s, will retry (it is not run again): %s", jid, why(exc))

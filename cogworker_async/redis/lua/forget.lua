@@ -7,12 +7,16 @@
 -- ARGV[1] identity   ARGV[2] "1" to keep it in declared_dead (recovery: so that a
 -- paused process, if it ever beats again, learns it was declared dead), else "0"
 -- Returns 1 if forgotten, 0 if it still has jobs in progress or is alive.
+-- beats and declared_dead are best effort, as in beat.lua: one of the wrong type must not
+-- fail the call halfway (the registry already left) — before, a declared_dead planted
+-- as a string made every clean stop log "couldn't deregister" and every recovery log
+-- "orphan recovery skipped" for identities that were in fact forgotten.
 if redis.call("LLEN", KEYS[1]) > 0 or redis.call("EXISTS", KEYS[6]) == 1 then
   return 0
 end
 redis.call("SREM", KEYS[2], ARGV[1])
 redis.call("HDEL", KEYS[3], ARGV[1])
-redis.call("HDEL", KEYS[4], ARGV[1])
+redis.pcall("HDEL", KEYS[4], ARGV[1])
 redis.call("DEL", KEYS[5])
-if ARGV[2] ~= "1" then redis.call("SREM", KEYS[7], ARGV[1]) end
+if ARGV[2] ~= "1" then redis.pcall("SREM", KEYS[7], ARGV[1]) end
 return 1

@@ -36,7 +36,7 @@ if recovering then
   if last and last > -math.huge and last < math.huge then
     local now = tonumber(opts.now)
     local ok, time = pcall(redis.call, "TIME")
-    if ok then now = tonumber(time[1]) end
+    if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
     if now - last <= threshold then
       return {-1, 0, 0}
     end
