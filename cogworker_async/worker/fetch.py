@@ -24,13 +24,15 @@ BASIC_POP_TIMEOUT: Final = 1.0
 """Seconds one BRPOP blocks: how long a basic-fetch worker takes to notice a stop."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Work:
     """One fetched job: the queue it came from and its raw bytes, exactly as stored."""
 
     queue: str
     raw: bytes
     fetched_at: float = field(default_factory=time.time)
+    jid: str | None = None
+    """Filled in once the payload is read (saves parsing it again to ack it)."""
 
 
 def weighted_order(weights: list[tuple[str, int]], rng: random.Random | None = None) -> list[str]:

@@ -141,6 +141,7 @@ class Processor:
             self.stats.processed += 1
             self.stats.failed += 1
             return
+        work.jid = payload["jid"]
         definition = self.registry.get(payload["class"])
         problem = self._check(definition, payload)
         if problem is not None or definition is None:

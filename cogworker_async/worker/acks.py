@@ -1,0 +1,68 @@
+"""Ack batching: jobs that finish at about the same time are acknowledged in one call.
+
+One script call per job would cap a worker near one round trip per job. Instead the
+first job to finish sends its ack at once, and the acks of the jobs that finish while
+that call is in flight go together in the next one (``ack.lua`` takes many). Nothing
+waits for a timer, so an idle worker's single ack is as fast as before. Each job still
+waits for its own ack to be recorded before its processor moves on, and a failed call
+fails every ack in it, which the settler then retries or remembers — as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+import redis.exceptions
+
+from cogworker_async.redis.store import Store
+
+MAX_BATCH: Final = 500
+"""Acks sent in one script call at most."""
+
+_Waiting = tuple[bytes, str | None, "asyncio.Future[None]"]
+
+
+class AckBatcher:
+    def __init__(self, store: Store, identity: str) -> None:
+        self.store = store
+        self.identity = identity
+        self._waiting: list[_Waiting] = []
+        self._flushing = False
+
+    async def ack(self, raw: bytes, jid: str | None) -> None:
+        """Record that ``raw`` ran; raises what the script call raised."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((raw, jid, done))
+        if not self._flushing:
+            await self._flush()
+        await done
+
+    async def _flush(self) -> None:
+        self._flushing = True
+        try:
+            while self._waiting:
+                batch = self._waiting[:MAX_BATCH]
+                del self._waiting[:MAX_BATCH]
+                try:
+                    await self.store.ack(self.identity, [(raw, jid) for raw, jid, _ in batch])
+                except Exception as exc:
+                    _settle_all(batch, exc)
+                else:
+                    _settle_all(batch, None)
+        finally:
+            self._flushing = False
+            # Cancelled or stopped mid-flight: whoever is still waiting must not wait
+            # forever; as an uncertain reply, the settler retries (acks are idempotent).
+            left, self._waiting = self._waiting, []
+            _settle_all(left, redis.exceptions.ConnectionError("ack flush interrupted"))
+
+
+def _settle_all(batch: list[_Waiting], exc: Exception | None) -> None:
+    for _, _, done in batch:
+        if done.done():
+            continue
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
