@@ -1,0 +1,1223 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of cogworker-async and its peers on one private Redis.
+
+    python benchmarks/run.py [--quick] [--systems a,b] [--scenarios x,y] [--runs N]
+                             [--profile] [--no-write]
+
+(``make bench`` runs it with the project's venv.) Each peer is installed from PyPI in its
+own venv under ``benchmarks/.venvs/`` on first use; cogworker-async runs from the
+project's ``.venv`` (uvloop is added to it if missing). A private ``redis-server`` is
+started on a free loopback port and stopped by pid at the end.
+
+For every scenario and system, the peer's script (``benchmarks/peers/<system>_peer.py``)
+runs as a subprocess with that system's interpreter, through the system's own API and
+its real worker class. Results (medians of ``--runs``) go to stdout as tables with the
+ratio of ours to each peer, to ``benchmarks/RESULTS.md`` and, raw, to
+``benchmarks/results/<stamp>.json``. Only the standard library is used here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import os
+import platform
+import queue
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PEERS = HERE / "peers"
+VENVS = HERE / ".venvs"
+RESULTS_DIR = HERE / "results"
+OUR_PYTHON = ROOT / ".venv" / "bin" / "python"
+OURS = "cogworker"
+
+
+# -- systems ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class System:
+    name: str
+    label: str
+    venv: str | None  # None: the project's venv
+    script: str
+    mode: str = "default"
+    max_concurrency: int = 10_000
+    note: str = ""
+
+
+VENV_REQUIREMENTS: dict[str, list[str]] = {
+    # saq 0.26.4 imports typing_extensions without declaring it.
+    "arq": ["arq==0.28.*", "hiredis", "uvloop"],
+    "saq": ["saq[hiredis]==0.26.*", "typing_extensions", "uvloop"],
+    "taskiq": ["taskiq-redis==1.2.*", "taskiq", "hiredis", "uvloop"],
+    "streaq": ["streaq==7.2.*", "uvloop"],
+    "rq": ["rq==2.*", "hiredis"],
+    "tools": ["py-spy"],
+}
+
+PACKAGES: dict[str, list[str]] = {  # versions reported per venv
+    "arq": ["arq", "redis", "hiredis", "uvloop"],
+    "saq": ["saq", "redis", "hiredis", "uvloop"],
+    "taskiq": ["taskiq", "taskiq-redis", "redis", "hiredis", "uvloop"],
+    "streaq": ["streaq", "coredis", "anyio", "uvloop"],
+    "rq": ["rq", "redis", "hiredis"],
+    "ours": ["cogworker-async", "redis", "hiredis", "anyio", "uvloop"],
+}
+
+SYSTEMS: dict[str, System] = {s.name: s for s in [
+    System(OURS, "cogworker-async (reliable fetch)", None, "cogworker_peer.py"),
+    System("arq", "arq (poll 0.5 s, default)", "arq", "arq_peer.py"),
+    System("arq-10ms", "arq (poll 10 ms)", "arq", "arq_peer.py", mode="poll10ms"),
+    System("saq", "SAQ", "saq", "saq_peer.py"),
+    System("taskiq-list", "taskiq-redis list", "taskiq", "taskiq_peer.py", mode="list"),
+    System("taskiq-stream", "taskiq-redis stream", "taskiq", "taskiq_peer.py", mode="stream"),
+    System("streaq", "streaq", "streaq", "streaq_peer.py"),
+    System("rq", "RQ (SimpleWorker)", "rq", "rq_peer.py", max_concurrency=1,
+           note="sync, one job at a time: no-op processing at concurrency 1"),
+]}
+DEFAULT_SYSTEMS = list(SYSTEMS)
+
+SCENARIOS = ["enqueue", "bulk", "noop", "latency", "sleep", "memory"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    runs: int
+    noop_n: int
+    noop_cap: float
+    enqueue_n: int
+    enqueue_cap: float
+    bulk_n: int
+    bulk_cap: float
+    bulk_chunk: int
+    probes: int
+    probe_interval: float
+    warmup: float
+    idle_window: float
+    sleep_n: int
+    sleep_concurrency: int
+    sleep_ms: float
+    mem_ours: int
+    mem_peers: int
+    mem_processed: int
+    profile_n: int
+
+
+FULL = Sizes(runs=3, noop_n=20_000, noop_cap=30, enqueue_n=10_000, enqueue_cap=20,
+             bulk_n=50_000, bulk_cap=30, bulk_chunk=1000, probes=300, probe_interval=0.02,
+             warmup=2, idle_window=10, sleep_n=2000, sleep_concurrency=100, sleep_ms=50,
+             mem_ours=1_000_000, mem_peers=100_000, mem_processed=10_000, profile_n=30_000)
+QUICK = Sizes(runs=1, noop_n=2000, noop_cap=10, enqueue_n=1000, enqueue_cap=10,
+              bulk_n=10_000, bulk_cap=20, bulk_chunk=1000, probes=40, probe_interval=0.02,
+              warmup=1, idle_window=3, sleep_n=2000, sleep_concurrency=100, sleep_ms=50,
+              mem_ours=20_000, mem_peers=20_000, mem_processed=2000, profile_n=10_000)
+
+
+# -- venvs -----------------------------------------------------------------------------
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def base_python() -> str:
+    return shutil.which("python3") or sys.executable
+
+
+def ensure_venv(name: str) -> Path:
+    """``benchmarks/.venvs/<name>``, created and installed from PyPI on first use (again
+    if its requirements changed). Returns its interpreter."""
+    directory = VENVS / name
+    python = directory / "bin" / "python"
+    stamp = directory / ".bench-requirements"
+    wanted = "\n".join(VENV_REQUIREMENTS[name])
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return python
+    log(f"setting up {directory} ({', '.join(VENV_REQUIREMENTS[name])}) ...")
+    VENVS.mkdir(parents=True, exist_ok=True)
+    if not python.exists():
+        subprocess.run([base_python(), "-m", "venv", str(directory)], check=True)
+    with open(VENVS / f"{name}.pip.log", "w") as out:
+        subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
+                        "-q", *VENV_REQUIREMENTS[name]], check=True, stdout=out,
+                       stderr=subprocess.STDOUT, timeout=900)
+    stamp.write_text(wanted)
+    return python
+
+
+def ensure_our_python() -> Path:
+    python = OUR_PYTHON
+    if not python.exists():
+        raise SystemExit(f"{python} is missing: run `make install` first")
+    probe = subprocess.run([str(python), "-c", "import uvloop, cogworker_async"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        log("installing uvloop into the project's .venv (for the benchmark) ...")
+        subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check",
+                        "-q", "uvloop"], check=True, timeout=600)
+    return python
+
+
+def interpreter(system: System) -> Path:
+    return ensure_our_python() if system.venv is None else ensure_venv(system.venv)
+
+
+def versions(python: Path, packages: list[str]) -> dict[str, str]:
+    code = ("import importlib.metadata as m, json, sys\n"
+            "out = {}\n"
+            "for p in sys.argv[1:]:\n"
+            "    try: out[p] = m.version(p)\n"
+            "    except Exception: pass\n"
+            "print(json.dumps(out))")
+    done = subprocess.run([str(python), "-c", code, *packages], capture_output=True,
+                          text=True, timeout=60)
+    try:
+        return dict(json.loads(done.stdout))
+    except ValueError:
+        return {}
+
+
+# -- the private Redis -----------------------------------------------------------------
+
+class Resp:
+    """A minimal RESP2 client for the driver's own commands (INFO, FLUSHALL, PING)."""
+
+    def __init__(self, port: int, timeout: float = 60.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.file = self.sock.makefile("rb")
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+    def call(self, *args: str | int) -> Any:
+        parts = [f"*{len(args)}\r\n".encode()]
+        for arg in args:
+            data = str(arg).encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        self.sock.sendall(b"".join(parts))
+        return self._read()
+
+    def _read(self) -> Any:
+        line = self.file.readline()
+        if not line:
+            raise ConnectionError("redis closed the connection")
+        kind, body = line[:1], line[1:-2]
+        if kind == b"+":
+            return body.decode()
+        if kind == b"-":
+            raise RuntimeError(body.decode())
+        if kind == b":":
+            return int(body)
+        if kind == b"$":
+            size = int(body)
+            return None if size < 0 else self.file.read(size + 2)[:-2]
+        if kind == b"*":
+            size = int(body)
+            return None if size < 0 else [self._read() for _ in range(size)]
+        raise RuntimeError(f"unexpected reply {line!r}")
+
+    def info(self, *sections: str) -> dict[str, str]:
+        text = self.call("INFO", *sections).decode()
+        out = {}
+        for line in text.splitlines():
+            if ":" in line and not line.startswith("#"):
+                key, _, value = line.partition(":")
+                out[key] = value
+        return out
+
+
+class Monitor:
+    """Counts the commands Redis runs while it is open (MONITOR), by who sent them: a
+    client (a round trip, or one command of a pipeline) or a Lua script (``[0 lua]``).
+    The driver's own connections are left out."""
+
+    def __init__(self, port: int, ignore_ports: set[int]) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=0.2)
+        self.ignore = {f"127.0.0.1:{p}" for p in ignore_ports}
+        self.ignore.add(f"127.0.0.1:{self.sock.getsockname()[1]}")
+        self.client: Counter[str] = Counter()
+        self.lua: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self.sock.sendall(b"*1\r\n$7\r\nMONITOR\r\n")
+        self._buffer = b""
+        if self._line(deadline=time.monotonic() + 5) != b"+OK":
+            raise RuntimeError("MONITOR refused")
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _line(self, deadline: float = float("inf")) -> bytes | None:
+        """The next line, or None once stopped (or closed, or past ``deadline``)."""
+        while b"\r\n" not in self._buffer:
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return None
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return None
+            if not data:
+                return None
+            self._buffer += data
+        line, _, self._buffer = self._buffer.partition(b"\r\n")
+        return line
+
+    def _read(self) -> None:
+        while (line := self._line()) is not None:
+            text = line.decode("utf-8", "replace")
+            source = text[text.find("[") + 1:text.find("]")].split(" ", 1)[-1]
+            if source in self.ignore:
+                continue
+            rest = text[text.find("]") + 1:].strip()
+            command = rest.split(" ", 1)[0].strip('"').lower()
+            (self.lua if source == "lua" else self.client)[command] += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def command_calls(info: dict[str, str]) -> dict[str, int]:
+    calls = {}
+    for key, value in info.items():
+        if key.startswith("cmdstat_"):
+            fields = dict(part.split("=", 1) for part in value.split(","))
+            calls[key[len("cmdstat_"):]] = int(fields["calls"])
+    return calls
+
+
+def server_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    done = subprocess.run([str(OUR_PYTHON), "-c", "from cogworker_async.redis.embedded "
+                           "import find_binary; print(find_binary())"],
+                          capture_output=True, text=True)
+    if done.returncode == 0 and done.stdout.strip():
+        return done.stdout.strip()
+    raise SystemExit("no redis-server on PATH (apt-get install redis-server)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A private server on 127.0.0.1:<free port>, no persistence, stopped by pid."""
+
+    def __init__(self) -> None:
+        self.binary = server_binary()
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="cogworker-bench-redis-"))
+        self.process: subprocess.Popen[bytes] | None = None
+        self.conn: Resp | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def local_port(self) -> int:
+        """The port of the driver's own connection (to leave it out of counts)."""
+        assert self.conn is not None
+        return int(self.conn.sock.getsockname()[1])
+
+    def start(self) -> RedisServer:
+        self.process = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", str(self.dir), "--save", "", "--appendonly", "no",
+             "--daemonize", "no", "--logfile", str(self.dir / "server.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"redis-server exited: see {self.dir / 'server.log'}")
+            try:
+                self.conn = Resp(self.port)
+                if self.conn.call("PING") == "PONG":
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise SystemExit("redis-server did not start in time")
+
+    def version(self) -> str:
+        info = self.info("server")
+        return info.get("valkey_version") or info.get("redis_version", "?")
+
+    def info(self, *sections: str) -> dict[str, str]:
+        assert self.conn is not None
+        return self.conn.info(*sections)
+
+    def flush(self) -> None:
+        assert self.conn is not None
+        self.conn.call("FLUSHALL")
+        self.conn.call("CONFIG", "RESETSTAT")
+
+    def cpu(self) -> float:
+        info = self.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def used_memory(self) -> int:
+        return int(self.info("memory")["used_memory"])
+
+    def stop(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(OSError):
+                self.conn.close()
+            self.conn = None
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# -- peer processes ----------------------------------------------------------------------
+
+class ScenarioError(Exception):
+    pass
+
+
+class Child:
+    """One peer-script process; its stdout is read as JSON lines on a thread."""
+
+    def __init__(self, argv: list[str], log_path: Path) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        self.stderr = open(log_path, "w")
+        self.stderr.write("$ " + " ".join(argv) + "\n")
+        self.stderr.flush()
+        self.process = subprocess.Popen(argv, cwd=PEERS, stdout=subprocess.PIPE,
+                                        stderr=self.stderr, text=True, bufsize=1)
+        self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                self.stderr.write("stdout: " + line)
+        self.lines.put(None)
+
+    def wait_event(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ScenarioError(f"no {event!r} within {timeout:.0f}s (see {self.log_path})")
+            try:
+                message = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if message is None:
+                self.process.wait()
+                raise ScenarioError(f"exited with {self.process.returncode} before "
+                                    f"{event!r} (see {self.log_path})")
+            if message.get("event") == event:
+                return message
+
+    def finish(self, timeout: float = 20.0) -> None:
+        """Wait for the process to exit; kill it (by its pid) if it does not."""
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.stderr.close()
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds a process has used, all threads (``/proc/<pid>/task/*/schedstat``,
+    in ns; ``/proc/<pid>/stat`` ticks, 10 ms, are too coarse for an idle process)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+# -- scenarios -------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, sizes: Sizes, redis: RedisServer) -> None:
+        self.args = args
+        self.sizes = sizes
+        self.redis = redis
+        self.stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.logs = RESULTS_DIR / "logs" / self.stamp
+        self.pythons: dict[str, Path] = {}
+
+    def argv(self, system: System, *command: str | int | float) -> list[str]:
+        python = self.pythons.get(system.name)
+        if python is None:
+            python = self.pythons[system.name] = interpreter(system)
+        return [str(python), str(PEERS / system.script), "--redis-url", self.redis.url,
+                "--mode", system.mode, *map(str, command)]
+
+    def child(self, system: System, tag: str, *command: str | int | float) -> Child:
+        return Child(self.argv(system, *command), self.logs / f"{system.name}-{tag}.log")
+
+    def oneshot(self, system: System, tag: str, timeout: float,
+                *command: str | int | float) -> dict[str, Any]:
+        child = self.child(system, tag, *command)
+        try:
+            return child.wait_event("result", timeout)
+        finally:
+            child.finish()
+
+    def prefill(self, system: System, tag: str, n: int, job: str = "noop") -> None:
+        result = self.oneshot(system, f"{tag}-prefill", 900, "enqueue-bulk", "--n", n,
+                              "--job", job, "--chunk", self.sizes.bulk_chunk,
+                              "--max-seconds", 600)
+        if result["n"] < n:
+            raise ScenarioError(f"prefill stopped at {result['n']} of {n} jobs")
+
+    def concurrency(self, system: System, wanted: int) -> int:
+        return min(wanted, system.max_concurrency)
+
+    def work(self, system: System, tag: str, n: int, concurrency: int, cap: float,
+             job: str = "noop") -> tuple[dict[str, Any], float]:
+        """Run a worker over ``n`` prefilled jobs; its result and the Redis CPU used."""
+        redis_cpu = self.redis.cpu()
+        extra = ["--cprofile", str(self.logs / "profile-worker.cprofile")] \
+            if tag == "cprofile" else []
+        child = self.child(system, tag, "work", "--n", n, "--concurrency", concurrency,
+                           "--job", job, "--sleep-ms", self.sizes.sleep_ms,
+                           "--max-seconds", cap, *extra)
+        try:
+            result = child.wait_event("result", cap + 60)
+            return result, self.redis.cpu() - redis_cpu
+        finally:
+            child.finish()
+
+    # each returns a dict of metrics for one run
+
+    def enqueue(self, system: System, run: int) -> dict[str, Any]:
+        s = self.sizes
+        result = self.oneshot(system, f"enqueue-{run}", s.enqueue_cap + 60, "enqueue",
+                              "--n", s.enqueue_n, "--max-seconds", s.enqueue_cap)
+        return {"enqueue_rate": result["n"] / result["seconds"],
+                "enqueue_cpu_us": 1e6 * result["cpu"] / result["n"],
+                "enqueue_capped": result["capped"]}
+
+    def bulk(self, system: System, run: int) -> dict[str, Any]:
+        s = self.sizes
+        result = self.oneshot(system, f"bulk-{run}", s.bulk_cap + 60, "enqueue-bulk",
+                              "--n", s.bulk_n, "--chunk", s.bulk_chunk,
+                              "--max-seconds", s.bulk_cap)
+        return {"bulk_rate": result["n"] / result["seconds"], "bulk_method": result["method"],
+                "bulk_capped": result["capped"]}
+
+    def noop(self, system: System, run: int) -> dict[str, Any]:
+        s = self.sizes
+        self.prefill(system, f"noop-{run}", s.noop_n)
+        concurrency = self.concurrency(system, self.args.concurrency)
+        result, redis_cpu = self.work(system, f"noop-{run}", s.noop_n, concurrency, s.noop_cap)
+        n = max(1, result["n"])
+        return {"noop_rate": n / result["seconds"], "noop_cpu_us": 1e6 * result["cpu"] / n,
+                "noop_redis_cpu_us": 1e6 * redis_cpu / n, "noop_capped": result["capped"],
+                "noop_concurrency": concurrency, "noop_first_job_ms":
+                None if result["first_job"] is None else 1000 * result["first_job"]}
+
+    def sleep(self, system: System, run: int) -> dict[str, Any]:
+        s = self.sizes
+        if system.max_concurrency < s.sleep_concurrency:
+            return {"sleep_skipped": f"concurrency {system.max_concurrency}"}
+        self.prefill(system, f"sleep-{run}", s.sleep_n, job="sleep")
+        result, _ = self.work(system, f"sleep-{run}", s.sleep_n, s.sleep_concurrency,
+                              60, job="sleep")
+        return {"sleep_seconds": result["seconds"], "sleep_capped": result["capped"],
+                "sleep_peak_running": result.get("peak_running"),
+                "sleep_cpu_us": 1e6 * result["cpu"] / max(1, result["n"])}
+
+    def latency(self, system: System, run: int) -> dict[str, Any]:
+        """An idle worker: its Redis calls and CPU per second, then pick-up latency of
+        jobs enqueued one by one at ``probe_interval``."""
+        s = self.sizes
+        concurrency = self.concurrency(system, self.args.concurrency)
+        cap = s.warmup + s.idle_window + s.probes * (s.probe_interval + 0.05) + 60
+        worker = self.child(system, f"latency-{run}-worker", "work", "--n", s.probes,
+                            "--concurrency", concurrency, "--job", "probe",
+                            "--max-seconds", cap)
+        try:
+            worker.wait_event("ready", 60)
+            time.sleep(s.warmup)
+            monitor = Monitor(self.redis.port, {self.redis.local_port})
+            try:
+                before = self.redis.info("stats", "commandstats")
+                cpu_before, began = proc_cpu(worker.pid), time.monotonic()
+                time.sleep(s.idle_window)
+                after = self.redis.info("stats", "commandstats")
+                cpu_after, window = proc_cpu(worker.pid), time.monotonic() - began
+            finally:
+                monitor.close()
+            calls = Counter(command_calls(after))
+            calls.subtract(command_calls(before))
+            info_calls = calls.pop("info", 0)
+            calls.pop("monitor", None)
+            total = (int(after["total_commands_processed"])
+                     - int(before["total_commands_processed"]) - info_calls)
+            client = self.oneshot(system, f"latency-{run}-client", cap, "enqueue",
+                                  "--n", s.probes, "--job", "probe",
+                                  "--interval", s.probe_interval, "--max-seconds", cap)
+            result = worker.wait_event("result", 30)
+        finally:
+            worker.finish()
+        latencies = sorted(1000 * x for x in result["latencies"])
+        if not latencies or client["n"] < s.probes:
+            raise ScenarioError(f"{len(latencies)} probes came back of {client['n']} sent")
+        return {
+            "idle_calls_per_s": sum(monitor.client.values()) / window,
+            "idle_all_commands_per_s": total / window,
+            "idle_commands": {k: round(v / window, 2)
+                              for k, v in monitor.client.most_common() if v},
+            "idle_lua_commands": {k: round(v / window, 2)
+                                  for k, v in monitor.lua.most_common() if v},
+            "idle_cpu_ms_per_s": 1000 * (cpu_after - cpu_before) / window,
+            "latency_p50_ms": percentile(latencies, 50),
+            "latency_p99_ms": percentile(latencies, 99),
+            "latency_max_ms": latencies[-1],
+            "latency_probes": len(latencies),
+        }
+
+    def memory(self, system: System) -> dict[str, Any]:
+        """Redis bytes per queued job; worker RSS with a long vs a short queue."""
+        s = self.sizes
+        big = s.mem_ours if system.name == OURS else s.mem_peers
+        concurrency = self.concurrency(system, self.args.concurrency)
+        self.redis.flush()
+        used = self.redis.used_memory()
+        filled = self.oneshot(system, "memory-fill", 1800, "enqueue-bulk", "--n", big,
+                              "--chunk", s.bulk_chunk, "--max-seconds", 1200)
+        per_job = (self.redis.used_memory() - used) / filled["n"]
+        long_queue, _ = self.work(system, "memory-long", s.mem_processed, concurrency, 120)
+        self.redis.flush()
+        self.prefill(system, "memory-short", s.mem_processed)
+        short_queue, _ = self.work(system, "memory-short", s.mem_processed, concurrency, 120)
+        self.redis.flush()
+        return {"mem_queued": filled["n"], "mem_bytes_per_job": per_job,
+                "mem_rss_long_mb": long_queue["rss_kb"] / 1024,
+                "mem_rss_short_mb": short_queue["rss_kb"] / 1024}
+
+
+def percentile(ordered: list[float], pct: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    rank = max(1, min(len(ordered), round(pct / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+# -- reporting -------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    key: str
+    title: str
+    unit: str
+    higher_is_better: bool
+    scenario: str
+    digits: int = 0
+    compare: bool = True
+
+
+METRICS = [
+    Metric("noop_rate", "no-op processing", "jobs/s", True, "noop"),
+    Metric("noop_cpu_us", "worker CPU / job", "µs", False, "noop"),
+    Metric("noop_redis_cpu_us", "Redis CPU / job", "µs", False, "noop"),
+    Metric("noop_first_job_ms", "↳ worker start to first job", "ms", False, "noop", 1,
+           compare=False),
+    Metric("enqueue_rate", "enqueue, one at a time", "jobs/s", True, "enqueue"),
+    Metric("bulk_rate", "bulk enqueue", "jobs/s", True, "bulk"),
+    Metric("latency_p50_ms", "pick-up p50", "ms", False, "latency", 2),
+    Metric("latency_p99_ms", "pick-up p99", "ms", False, "latency", 2),
+    Metric("idle_calls_per_s", "idle: commands sent to Redis", "/s", False, "latency", 1),
+    Metric("idle_all_commands_per_s", "idle: commands run, incl. in Lua", "/s", False,
+           "latency", 1),
+    Metric("idle_cpu_ms_per_s", "idle worker CPU", "ms/s", False, "latency", 1),
+    Metric("sleep_seconds", "2,000 × sleep 50 ms @100", "s", False, "sleep", 2),
+    Metric("sleep_peak_running", "↳ peak jobs running at once", "", True, "sleep",
+           compare=False),
+    Metric("mem_bytes_per_job", "Redis bytes / queued job", "B", False, "memory"),
+    Metric("mem_rss_short_mb", "worker RSS, short queue", "MB", False, "memory", 1),
+    Metric("mem_rss_long_mb", "worker RSS, long queue", "MB", False, "memory", 1),
+]
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each numeric metric over the runs; a flag (capped) if any run set
+    it; anything else (errors, methods) from the last run that has it."""
+    merged: dict[str, Any] = {}
+    for key in {k for run in runs for k in run}:
+        values = [run[key] for run in runs if key in run]
+        if all(is_number(v) for v in values):
+            merged[key] = statistics.median(values)
+        elif all(isinstance(v, bool) for v in values):
+            merged[key] = any(values)
+        else:
+            merged[key] = values[-1]
+    return merged
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    if digits == 0:
+        return f"{value:,.0f}"
+    return f"{value:,.{digits}f}"
+
+
+def ratio(ours: float | None, peer: float | None, higher_is_better: bool) -> str:
+    if ours is None or peer is None:
+        return "–"
+    if ours == peer:
+        return "×1.00"
+    better, worse = (ours, peer) if higher_is_better else (peer, ours)
+    if worse == 0:
+        return "∞"
+    return f"×{better / worse:.2f}"
+
+
+CAPPED = {"noop_rate": "noop_capped", "noop_cpu_us": "noop_capped",
+          "enqueue_rate": "enqueue_capped", "bulk_rate": "bulk_capped",
+          "sleep_seconds": "sleep_capped"}
+
+
+def cell(metrics: dict[str, Any], metric: Metric, concurrency: int) -> str:
+    value = metrics.get(metric.key)
+    if value is None:
+        if metric.scenario == "sleep" and metrics.get("sleep_skipped"):
+            return "n/a"
+        return "error" if metrics.get(f"error_{metric.scenario}") else "–"
+    text = fmt(value, metric.digits)
+    if metrics.get(CAPPED.get(metric.key, ""), False):
+        text += " †"
+    if metric.key == "bulk_rate" and metrics.get("bulk_method") == "gather":
+        text += " g"
+    if metric.key == "noop_rate" and metrics.get("noop_concurrency", concurrency) != concurrency:
+        text += f" (c={metrics['noop_concurrency']})"
+    return text
+
+
+def tables(results: dict[str, dict[str, Any]], systems: list[System], concurrency: int) -> str:
+    names = [s.name for s in systems]
+    lines = ["| metric | " + " | ".join(names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for metric in METRICS:
+        if not any(results.get(n, {}).get(metric.key) is not None for n in names):
+            continue
+        row = [cell(results.get(n, {}), metric, concurrency) for n in names]
+        unit = f" ({metric.unit})" if metric.unit else ""
+        lines.append(f"| {metric.title}{unit} | " + " | ".join(row) + " |")
+    peers = [n for n in names if n != OURS]
+    ours = results.get(OURS, {})
+    if ours and peers:
+        lines += ["", "Ours vs each peer (×N > 1: ours is N times better: faster, or "
+                  "less CPU/latency/calls/memory):", "",
+                  "| metric | " + " | ".join(peers) + " |",
+                  "|---|" + "---:|" * len(peers)]
+        for metric in METRICS:
+            if ours.get(metric.key) is None or not metric.compare:
+                continue
+            row = [ratio(ours.get(metric.key), results.get(n, {}).get(metric.key),
+                         metric.higher_is_better) for n in peers]
+            lines.append(f"| {metric.title} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+Row = tuple[str, str, bool | None]
+
+
+def processing_targets(ours: dict[str, Any], peers: dict[str, dict[str, Any]]) -> list[Row]:
+    rows: list[Row] = []
+    rate = ours.get("noop_rate")
+    same = [(r["noop_rate"], n) for n, r in peers.items() if r.get("noop_rate")
+            and r.get("noop_concurrency") == ours.get("noop_concurrency")]
+    if rate and same:
+        best, name = max(same)
+        rows.append(("no-op processing ≥ 3× the best peer",
+                     f"{fmt(rate)}/s = ×{rate / best:.2f} {name}", rate >= 3 * best))
+    if ours.get("noop_cpu_us") is not None:
+        rows.append(("worker CPU ≤ 150 µs/job", f"{fmt(ours['noop_cpu_us'])} µs",
+                     ours["noop_cpu_us"] <= 150))
+    saq = peers.get("saq", {}).get("enqueue_rate")
+    if ours.get("enqueue_rate") and saq:
+        rows.append(("enqueue one at a time ≥ 1.5× SAQ",
+                     f"{fmt(ours['enqueue_rate'])}/s = ×{ours['enqueue_rate'] / saq:.2f} SAQ",
+                     ours["enqueue_rate"] >= 1.5 * saq))
+    if ours.get("bulk_rate"):
+        rows.append(("enqueue_many ≥ 50,000 jobs/s", f"{fmt(ours['bulk_rate'])}/s",
+                     ours["bulk_rate"] >= 50_000))
+    return rows
+
+
+def other_targets(ours: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    if ours.get("latency_p50_ms") is not None:
+        rows += [("pick-up p50 ≤ 1 ms", f"{ours['latency_p50_ms']:.2f} ms",
+                  ours["latency_p50_ms"] <= 1),
+                 ("pick-up p99 ≤ 3 ms", f"{ours['latency_p99_ms']:.2f} ms",
+                  ours["latency_p99_ms"] <= 3),
+                 ("idle process: a few Redis commands/s (read: ≤ 5/s sent)",
+                  f"{ours['idle_calls_per_s']:.1f}/s", ours["idle_calls_per_s"] <= 5)]
+    if ours.get("sleep_seconds") is not None:
+        rows.append(("2,000 × 50 ms @100 ≤ 1.10 s (ideal 1.0)",
+                     f"{ours['sleep_seconds']:.2f} s", ours["sleep_seconds"] <= 1.10))
+    if ours.get("mem_rss_long_mb") is not None:
+        short, long = ours["mem_rss_short_mb"], ours["mem_rss_long_mb"]
+        rows += [(f"worker memory flat with {fmt(ours['mem_queued'])} queued "
+                  "(long − short ≤ max(2 MB, 5 %))", f"{short:.1f} → {long:.1f} MB",
+                  long - short <= max(2.0, 0.05 * short)),
+                 ("Redis bytes per queued job (reported)",
+                  f"{fmt(ours['mem_bytes_per_job'])} B", None)]
+    return rows
+
+
+def targets(results: dict[str, dict[str, Any]]) -> str:
+    ours = results.get(OURS, {})
+    if not ours:
+        return ""
+    peers = {n: r for n, r in results.items() if n != OURS}
+    rows = processing_targets(ours, peers) + other_targets(ours)
+    lines = ["| target | ours | met? |", "|---|---:|:---:|"]
+    for label, shown, ok in rows:
+        lines.append(f"| {label} | {shown} | {'–' if ok is None else ('yes' if ok else 'NO')} |")
+    return "\n".join(lines)
+
+
+def code_version() -> str:
+    def git(*argv: str) -> str:
+        try:
+            return subprocess.run(["git", *argv], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except OSError:
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "?"
+    changed = [line for line in git("status", "--porcelain", "--", "cogworker_async")
+               .splitlines() if line.strip()]
+    return commit + (f" + {len(changed)} uncommitted file(s) in cogworker_async/"
+                     if changed else "")
+
+
+def machine() -> dict[str, str]:
+    def out(*argv: str) -> str:
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+        except OSError:
+            return ""
+
+    model = next((line.split(":", 1)[1].strip() for line in out("lscpu").splitlines()
+                  if line.startswith("Model name")), platform.processor() or "?")
+    memory = next((" ".join(line.split()[1:2]) for line in out("free", "-h").splitlines()
+                   if line.startswith("Mem:")), "?")
+    return {"nproc": out("nproc").strip(), "cpu": model, "memory": memory,
+            "kernel": platform.release(), "python": platform.python_version()}
+
+
+def idle_breakdown(results: dict[str, dict[str, Any]], systems: list[System]) -> str:
+    lines = []
+    for system in systems:
+        metrics = results.get(system.name, {})
+        if "idle_commands" not in metrics:
+            continue
+        sent = ", ".join(f"{k} {v:g}" for k, v in list(metrics["idle_commands"].items())[:8])
+        lua = ", ".join(f"{k} {v:g}"
+                        for k, v in list(metrics.get("idle_lua_commands", {}).items())[:8])
+        lines.append(f"- {system.name}: {sent or 'none'}"
+                     + (f" (inside Lua: {lua})" if lua else ""))
+    return "\n".join(lines)
+
+
+# -- profile ---------------------------------------------------------------------------
+
+def profile(bench: Bench) -> str:
+    """py-spy over our worker while it runs no-op jobs (attached once it is ready, so
+    imports and start-up are left out), then over a client enqueueing one at a time."""
+    ours = SYSTEMS[OURS]
+    n = bench.sizes.profile_n
+    spy = str(ensure_venv("tools").parent / "py-spy")
+    sampling = ["--rate", "250", "--format", "raw", "--output"]
+    bench.redis.flush()
+    bench.prefill(ours, "profile", n)
+    worker_raw = bench.logs / "profile-worker.txt"
+    worker = bench.child(ours, "profile-worker", "work", "--n", n, "--concurrency",
+                         bench.args.concurrency, "--max-seconds", 120)
+    recorder = None
+    try:
+        worker.wait_event("ready", 60)
+        recorder = Child([spy, "record", "--pid", str(worker.pid), *sampling,
+                          str(worker_raw)], bench.logs / "profile-worker-py-spy.log")
+        worked = worker.wait_event("result", 200)
+    finally:
+        worker.finish(60)
+        if recorder is not None:
+            recorder.finish(60)
+    bench.redis.flush()
+    calls = profile_calls(bench, n)
+    client_raw = bench.logs / "profile-client.txt"
+    enqueues = max(1000, n // 3)
+    client = Child([spy, "record", *sampling, str(client_raw), "--",
+                    *bench.argv(ours, "enqueue", "--n", enqueues, "--max-seconds", 120)],
+                   bench.logs / "profile-client.log")
+    try:
+        enqueued = client.wait_event("result", 200)
+    finally:
+        client.finish(60)
+    bench.redis.flush()
+    parts = []
+    if worker_raw.exists():
+        parts += [f"Worker: {worked['n']:,} no-op jobs at concurrency "
+                  f"{bench.args.concurrency}, {worked['n'] / worked['seconds']:,.0f} jobs/s "
+                  f"under the profiler ({worker_raw.relative_to(ROOT)}).", "",
+                  summarize_profile(worker_raw, "Runner.run (asyncio/runners.py"), ""]
+    parts += [calls, ""]
+    if client_raw.exists():
+        parts += [f"Client: {enqueued['n']:,} enqueues one at a time, "
+                  f"{enqueued['n'] / enqueued['seconds']:,.0f}/s under the profiler "
+                  f"({client_raw.relative_to(ROOT)}).", "",
+                  summarize_profile(client_raw, "enqueue (common.py")]
+    if parts:
+        parts += ["", PROFILE_NOTE]
+    return "\n".join(parts) or "(py-spy wrote nothing: see the logs)"
+
+
+PROFILE_NOTE = (
+    "Reading it: py-spy (without --native) books time spent in C — uvloop, the C task\n"
+    "step, socket writes — to a nearby Python frame: Runner.run, and in the worker mostly\n"
+    "asyncio's current_task (called ~17×/job by anyio). cProfile's call counts are exact,\n"
+    "its times inflated by its own overhead: compare them with each other.")
+
+
+def profile_calls(bench: Bench, n: int, top: int = 15) -> str:
+    """cProfile over the same run: exact calls per job (its times are inflated by its
+    own overhead, about 2×: read them relative to each other)."""
+    ours = SYSTEMS[OURS]
+    bench.prefill(ours, "cprofile", n)
+    dump = bench.logs / "profile-worker.cprofile"
+    result, _ = bench.work(ours, "cprofile", n, bench.args.concurrency, 120)
+    bench.redis.flush()
+    if not dump.exists():
+        return "(cProfile wrote nothing)"
+    import pstats
+
+    done = max(1, result["n"])
+    rows = []
+    for (path, line, name), (_, calls, own, _cumulative, _) in \
+            pstats.Stats(str(dump)).stats.items():  # type: ignore[attr-defined]
+        where = path.split("site-packages/")[-1].replace(str(ROOT) + "/", "")
+        where = where.split("/lib/python3")[-1].lstrip(".0123456789/")
+        rows.append((calls / done, 1e6 * own / done,
+                     name if path == "~" else f"{name} ({where}:{line})"))
+    total = sum(own for _, own, _ in rows)
+    lines = [f"cProfile of the worker ({done:,} jobs): {total:.0f} µs of profiled time per "
+             "job. Most calls per job:"]
+    lines += [f"    {calls:6.1f}/job  {own:5.1f} µs  {name}"
+              for calls, own, name in sorted(rows, reverse=True)[:top]]
+    lines += ["", "Most own time per job:"]
+    lines += [f"    {own:5.1f} µs  {calls:6.1f}/job  {name}"
+              for calls, own, name in sorted(rows, key=lambda r: -r[1])[:top]]
+    return "\n".join(lines)
+
+
+AREAS = [("cogworker_async/", "cogworker_async (our code)"), ("redis/", "redis-py"),
+         ("anyio/", "anyio"), ("json/", "json"), ("uvloop/", "uvloop (Python part)"),
+         ("asyncio/", "asyncio (Python part)")]
+
+
+def frame_area(frame: str) -> str:
+    if frame.startswith("Runner.run (asyncio/runners.py"):
+        return "event loop in C (uvloop: I/O, callbacks)"
+    for marker, area in AREAS:
+        if marker in frame:
+            return area
+    return "other"
+
+
+def function_of(frame: str) -> str:
+    """``name (path:line)`` -> ``name (path)``: a function, whatever its line."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0]})" if where else frame
+
+
+def summarize_profile(raw: Path, marker: str, top: int = 12) -> str:
+    """The samples whose stack holds ``marker`` (the event loop's thread for a worker:
+    the heartbeat's and anyio's threads spend their time waiting, which py-spy does not
+    always see as idle; the measured loop for a client)."""
+    own: Counter[str] = Counter()
+    areas: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or marker not in stack:
+            continue
+        count = int(count_text)
+        total += count
+        frames = stack.split(";")
+        own[function_of(frames[-1])] += count
+        areas[frame_area(frames[-1])] += count
+        for function in {function_of(f) for f in frames}:
+            if "cogworker_async/" in function:
+                inclusive[function] += count
+    if not total:
+        return "(no samples)"
+
+    def share(counter: Counter[str]) -> list[str]:
+        return [f"    {100 * c / total:5.1f}%  {name}" for name, c in counter.most_common(top)]
+
+    return "\n".join([f"{total} samples. Self time by area:", *share(areas), "",
+                      "Self time by function:", *share(own), "",
+                      "Inclusive time of cogworker_async functions:", *share(inclusive)])
+
+
+# -- main ------------------------------------------------------------------------------
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="a short smoke run: small N, 1 run (noisy figures)")
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                        help=f"comma-separated, from {', '.join(SYSTEMS)}")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help=f"comma-separated, from {', '.join(SCENARIOS)}")
+    parser.add_argument("--runs", type=int, help="runs per scenario (median reported)")
+    parser.add_argument("--concurrency", type=int, default=10,
+                        help="worker concurrency for no-op, latency and memory (default 10)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile our worker's no-op processing with py-spy")
+    parser.add_argument("--no-write", action="store_true",
+                        help="don't write benchmarks/RESULTS.md")
+    parser.add_argument("--output", default=str(HERE / "RESULTS.md"))
+    args = parser.parse_args()
+    unknown = [s for s in args.systems.split(",") if s not in SYSTEMS]
+    unknown += [s for s in args.scenarios.split(",") if s and s not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown: {', '.join(unknown)}")
+    return args
+
+
+def attempt(errors: list[str], label: str, action: Any, *args: Any) -> dict[str, Any]:
+    """Run one measurement; an error is recorded (and shown as such), never fatal."""
+    try:
+        metrics: dict[str, Any] = action(*args)
+    except (ScenarioError, subprocess.CalledProcessError, OSError) as exc:
+        errors.append(f"{label}: {exc}")
+        log(f"  error: {exc}")
+        return {}
+    shown = {k: round(v, 2) if isinstance(v, float) else v
+             for k, v in metrics.items() if not isinstance(v, dict)}
+    log(f"  {shown}")
+    return metrics
+
+
+def measure(bench: Bench, systems: list[System], scenarios: list[str],
+            errors: list[str]) -> tuple[dict[str, list[dict[str, Any]]],
+                                        dict[str, dict[str, Any]]]:
+    """Every scenario for every system, ``runs`` times (systems interleaved within a run,
+    so a burst of noise on the machine is spread over all of them); then memory, once."""
+    runs: dict[str, list[dict[str, Any]]] = {s.name: [] for s in systems}
+    total = bench.sizes.runs
+    for run in range(1, total + 1):
+        for system in systems:
+            runs[system.name].append({})
+        for scenario in [s for s in scenarios if s != "memory"]:
+            for system in systems:
+                bench.redis.flush()
+                log(f"run {run}/{total}: {scenario} / {system.name} ...")
+                metrics = attempt(errors, f"{system.name} / {scenario} (run {run})",
+                                  getattr(bench, scenario), system, run)
+                runs[system.name][-1].update(metrics or {f"error_{scenario}": True})
+    results = {name: median_of(done) for name, done in runs.items()}
+    if "memory" in scenarios:
+        for system in systems:
+            log(f"memory / {system.name} ...")
+            metrics = attempt(errors, f"{system.name} / memory", bench.memory, system)
+            results[system.name].update(metrics or {"error_memory": True})
+    return runs, results
+
+
+def main() -> int:
+    args = parse_args()
+    sizes = QUICK if args.quick else FULL
+    if args.runs:
+        sizes = dataclasses.replace(sizes, runs=args.runs)
+    systems = [SYSTEMS[name] for name in args.systems.split(",")]
+    scenarios = [name for name in SCENARIOS if name in args.scenarios.split(",")]
+    command = "python benchmarks/run.py " + " ".join(sys.argv[1:])
+    started = dt.datetime.now().astimezone()
+    load_before = os.getloadavg()
+    args.code = code_version()  # the tree measured (it may change while this runs)
+    for system in systems:  # install everything first: no pip while measuring
+        interpreter(system)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that Redis is stopped
+    redis = RedisServer().start()
+    bench = Bench(args, sizes, redis)
+    errors: list[str] = []
+    profile_text = ""
+    try:
+        redis_version = redis.version()
+        log(f"redis {redis_version} on {redis.url}; logs in {bench.logs}")
+        runs, results = measure(bench, systems, scenarios, errors)
+        if args.profile:
+            log("profiling our worker (py-spy) ...")
+            try:
+                profile_text = profile(bench)
+            except ScenarioError as exc:
+                profile_text = f"(profile failed: {exc})"
+    finally:
+        redis.stop()
+    finished = dt.datetime.now().astimezone()
+    report = render(args, sizes, systems, results, errors, command, started, finished,
+                    load_before, os.getloadavg(), redis_version, profile_text)
+    print(report)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    raw = RESULTS_DIR / f"{bench.stamp}.json"
+    raw.write_text(json.dumps({"command": command, "sizes": dataclasses.asdict(sizes),
+                               "runs": runs, "results": results, "errors": errors},
+                              indent=1, default=str))
+    if not args.no_write:
+        Path(args.output).write_text(report + "\n")
+        log(f"wrote {args.output} and {raw}")
+    return 1 if errors else 0
+
+
+def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
+           results: dict[str, dict[str, Any]], errors: list[str], command: str,
+           started: dt.datetime, finished: dt.datetime, load_before: tuple[float, ...],
+           load_after: tuple[float, ...], redis_version: str, profile_text: str) -> str:
+    box = machine()
+    kind = "QUICK smoke run (--quick: small N, 1 run)" if args.quick else \
+        f"full run ({sizes.runs} runs, medians)"
+    package_lines = []
+    seen: set[str] = set()
+    for system in systems:
+        key = system.venv or "ours"
+        if key in seen:
+            continue
+        seen.add(key)
+        found = versions(interpreter(system), PACKAGES[key])
+        package_lines.append(f"- {key}: " + ", ".join(f"{k} {v}" for k, v in found.items()))
+    lines = [
+        "# Benchmarks: cogworker-async side by side with its peers",
+        "",
+        f"**{kind}.**" + (" These figures come from a short run on a shared, busy "
+                          "machine: treat them as a smoke test of the harness, not as "
+                          "results. Run `make bench` on a quiet machine for real numbers."
+                          if args.quick else ""),
+        "",
+        f"- Command: `make bench` (= `.venv/bin/{command}`)" if not args.quick else
+        f"- Command: `make bench BENCH_ARGS=--quick` (= `.venv/bin/{command}`)",
+        f"- Date: {started:%Y-%m-%d %H:%M %Z} – {finished:%H:%M} "
+        f"({(finished - started).total_seconds() / 60:.1f} min)",
+        f"- Machine: {box['nproc']} cores ({box['cpu']}), {box['memory']} RAM, "
+        f"Linux {box['kernel']}, Python {box['python']}; load average "
+        f"{load_before[0]:.2f} before, {load_after[0]:.2f} after",
+        f"- cogworker-async code: {args.code}",
+        f"- Redis {redis_version}, private, on 127.0.0.1 (no persistence), "
+        "one worker process per system, uvloop in every asyncio process",
+        *package_lines,
+        "",
+        "## Results",
+        "",
+        tables(results, systems, args.concurrency),
+        "",
+        "† stopped at the time cap (rate over the jobs done); g: no bulk API, each chunk's "
+        "enqueue calls gathered concurrently; n/a: not applicable.",
+        "",
+    ]
+    target_table = targets(results)
+    if target_table:
+        lines += ["## Targets of the issue (ours)", "", target_table, ""]
+    breakdown = idle_breakdown(results, systems)
+    if breakdown:
+        lines += ["## Idle worker: commands per second it sent to Redis (MONITOR)", "",
+                  breakdown, ""]
+    if errors:
+        lines += ["## Errors", "", *[f"- {e}" for e in errors], ""]
+    if profile_text:
+        lines += ["## Profile of our worker (py-spy, no-op jobs)", "", "```",
+                  profile_text, "```", ""]
+    lines += [method(sizes, args, systems)]
+    return "\n".join(lines)
+
+
+def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str:
+    notes = [f"- {s.name}: {s.note}" for s in systems if s.note]
+    return "\n".join([
+        "## Method",
+        "",
+        "Each system runs through its own idiomatic API and its real worker class, "
+        "embedded in a small script (`benchmarks/peers/<system>_peer.py`) run with that "
+        "system's own venv; logging is left at Python's default (WARNING) everywhere. "
+        "Every job takes one float (its enqueue time). Redis is flushed before every "
+        "measurement. Wall time and CPU (`getrusage`, all threads) cover only the "
+        "measured part of each process, not its imports.",
+        "",
+        f"- **no-op processing**: {sizes.noop_n:,} jobs queued first (bulk), then one "
+        f"worker at concurrency {args.concurrency} runs until all ran (cap "
+        f"{sizes.noop_cap:.0f} s): jobs/s from the worker's start to the last job, its "
+        "CPU per job, and Redis' CPU per job (INFO cpu).",
+        f"- **enqueue, one at a time**: {sizes.enqueue_n:,} sequential awaited enqueues "
+        "from one process.",
+        f"- **bulk enqueue**: {sizes.bulk_n:,} jobs in calls of {sizes.bulk_chunk:,} "
+        "(`enqueue_many` where the system has one, else `asyncio.gather`).",
+        f"- **pick-up latency**: an idle worker (concurrency {args.concurrency}); after "
+        f"{sizes.warmup:.0f} s, its Redis commands are counted for {sizes.idle_window:.0f} s "
+        "(MONITOR: commands it sent, and those its Lua scripts ran; cross-checked with "
+        "INFO `total_commands_processed` deltas, which count both) along with its CPU "
+        "(/proc), then "
+        f"{sizes.probes} jobs are enqueued one at a time, {1000 * sizes.probe_interval:.0f}"
+        " ms apart; latency = job start − time just before the enqueue call.",
+        f"- **sleep**: {sizes.sleep_n:,} jobs of `asyncio.sleep({sizes.sleep_ms / 1000:g})` "
+        f"queued first, one worker at concurrency {sizes.sleep_concurrency}: seconds from "
+        "the worker's start to the last job's end (ideal 1.0 s).",
+        f"- **memory**: Redis `used_memory` delta over {sizes.mem_ours:,} queued jobs "
+        f"(ours; {sizes.mem_peers:,} for peers), then a worker's RSS after running "
+        f"{sizes.mem_processed:,} of them, vs its RSS with only those "
+        f"{sizes.mem_processed:,} queued.",
+        "",
+        "Ratios are ours ÷ peer for rates and peer ÷ ours for times, CPU, latency, calls "
+        "and memory: above 1 means ours is better.",
+        *(["", *notes] if notes else []),
+        "",
+        "Run it: `make bench` (full: 3 runs, 30–40 minutes), "
+        "`make bench BENCH_ARGS=--quick` (a smoke run of a few minutes), or "
+        "`.venv/bin/python benchmarks/run.py --help`.",
+    ])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
