@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar
 
 from cogworker_async import unique as unique_module
 from cogworker_async.settings import check_queue_name
@@ -88,6 +88,12 @@ class JobDefinition:
 
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raise TypeError if ``args``/``kwargs`` don't fit the function."""
+        # Whether arguments bind depends only on how many are positional and which
+        # names are given: a shape that bound once binds again (checked on every
+        # enqueue and every run, so remembered).
+        shape = (self.func, len(args), frozenset(kwargs))
+        if shape in _FITTING_SHAPES:
+            return
         signature = self.signature
         if signature is None:
             return
@@ -95,6 +101,12 @@ class JobDefinition:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}: {exc}") from None
+        if len(_FITTING_SHAPES) < MAX_REMEMBERED_SHAPES:
+            _FITTING_SHAPES.add(shape)
+
+
+MAX_REMEMBERED_SHAPES: Final = 10_000
+_FITTING_SHAPES: set[tuple[Callable[..., Any], int, frozenset[str]]] = set()
 
 
 # Looked up on every enqueue and every run: computed once per function.

@@ -100,6 +100,9 @@ class Executor:
         call = partial(definition.func, *payload["args"], **payload["kwargs"])
         timeout = definition.options.timeout
         if definition.is_async:
+            if timeout is None:
+                await call()
+                return
             try:
                 with anyio.fail_after(timeout):
                     await call()
