@@ -61,6 +61,8 @@ FETCH_ERROR_PAUSE: Final = (0.1, 2.0)
 """First and longest pause after a failed fetch (doubling in between)."""
 WAKE_RETRY_PAUSE: Final = 1.0
 MAX_PERIODIC_BYTES: Final = 64 * 1024
+PREFETCH_PER_SLOT: Final = 1
+"""Fetched jobs held ready per processor (reliable fetch only)."""
 PENDING_PER_SLOT: Final = 10
 """Outcomes awaiting settlement per slot before fetching stops (back-pressure)."""
 
@@ -125,8 +127,11 @@ class Manager:
         self.running: dict[bytes, Work] = {}
         self.pending: dict[bytes, Pending] = {}
         self.stats = Stats()
-        self.slots = Slots(settings.concurrency)
         reliable = settings.fetch == "reliable"
+        # Reliable fetch holds up to PREFETCH_PER_SLOT x concurrency fetched jobs beyond
+        # the running ones (safe: they are on this process's in-progress list), so a
+        # processor never waits a round trip for its next job.
+        self.slots = Slots(settings.concurrency * (1 + (PREFETCH_PER_SLOT if reliable else 0)))
         self.fetcher: Fetcher = (
             ReliableFetch(store, settings, self.identity) if reliable
             else BasicFetch(store, settings)
@@ -273,7 +278,14 @@ class Manager:
         inbox = self._inbox
         process = self.processor.process
         while True:
-            await process(await inbox.get())
+            work = await inbox.get()
+            if self.stopping:  # quiet: a job that has not started is not started now
+                self.running.pop(work.raw, None)
+                with anyio.CancelScope(shield=True):
+                    await self.settler.settle(work, GiveBack())
+                self.slots.release()
+                continue
+            await process(work)
 
     def _backpressure(self) -> bool:
         """Too many outcomes not yet settled in Redis: stop fetching until they are."""
@@ -323,7 +335,7 @@ class Manager:
             "identity": self.identity,
             "queues": self.settings.queue_names,
             "concurrency": self.settings.concurrency,
-            "busy": self.slots.total - self.slots.free,
+            "busy": len(self.processor.scopes),
             "pending": len(self.pending),
             "fetch": self.settings.fetch,
             "lag_ms": round(self.lag.take() * 1000, 1),

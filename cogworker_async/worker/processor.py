@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import anyio
 
@@ -31,9 +31,6 @@ from cogworker_async.worker.outcome import Ack, Disposition, GiveBack, RetryPoli
 from cogworker_async.worker.settlement import Settler
 
 log = logging.getLogger("cogworker_async")
-
-SETTLE_TIMEOUT: Final = 30.0
-"""Seconds a settle may take once a job is done, even while the worker is cancelled."""
 
 Stats = Counts
 
@@ -94,7 +91,9 @@ class Processor:
                 await self._attempt(attempt)
         finally:
             self.scopes.pop(work.raw, None)
-            with anyio.move_on_after(SETTLE_TIMEOUT, shield=True):
+            # Shielded: a job that ran must be settled even while the worker is being
+            # cancelled (each Redis call is bounded by the socket timeout).
+            with anyio.CancelScope(shield=True):
                 await self._settle(attempt)
             self.running.pop(work.raw, None)
             thread_done = attempt.running.thread_done
