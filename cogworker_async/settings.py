@@ -78,6 +78,9 @@ class Settings:
     """"basic" (BRPOP) loses the jobs that were running when a process crashes."""
     data_dir: str | None = None
     """Embedded server's data dir (default ``$COGWORKER_DATA_DIR`` or ``./.cogworker``)."""
+    prefetch: int = 0
+    """Fetched jobs held ready beyond the running ones (reliable fetch): faster for
+    very short jobs; they wait in this process even while another one is idle."""
     sync_threads: int = 10
     """Threads for plain (non-async) job functions."""
     identity: str | None = field(default=None)
@@ -112,6 +115,9 @@ class Settings:
         _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)
         if self.orphan_threshold <= self.heartbeat_interval:
             raise ValueError("orphan_threshold must be longer than heartbeat_interval")
+        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or \
+                self.prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, not {self.prefetch!r}")
         if self.max_orphanings < 0 or self.max_payload_bytes < 1 or self.sync_threads < 1:
             raise ValueError("max_orphanings >= 0, max_payload_bytes >= 1, sync_threads >= 1")
 

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+import anyio
+
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings
 
@@ -22,6 +24,7 @@ log = logging.getLogger("cogworker_async")
 
 BASIC_POP_TIMEOUT: Final = 1.0
 """Seconds one BRPOP blocks: how long a basic-fetch worker takes to notice a stop."""
+
 
 
 @dataclass(slots=True)
@@ -58,6 +61,10 @@ class Fetcher(Protocol):
 
     async def fetch(self, count: int) -> list[Work]: ...
 
+    async def wait(self, nudge: anyio.Event, block_for: float) -> list[Work]:
+        """Idle: wait up to ``block_for`` s for work (a nudge, or a job moved meanwhile)."""
+        ...
+
 
 class QueueOrder:
     def __init__(self, settings: Settings) -> None:
@@ -86,6 +93,17 @@ class ReliableFetch:
                 log.error("queue %r is not a list in Redis (wrong type): skipped", queue)
         return [Work(queue, raw) for queue, raw in fetched.jobs]
 
+    async def wait(self, nudge: anyio.Event, block_for: float) -> list[Work]:
+        """Wait for the wake-up an enqueue publishes (or ``block_for``, if one is missed).
+
+        Not a blocking move (BLMOVE) on the queue, though it would save a round trip:
+        Redis completes a blocking move even for a process that is paused or whose loop
+        is blocked, and the job then waits in that process until it is declared dead.
+        A wake-up only makes a process fetch when it can run what it fetches."""
+        with anyio.move_on_after(block_for):
+            await nudge.wait()
+        return []
+
 
 class BasicFetch:
     reliable = False
@@ -97,3 +115,6 @@ class BasicFetch:
     async def fetch(self, count: int) -> list[Work]:
         popped = await self._store.pop(self._order(), BASIC_POP_TIMEOUT)
         return [Work(*popped)] if popped else []
+
+    async def wait(self, nudge: anyio.Event, block_for: float) -> list[Work]:
+        return []  # fetch itself blocks (BRPOP)

@@ -61,8 +61,6 @@ FETCH_ERROR_PAUSE: Final = (0.1, 2.0)
 """First and longest pause after a failed fetch (doubling in between)."""
 WAKE_RETRY_PAUSE: Final = 1.0
 MAX_PERIODIC_BYTES: Final = 64 * 1024
-PREFETCH_PER_SLOT: Final = 1
-"""Fetched jobs held ready per processor (reliable fetch only)."""
 PENDING_PER_SLOT: Final = 10
 """Outcomes awaiting settlement per slot before fetching stops (back-pressure)."""
 
@@ -128,10 +126,11 @@ class Manager:
         self.pending: dict[bytes, Pending] = {}
         self.stats = Stats()
         reliable = settings.fetch == "reliable"
-        # Reliable fetch holds up to PREFETCH_PER_SLOT x concurrency fetched jobs beyond
-        # the running ones (safe: they are on this process's in-progress list), so a
-        # processor never waits a round trip for its next job.
-        self.slots = Slots(settings.concurrency * (1 + (PREFETCH_PER_SLOT if reliable else 0)))
+        # Reliable fetch may hold ``prefetch`` fetched jobs beyond the running ones (safe:
+        # they are on this process's in-progress list), so a processor need not wait a
+        # round trip for its next job — at the price of those jobs waiting here while
+        # another process may be idle. Off by default.
+        self.slots = Slots(settings.concurrency + (settings.prefetch if reliable else 0))
         self.fetcher: Fetcher = (
             ReliableFetch(store, settings, self.identity) if reliable
             else BasicFetch(store, settings)
@@ -159,6 +158,7 @@ class Manager:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._upkeep: TaskGroup | None = None
         self._inbox: asyncio.Queue[Work] = asyncio.Queue()
+        self._idle_scope: anyio.CancelScope | None = None
         self._stopping = anyio.Event()
         self._hard = False
         self._drain_scope: anyio.CancelScope | None = None
@@ -183,6 +183,8 @@ class Manager:
         """Quiet: fetch nothing more; running jobs get ``shutdown_timeout`` to finish."""
         self._stopping.set()
         self.slots.nudge()
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
 
     def hard_stop(self) -> None:
         """Stop now: running jobs are cancelled (and given back) without waiting."""
@@ -262,9 +264,9 @@ class Manager:
                 self._fetching = False
             pause = FETCH_ERROR_PAUSE[0]
             if not works:
-                with anyio.move_on_after(self.settings.idle_fetch_interval):
-                    await nudge.wait()
-                continue
+                works = await self._wait_idle(nudge)
+                if not works:
+                    continue
             for work in works:
                 if self.stopping:  # fetched while stopping: it never started
                     jobs.start_soon(self.settler.settle, work, GiveBack())
@@ -272,6 +274,21 @@ class Manager:
                 self.slots.free -= 1
                 self.running[work.raw] = work  # before a processor takes it: never a stray
                 self._inbox.put_nowait(work)
+
+    async def _wait_idle(self, nudge: anyio.Event) -> list[Work]:
+        """Nothing was queued: wait for work, until ``stop()`` cancels the wait."""
+        works: list[Work] = []
+        try:
+            with anyio.CancelScope() as self._idle_scope:
+                if not self.stopping:
+                    works = await self.fetcher.wait(nudge, self.settings.idle_fetch_interval)
+        except RedisError as exc:
+            log.warning("waiting for jobs failed (%s); trying again", why(exc))
+            with anyio.move_on_after(FETCH_ERROR_PAUSE[1]):
+                await self._stopping.wait()
+        finally:
+            self._idle_scope = None
+        return works
 
     async def _processor_loop(self) -> None:
         """One processor slot: take the next fetched job, run it, settle it, repeat."""

@@ -30,6 +30,7 @@ def test_weighted_queues() -> None:
         {"shutdown_timeout": -1},
         {"orphan_threshold": 1.0, "heartbeat_interval": 2.0},
         {"fetch": "fast"},
+        {"prefetch": -1},
     ],
 )
 def test_bad_settings_are_refused_clearly(bad: dict[str, object]) -> None:

@@ -305,3 +305,29 @@ async def test_an_idle_worker_starts_a_new_job_at_once(make_app: Callable[..., A
         with anyio.fail_after(5):
             await f.enqueue()
             await ran.wait()
+
+
+async def test_prefetched_jobs_that_never_started_go_back_at_shutdown(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app(shutdown_timeout=0.2, prefetch=3)
+    started: list[int] = []
+
+    @jobs.job()
+    async def slow(n: int) -> None:
+        started.append(n)
+        await anyio.sleep(30)
+
+    for n in range(4):
+        await slow.enqueue(n)
+    async with jobs.worker(concurrency=1):
+        await wait_until(lambda: started == [0])
+        # the other three are fetched and held, but never start
+        await wait_until(lambda: _queue_empty(store))
+    assert started == [0]
+    assert await store.client.llen(store.keys.queue("default")) == 4
+    assert await in_progress_total(store, store.keys) == 0
+
+
+async def _queue_empty(store: Store) -> bool:
+    return int(await store.client.llen(store.keys.queue("default"))) == 0
