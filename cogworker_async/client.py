@@ -122,6 +122,9 @@ class Client:
         definition.check_arguments(args, kwargs)
         payload = job.build(definition.name, args, kwargs, queue=options.queue,
                             retry=options.retry, now=time.time())
+        if not self.middleware and options.unique is None:  # nothing to pass it through
+            raw = job.encode(payload, self.settings.max_payload_bytes)
+            return _Push(options.queue, raw, payload["jid"])
         prepared: list[_Push] = []
 
         async def accept(enqueue: Enqueue) -> str | None:
