@@ -134,13 +134,26 @@ class Recovery:
                         f"; {result.parked} orphaned too often" if result.parked else "")
             event = {"identity": identity, "at": time.time(), "requeued": result.moved,
                      "parked": result.parked, "by": self.identity, "last_beat": info}
-            await self.store.record_recovery(event, RECENT_RECOVERIES)
+            await self._record(event)
         if result.parked:
             await self.bury_repeat_orphans(identity, info)
         # Forgotten, it needs no declared_dead mark: a zombie beating again finds its
         # stamp gone, which tells it the same (and the set stays bounded).
         await self.store.forget(identity, declared_dead=False)
         return result.moved
+
+    async def _record(self, event: dict[str, Any]) -> None:
+        """Add a recovery event (informational). The jobs are already back: a failure
+        here must not stop the pass before the owner is forgotten. Tried twice — right
+        after Redis restarted, the pool's first use of a stale connection fails."""
+        for attempt in (1, 2):
+            try:
+                await self.store.record_recovery(event, RECENT_RECOVERIES)
+                return
+            except RedisError as exc:
+                if attempt == 2:
+                    log.warning("couldn't record the recovery of %s: %s", event["identity"],
+                                why(exc))
 
     async def _held_back(self, identity: str) -> list[bytes]:
         """Jobs that were orphaned before come back one per pass, not all at once.
