@@ -185,6 +185,7 @@ class Store:
                 "orphan_ttl": ORPHAN_TTL,
                 "max_orphanings": max_orphanings,
                 "limit": max(1, min(REQUEUE_BATCH, budget)),
+                "wake_channel": self.keys.wake_channel,
             }
             keys = [key, self.keys.process(identity), self.keys.last_beat,
                     self.keys.repeat_orphans, self.keys.queues, self.keys.declared_dead]

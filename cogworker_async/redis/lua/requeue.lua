@@ -12,6 +12,7 @@
 --   now                           the caller's clock (epoch s), used only if TIME is refused
 --   orphan_prefix, orphan_ttl, max_orphanings   per-jid orphan counters (recovery only)
 --   limit                         the most entries to look at in this call
+--   wake_channel                  pub/sub channel to wake idle workers on (optional)
 -- ARGV[2] n, the number of jobs to drop: ARGV[3 .. n + 2] (they ran; only their ack
 -- failed, so dropping them is their ack). ARGV[n + 3 ..] jobs to keep on the list.
 -- Derived keys (named here for Cluster: they share the namespace's hash tag): queue
@@ -110,5 +111,8 @@ for _ = 1, limit do
 end
 if recovering and moved + parked > 0 then
   redis.pcall("SADD", KEYS[6], opts.identity) -- best effort: the jobs are already moved
+end
+if moved > 0 and opts.wake_channel then
+  redis.call("PUBLISH", opts.wake_channel, "requeued") -- idle workers fetch them now
 end
 return {moved, looked, parked}

@@ -70,8 +70,11 @@ async def test_killed_after_the_body_before_the_ack(
     assert await dead.wait_exit(5) == -signal.SIGKILL
     dead_identity = f"fault-2a-{workers.index(dead)}"
 
-    await wait_alive(survivor, lambda: _all_done(r, keys, witness, len(others) + 1,
-                                                 dead_identity), timeout=30)
+    async def done_and_rerun() -> bool:  # the doomed job's second run included
+        return (await _all_done(r, keys, witness, len(others) + 1, dead_identity)
+                and (await witness.starts())["doomed"] >= 2)
+
+    await wait_alive(survivor, done_and_rerun, timeout=30)
     await survivor.stop()
 
     started = await witness.started()
