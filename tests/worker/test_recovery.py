@@ -147,3 +147,24 @@ async def test_handed_over_failures_are_filed_not_rerun(
 
 async def _zcard_is(store: Store, key: str, n: int) -> bool:
     return int(await store.client.zcard(key)) == n
+
+
+async def test_recovered_jobs_wake_an_idle_worker(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    # The idle poll is 30 s: only the wake-up published by the requeue can be this fast.
+    jobs = make_app(orphan_threshold=1.0, recovery_interval=0.2, idle_fetch_interval=30.0)
+    ran = anyio.Event()
+
+    @jobs.job(name="woken")
+    async def woken(n: int) -> None:
+        ran.set()
+
+    keys = store.keys
+    async with jobs.worker():
+        await anyio.sleep(0.3)  # setup: let the dispatcher go idle on an empty queue
+        await store.client.rpush(keys.in_progress(DEAD), raw_job("woken", 9))
+        await store.client.sadd(keys.in_progress_identities, DEAD)
+        await store.client.hset(keys.last_beat, DEAD, str(time.time() - 60))
+        with anyio.fail_after(5):
+            await ran.wait()
