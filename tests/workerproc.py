@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -110,3 +112,19 @@ class WorkerProcess:
     def cleanup(self) -> None:
         self.kill()
         self.log_path.unlink(missing_ok=True)
+
+
+@contextmanager
+def worker_pool() -> Iterator[list[WorkerProcess]]:
+    """Workers appended to the yielded list are killed by pid and cleaned up at the end,
+    each one's log printed (pytest shows it when the test failed)."""
+    workers: list[WorkerProcess] = []
+    try:
+        yield workers
+    finally:
+        for worker in workers:
+            try:
+                worker.kill()
+                print(f"--- worker {worker.pid} (exit {worker.returncode}) ---\n{worker.log()}")
+            finally:
+                worker.cleanup()

@@ -18,7 +18,7 @@ import redis.asyncio
 
 from tests.e2e import jobsapp
 from tests.waiting import wait_until
-from tests.workerproc import WorkerProcess
+from tests.workerproc import WorkerProcess, worker_pool
 
 READY_TIMEOUT: Final = 15.0
 """Seconds a worker may take to start (imports on a busy 2-core machine)."""
@@ -30,20 +30,12 @@ StartWorker = Callable[..., WorkerProcess]
 @pytest.fixture
 def start_worker(redis_url: str, namespace: str) -> Iterator[StartWorker]:
     """``start_worker(*cli_args, redis_url=..., **settings)``: a running worker process."""
-    workers: list[WorkerProcess] = []
-
-    def start(*args: str, url: str | None = None, **settings: Any) -> WorkerProcess:
-        worker = WorkerProcess(url or redis_url, namespace, settings, list(args))
-        workers.append(worker)
-        return worker.start()
-
-    yield start
-    for worker in workers:
-        try:
-            worker.kill()
-            print(f"--- worker {worker.pid} (exit {worker.returncode}) ---\n{worker.log()}")
-        finally:
-            worker.cleanup()
+    with worker_pool() as workers:
+        def start(*args: str, url: str | None = None, **settings: Any) -> WorkerProcess:
+            worker = WorkerProcess(url or redis_url, namespace, settings, list(args))
+            workers.append(worker)
+            return worker.start()
+        yield start
 
 
 @pytest.fixture

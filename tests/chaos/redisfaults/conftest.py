@@ -24,7 +24,7 @@ import redis.asyncio
 from tests.chaos.redisfaults import faultapp
 from tests.servers import ServerProcess
 from tests.waiting import wait_until
-from tests.workerproc import WorkerProcess
+from tests.workerproc import WorkerProcess, worker_pool
 
 FULL: Final = os.environ.get("COGWORKER_CHAOS", "").strip().lower() == "full"
 TARGET: Final = "tests.chaos.redisfaults.faultapp:jobs"
@@ -126,22 +126,14 @@ StartWorker = Callable[..., WorkerProcess]
 def start_worker(witness_server: ServerProcess, namespace: str) -> Iterator[StartWorker]:
     """``start_worker(url, *cli_args, **settings)``: a running worker process on ``url``
     (SETTINGS overridden by ``settings``), recording its runs on the witness."""
-    workers: list[WorkerProcess] = []
-
-    def start(url: str, *args: str, **settings: Any) -> WorkerProcess:
-        worker = WorkerProcess(url, namespace, {**SETTINGS, **settings}, list(args),
-                               target=TARGET,
-                               env={faultapp.WITNESS_ENV: witness_server.url})
-        workers.append(worker)
-        return worker.start()
-
-    yield start
-    for worker in workers:
-        try:
-            worker.kill()
-            print(f"--- worker {worker.pid} (exit {worker.returncode}) ---\n{worker.log()}")
-        finally:
-            worker.cleanup()
+    with worker_pool() as workers:
+        def start(url: str, *args: str, **settings: Any) -> WorkerProcess:
+            worker = WorkerProcess(url, namespace, {**SETTINGS, **settings}, list(args),
+                                   target=TARGET,
+                                   env={faultapp.WITNESS_ENV: witness_server.url})
+            workers.append(worker)
+            return worker.start()
+        yield start
 
 
 @pytest.fixture
