@@ -144,6 +144,24 @@ def _other_threads() -> list[threading.Thread]:
 
 
 @cli.command()
+def web(
+    target: Annotated[str, typer.Argument(help="The App to show, as MODULE:ATTRIBUTE.")],
+    host: Annotated[str, typer.Option(help="Address to bind (loopback unless told).")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+) -> None:
+    """Serve the web dashboard (needs the ``web`` extra) until SIGTERM/SIGINT."""
+    try:
+        from cogworker_async.web import serve
+    except ImportError as exc:
+        typer.echo(f"error: the dashboard needs the web extra "
+                   f"(pip install 'cogworker-async[web]'): {exc}", err=True)
+        raise typer.Exit(2) from None
+    serve(load_app(target), host=host, port=port, log_level=log_level.lower())
+
+
+@cli.command()
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)

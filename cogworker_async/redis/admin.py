@@ -1,0 +1,244 @@
+"""Admin: the reads and the admin writes behind the dashboard and the admin CLI.
+
+Only this module and ``store.py`` speak Redis. Every read is bounded — a page, a
+window, one scan step — so that no view ever loads a whole queue or set, however
+large. Every write that moves a job goes through the worker's own scripts (``promote``,
+``move_member``): written before removed, and a member that another process moved or
+ran meanwhile is skipped, never duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+from cogworker_async.redis.store import SetName, Store, _bytes
+
+RECOVERY_EVENTS_SHOWN: Final = 50
+
+
+def _text(value: Any) -> str:
+    return _bytes(value).decode("utf-8", "replace")
+
+
+def _json_object(raw: Any) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class Admin:
+    """Bounded reads and admin writes, on a Store's connection pool and key names."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.client = store.client
+        self.keys = store.keys
+
+    # -- totals and server -------------------------------------------------------------
+
+    async def totals(self) -> tuple[int, int]:
+        """(processed, failed) since the counters were created."""
+        processed, failed = await self.client.mget(
+            [self.keys.stats_processed, self.keys.stats_failed])
+        return _int(processed), _int(failed)
+
+    async def reset_totals(self) -> None:
+        await self.client.delete(self.keys.stats_processed, self.keys.stats_failed)
+
+    async def server_info(self) -> dict[str, Any]:
+        """The server's name, version, memory and clients (INFO), as reported."""
+        info = await self.client.info()
+        return {
+            "server": "valkey" if "valkey_version" in info else "redis",
+            "version": str(info.get("valkey_version") or info.get("redis_version", "?")),
+            "used_memory": _int(info.get("used_memory")),
+            "used_memory_human": str(info.get("used_memory_human", "?")),
+            "maxmemory": _int(info.get("maxmemory")),
+            "connected_clients": _int(info.get("connected_clients")),
+            "uptime_in_seconds": _int(info.get("uptime_in_seconds")),
+        }
+
+    async def now(self) -> float:
+        """Redis' clock (epoch s): ages are judged by the clock the scripts use."""
+        seconds, micros = await self.client.time()
+        return float(seconds) + float(micros) / 1_000_000
+
+    # -- queues ------------------------------------------------------------------------
+
+    async def queue_names(self) -> list[str]:
+        return sorted(_text(name) for name in await self.client.smembers(self.keys.queues))
+
+    async def queue_heads(self, names: Sequence[str]) -> list[tuple[int, bytes | None]]:
+        """(length, oldest job) of each queue, in one round trip. A key of the wrong
+        type reads as empty rather than failing the whole page."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.llen(self.keys.queue(name))
+                pipe.lindex(self.keys.queue(name), -1)
+            replies = await pipe.execute(raise_on_error=False)
+        heads = []
+        for i in range(0, len(replies), 2):
+            length, oldest = replies[i], replies[i + 1]
+            if isinstance(length, Exception) or isinstance(oldest, Exception):
+                heads.append((0, None))
+            else:
+                heads.append((int(length), _bytes(oldest) if oldest is not None else None))
+        return heads
+
+    async def queue_window(self, name: str, start: int, stop: int) -> list[bytes]:
+        """Jobs ``start``..``stop`` (inclusive) counted from the next to run (0)."""
+        # Fetch takes from the right: index -1 runs next. Read the window from the right
+        # and turn it round, so that position 0 is the next job to run.
+        reply = await self.client.lrange(self.keys.queue(name), -stop - 1, -start - 1)
+        return [_bytes(raw) for raw in reversed(reply)]
+
+    async def queue_remove(self, name: str, raw: bytes) -> bool:
+        """Remove one job (exact bytes) from a queue; False if it is gone (it may have run)."""
+        return int(await self.client.lrem(self.keys.queue(name), 1, raw)) == 1
+
+    async def queue_clear(self, name: str) -> int:
+        """Delete a queue and forget its name; returns how many jobs it held."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.llen(self.keys.queue(name))
+            pipe.delete(self.keys.queue(name))
+            pipe.srem(self.keys.queues, name)
+            length, _, _ = await pipe.execute()
+        return int(length)
+
+    # -- sorted sets: schedule, retry, dead ----------------------------------------------
+
+    def zset(self, target: SetName) -> str:
+        return self.store._zset(target)
+
+    async def set_size(self, target: SetName) -> int:
+        return int(await self.client.zcard(self.zset(target)))
+
+    async def set_window(
+        self, target: SetName, start: int, stop: int, *, newest_first: bool
+    ) -> list[tuple[bytes, float]]:
+        """Members ``start``..``stop`` by score (or newest first), with their scores."""
+        key = self.zset(target)
+        if newest_first:
+            reply = await self.client.zrevrange(key, start, stop, withscores=True)
+        else:
+            reply = await self.client.zrange(key, start, stop, withscores=True)
+        return [(_bytes(member), float(score)) for member, score in reply]
+
+    async def set_at_score(self, target: SetName, score: float) -> list[bytes]:
+        """Members whose score is exactly ``score`` (how an entry is found again)."""
+        reply = await self.client.zrangebyscore(self.zset(target), score, score)
+        return [_bytes(member) for member in reply]
+
+    async def set_scan(
+        self, target: SetName, pattern: str, cursor: int, count: int
+    ) -> tuple[int, list[tuple[bytes, float]]]:
+        """One ZSCAN step with a MATCH pattern: (next cursor, matches). Cursor 0 = done."""
+        cursor, reply = await self.client.zscan(self.zset(target), cursor, match=pattern,
+                                                count=count)
+        return int(cursor), [(_bytes(member), float(score)) for member, score in reply]
+
+    async def set_remove(self, target: SetName, members: Sequence[bytes]) -> int:
+        if not members:
+            return 0
+        return int(await self.client.zrem(self.zset(target), *members))
+
+    async def set_clear(self, target: SetName) -> int:
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.zcard(self.zset(target))
+            pipe.delete(self.zset(target))
+            size, _ = await pipe.execute()
+        return int(size)
+
+    async def set_to_queues(
+        self, target: SetName, items: Sequence[tuple[bytes, bytes, str]]
+    ) -> int:
+        """Move ``(member, job to push, queue)`` items onto their queues (``promote``)."""
+        return await self.store.promote(target, items)
+
+    async def set_move(
+        self, source: SetName, target: SetName, member: bytes, entry: bytes
+    ) -> bool:
+        """Move one member to another set, scored now (``move_member``)."""
+        return await self.store.move_member(source, target, member, entry)
+
+    # -- processes -----------------------------------------------------------------------
+
+    async def identities(self) -> list[str]:
+        """Every identity that has beaten or owns an in-progress list."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hkeys(self.keys.beats)
+            pipe.smembers(self.keys.in_progress_identities)
+            beaten, registered = await pipe.execute(raise_on_error=False)
+        names: set[str] = set()
+        for reply in (beaten, registered):
+            if not isinstance(reply, Exception):
+                names.update(_text(name) for name in reply)
+        return sorted(names)
+
+    async def processes(self, identities: Sequence[str]) -> list[dict[str, Any]]:
+        """For each identity: alive?, its beat info, last beat, in-progress count, and
+        what its processors run (the workers hash), in one round trip."""
+        keys = self.keys
+        async with self.client.pipeline(transaction=False) as pipe:
+            for identity in identities:
+                pipe.exists(keys.process(identity))
+                pipe.hget(keys.beats, identity)
+                pipe.hget(keys.last_beat, identity)
+                pipe.llen(keys.in_progress(identity))
+                pipe.hgetall(keys.workers(identity))
+            replies = await pipe.execute(raise_on_error=False)
+        found = []
+        for i, identity in enumerate(identities):
+            alive, info, last, length, workers = replies[5 * i: 5 * i + 5]
+            running = {}
+            if isinstance(workers, dict):
+                for jid, what in workers.items():
+                    running[_text(jid)] = _json_object(what) or {}
+            found.append({
+                "identity": identity,
+                "alive": not isinstance(alive, Exception) and int(alive) == 1,
+                "info": None if isinstance(info, Exception) else _json_object(info),
+                "last_beat": None if isinstance(last, Exception) else _float(last),
+                "in_progress": 0 if isinstance(length, Exception) else int(length),
+                "running": running,
+            })
+        return found
+
+    async def recoveries(self) -> list[dict[str, Any]]:
+        """Recent recoveries of dead processes, newest first."""
+        reply = await self.client.lrange(self.keys.recoveries, 0, RECOVERY_EVENTS_SHOWN - 1)
+        return [event for event in map(_json_object, reply) if event is not None]
+
+    # -- periodic ------------------------------------------------------------------------
+
+    async def periodic_state(self, names: Sequence[str]) -> dict[str, tuple[float | None, bool]]:
+        """name -> (last claimed tick, running now?)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.keys.cron_claimed)
+            for name in names:
+                pipe.exists(self.keys.periodic_running(name))
+            claimed, *running = await pipe.execute(raise_on_error=False)
+        ticks = claimed if isinstance(claimed, dict) else {}
+        state = {}
+        for name, busy in zip(names, running, strict=True):
+            state[name] = (_float(ticks.get(name.encode())),
+                           not isinstance(busy, Exception) and int(busy) == 1)
+        return state
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
