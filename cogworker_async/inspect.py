@@ -433,7 +433,7 @@ class JobSet:
         """Apply ``act`` to the whole set, a batch at a time. Entries it leaves behind
         (refused, or unwritable) are stepped over, so that the loop always ends."""
         admin = self._inspector.admin()
-        total, skip, refused = 0, 0, []
+        total, skip, refused = 0, 0, list[str]()
         while True:
             window = await admin.set_window(self.target, skip, skip + BULK_BATCH - 1,
                                             newest_first=False)

@@ -80,7 +80,7 @@ class Admin:
                 pipe.llen(self.keys.queue(name))
                 pipe.lindex(self.keys.queue(name), -1)
             replies = await pipe.execute(raise_on_error=False)
-        heads = []
+        heads: list[tuple[int, bytes | None]] = []
         for i in range(0, len(replies), 2):
             length, oldest = replies[i], replies[i + 1]
             if isinstance(length, Exception) or isinstance(oldest, Exception):
@@ -98,7 +98,8 @@ class Admin:
 
     async def queue_remove(self, name: str, raw: bytes) -> bool:
         """Remove one job (exact bytes) from a queue; False if it is gone (it may have run)."""
-        return int(await self.client.lrem(self.keys.queue(name), 1, raw)) == 1
+        # redis-py types the value as str; the stored bytes are what must match.
+        return int(await self.client.lrem(self.keys.queue(name), 1, raw)) == 1  # type: ignore[arg-type]
 
     async def queue_clear(self, name: str) -> int:
         """Delete a queue and forget its name; returns how many jobs it held."""
@@ -126,12 +127,12 @@ class Admin:
             reply = await self.client.zrevrange(key, start, stop, withscores=True)
         else:
             reply = await self.client.zrange(key, start, stop, withscores=True)
-        return [(_bytes(member), float(score)) for member, score in reply]
+        return [(_bytes(member), float(score)) for member, score in _pairs(reply)]
 
     async def set_at_score(self, target: SetName, score: float) -> list[bytes]:
         """Members whose score is exactly ``score`` (how an entry is found again)."""
         reply = await self.client.zrangebyscore(self.zset(target), score, score)
-        return [_bytes(member) for member in reply]
+        return [_bytes(member) for member in reply if isinstance(member, bytes | str)]
 
     async def set_scan(
         self, target: SetName, pattern: str, cursor: int, count: int
@@ -139,7 +140,7 @@ class Admin:
         """One ZSCAN step with a MATCH pattern: (next cursor, matches). Cursor 0 = done."""
         cursor, reply = await self.client.zscan(self.zset(target), cursor, match=pattern,
                                                 count=count)
-        return int(cursor), [(_bytes(member), float(score)) for member, score in reply]
+        return int(cursor), [(_bytes(member), float(score)) for member, score in _pairs(reply)]
 
     async def set_remove(self, target: SetName, members: Sequence[bytes]) -> int:
         if not members:
@@ -228,6 +229,11 @@ class Admin:
             state[name] = (_float(ticks.get(name.encode())),
                            not isinstance(busy, Exception) and int(busy) == 1)
         return state
+
+
+def _pairs(reply: Any) -> list[tuple[bytes, float]]:
+    """``(member, score)`` pairs of a WITHSCORES reply."""
+    return [(_bytes(member), float(score)) for member, score in reply]
 
 
 def _int(value: Any) -> int:

@@ -1,0 +1,293 @@
+"""The read/admin model against a real server: what an admin sees is what is stored,
+and every action moves exactly the entry that was seen (or reports it gone)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cogworker_async import App
+from cogworker_async.inspect import Inspector, JobRecord, glob_pattern
+from cogworker_async.redis.store import Store
+from tests.waiting import wait_until
+
+
+def queued(store: Store, queue: str = "default") -> Any:
+    return store.client.lrange(store.keys.queue(queue), 0, -1)
+
+
+async def test_a_queue_pages_in_run_order_and_reports_the_oldest_jobs_wait(
+    make_app: Callable[..., App],
+) -> None:
+    jobs = make_app()
+
+    @jobs.job
+    async def work(n: int) -> None: ...
+
+    await work.enqueue_many([((n,), {}) for n in range(60)])
+    insp = Inspector(jobs)
+    first, third = await insp.queue("default").page(1), await insp.queue("default").page(3)
+    assert (first.total, first.pages) == (60, 3)
+    assert [r.args[0] for r in first.items] == list(range(25))  # 0 runs next
+    assert [r.args[0] for r in third.items] == list(range(50, 60))
+    assert [r.position for r in third.items] == list(range(50, 60))
+    [info] = await insp.queues.infos()
+    assert (info.name, info.size) == ("default", 60)
+    assert 0 <= info.latency < 60
+
+
+async def test_deleting_a_queued_job_finds_it_even_after_the_queue_moved(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+
+    @jobs.job
+    async def work(n: int) -> None: ...
+
+    await work.enqueue_many([((n,), {}) for n in range(10)])
+    insp = Inspector(jobs)
+    seen = (await insp.queue("default").page()).items[5]
+    await store.client.rpop(store.keys.queue("default"))  # a worker took job 0 meanwhile
+    await work.enqueue(99)
+    done = await insp.queue("default").delete([seen.token])
+    assert (done.done, done.missing) == (1, 0)
+    left = [json.loads(r)["args"][0] for r in await queued(store)]
+    assert 5 not in left
+    assert sorted(left) == [1, 2, 3, 4, 6, 7, 8, 9, 99]
+    # Deleting it again: gone, and nothing else touched.
+    assert (await insp.queue("default").delete([seen.token])).missing == 1
+    assert len(await queued(store)) == 9
+
+
+async def test_clearing_a_queue_removes_it_and_its_name(make_app: Callable[..., App]) -> None:
+    jobs = make_app()
+
+    @jobs.job
+    async def work(n: int) -> None: ...
+
+    await work.enqueue_many([((n,), {}) for n in range(7)])
+    insp = Inspector(jobs)
+    assert await insp.queue("default").clear() == 7
+    assert await insp.queues.infos() == []
+
+
+async def fill_dead(jobs: App, count: int) -> Inspector:
+    @jobs.job(name="fails", retry=1)
+    async def fails(n: int) -> None:
+        raise ValueError(f"bad <b>{n}</b>")
+
+    await fails.enqueue_many([((n,), {}) for n in range(count)])
+    insp = Inspector(jobs)
+    async with jobs.worker():
+        await wait_until(lambda: _size(insp, "dead", count), timeout=15)
+    return insp
+
+
+async def _size(insp: Inspector, name: str, size: int) -> bool:
+    return await insp.job_set(name).size() == size
+
+
+async def test_a_dead_job_retried_gets_one_more_attempt_and_runs(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+    insp = await fill_dead(jobs, 3)
+    page = await insp.dead.page()
+    assert page.total == 3
+    record = page.items[0]
+    assert (record.error_class, record.retry_count) == ("ValueError", 1)
+    assert record.error_message is not None
+    assert "bad <b>" in record.error_message
+    done = await insp.dead.retry([record.token])
+    assert (done.done, done.missing) == (1, 0)
+    [raw] = await queued(store)
+    requeued = json.loads(raw)
+    assert requeued["jid"] == record.jid
+    assert requeued["retry_count"] == 0
+    # It runs, fails once more, and (its retries used) lands in dead again — not lost.
+    async with jobs.worker():
+        await wait_until(lambda: _size(insp, "dead", 3), timeout=10)
+    assert await store.client.llen(store.keys.queue("default")) == 0
+
+
+async def test_actions_on_a_stale_token_report_it_gone_and_touch_nothing_else(
+    make_app: Callable[..., App],
+) -> None:
+    jobs = make_app()
+    insp = await fill_dead(jobs, 2)
+    [first, second] = (await insp.dead.page()).items
+    assert (await insp.dead.delete([first.token])).done == 1
+    for action in (insp.dead.delete, insp.dead.retry):
+        result = await action([first.token])
+        assert (result.done, result.missing) == (0, 1)
+    assert [r.jid for r in (await insp.dead.page()).items] == [second.jid]
+    with pytest.raises(ValueError, match="not an entry token"):
+        await insp.dead.delete(["nonsense"])
+
+
+async def test_scheduled_jobs_can_be_enqueued_now_or_killed(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+
+    @jobs.job
+    async def later(n: int) -> None: ...
+
+    for n in range(3):
+        await later.enqueue_in(3600 + n, n)
+    insp = Inspector(jobs)
+    soonest, second, _ = (await insp.scheduled.page()).items
+    assert [soonest.args, second.args] == [[0], [1]]
+    assert (await insp.scheduled.retry([soonest.token])).done == 1
+    [raw] = await queued(store)
+    assert json.loads(raw)["args"] == [0]
+    assert "retry_count" not in json.loads(raw)
+    assert (await insp.scheduled.kill([second.token])).done == 1
+    dead = (await insp.dead.page()).items
+    assert [r.args for r in dead] == [[1]]
+    assert await insp.scheduled.size() == 1
+
+
+async def test_search_ignores_case_finds_errors_and_escapes_glob_characters(
+    make_app: Callable[..., App],
+) -> None:
+    jobs = make_app()
+    insp = await fill_dead(jobs, 5)
+    found = await insp.dead.search("VALUEERROR")
+    assert found.complete
+    assert len(found.items) == 5
+    assert [r.args for r in (await insp.dead.search("bad <b>3<")).items] == [[3]]
+    assert (await insp.dead.search("*")).items == []  # a literal star, not a wildcard
+    limited = await insp.dead.search("fails", limit=2)
+    assert len(limited.items) == 2
+    assert not limited.complete
+    with pytest.raises(ValueError, match="non-empty"):
+        await insp.dead.search("  ")
+
+
+def test_glob_pattern_escapes_every_special_character() -> None:
+    assert glob_pattern("a*[b]?") == "*[aA]\\*\\[[bB]\\]\\?*"
+
+
+async def test_retry_all_moves_every_runnable_entry_and_steps_over_unparseable_ones(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+
+    @jobs.job
+    async def work(n: int) -> None: ...
+
+    now = time.time()
+    entries = {json.dumps({"jid": f"j{n}", "class": "work", "args": [n], "queue": "default",
+                           "retry_count": 2}): now + n for n in range(1200)}
+    entries["not json at all"] = now
+    await store.client.zadd(store.keys.retry, entries)
+    insp = Inspector(jobs)
+    result = await insp.retries.retry_all()
+    assert result.done == 1200
+    assert len(result.refused) == 1
+    assert await store.client.llen(store.keys.queue("default")) == 1200
+    assert await store.client.zrange(store.keys.retry, 0, -1) == [b"not json at all"]
+    assert json.loads((await queued(store))[0])["retry_count"] == 1
+    assert await insp.retries.delete_all() == 1
+
+
+async def test_kill_all_moves_retries_to_dead(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+    entries = {json.dumps({"jid": f"j{n}", "class": "x", "args": []}): n for n in range(30)}
+    await store.client.zadd(store.keys.retry, entries)
+    insp = Inspector(jobs)
+    assert (await insp.retries.kill_all()).done == 30
+    assert (await insp.retries.size(), await insp.dead.size()) == (0, 30)
+    assert (await insp.dead.kill_all()).done == 0
+
+
+async def test_pages_refuse_bad_numbers(make_app: Callable[..., App]) -> None:
+    insp = Inspector(make_app())
+    for number, size in ((0, 25), (1, 0), (1, 10_000)):
+        with pytest.raises(ValueError, match="page"):
+            await insp.dead.page(number, size)
+
+
+async def test_processes_show_a_live_worker_and_its_running_job(
+    make_app: Callable[..., App],
+) -> None:
+    jobs = make_app()
+    started, release = [], []
+
+    @jobs.job(name="slow")
+    async def slow() -> None:
+        started.append(1)
+        await wait_until(lambda: bool(release), timeout=10)
+
+    await slow.enqueue()
+    insp = Inspector(jobs)
+
+    async def shows_running() -> bool:
+        procs = await insp.processes.all()
+        return bool(procs) and bool(procs[0].running)
+
+    async with jobs.worker(concurrency=3):
+        await wait_until(shows_running, timeout=10)
+        [proc] = await insp.processes.all()
+        assert proc.alive
+        assert not proc.awaiting_recovery
+        assert proc.concurrency == 3
+        assert proc.pid is not None
+        assert proc.hostname
+        assert proc.beat_age is not None
+        assert proc.beat_age < 5
+        assert [r.name for r in proc.running] == ["slow"]
+        summary = await insp.summary()
+        assert (summary["processes"], summary["busy"]) == (1, 1)
+        release.append(1)
+    assert await insp.processes.all() == []  # a clean stop leaves no trace
+
+
+async def test_a_process_that_stopped_beating_awaits_recovery(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+    identity = "gone-host:4242:abc"
+    await store.client.rpush(store.keys.in_progress(identity), b'{"jid":"j","class":"x"}')
+    await store.client.sadd(store.keys.in_progress_identities, identity)
+    await store.client.hset(store.keys.last_beat, identity, time.time() - 30)
+    await store.client.hset(store.keys.beats, identity,
+                            json.dumps({"hostname": "gone-host", "pid": 4242}))
+    [proc] = await Inspector(jobs).processes.all()
+    assert not proc.alive
+    assert proc.awaiting_recovery
+    assert proc.in_progress == 1
+    assert proc.beat_age is not None
+    assert proc.beat_age >= 29
+
+
+async def test_periodic_jobs_show_schedule_next_and_last_run(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+
+    @jobs.periodic("*/5 * * * *", name="report")
+    async def report() -> None: ...
+
+    await store.client.hset(store.keys.cron_claimed, "report", 1_700_000_000)
+    [info] = await Inspector(jobs).periodic.all()
+    assert (info.name, info.schedule, info.last_run, info.running) == (
+        "report", "*/5 * * * *", 1_700_000_000.0, False)
+    assert info.next_run > time.time()
+    assert info.next_run % 300 == 0
+
+
+def test_a_record_that_is_not_json_is_shown_not_run() -> None:
+    record = JobRecord.read(b"\xff\xfe<script>", score=1.0)
+    assert record.payload is None
+    assert not record.runnable
+    assert record.name == "?"
+    assert "<script>" in record.display_args()
+    assert "raw_base64" in record.as_dict()
