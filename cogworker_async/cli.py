@@ -20,6 +20,7 @@ from typing import Annotated, Any, Final
 import anyio
 import typer
 
+from cogworker_async import admin_cli
 from cogworker_async.app import App
 from cogworker_async.errors import CogworkerError
 from cogworker_async.version import __version__
@@ -159,6 +160,9 @@ def web(
                    f"(pip install 'cogworker-async[web]'): {exc}", err=True)
         raise typer.Exit(2) from None
     serve(load_app(target), host=host, port=port, log_level=log_level.lower())
+
+
+admin_cli.register(cli, load_app)  # stats, queues, scheduled, retries, dead, ...
 
 
 @cli.command()
