@@ -1,0 +1,72 @@
+"""How the dashboard writes times, durations and sizes: pure functions, used as Jinja
+filters. People read "3 s ago" faster than an epoch; the exact UTC time goes in a
+``title`` so that it is one hover away.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any, Final
+
+MINUTE: Final = 60.0
+HOUR: Final = 3600.0
+DAY: Final = 86400.0
+KIB: Final = 1024.0
+
+
+def duration(seconds: float | None) -> str:
+    """A length of time in its largest sensible unit: ``850 ms``, ``3 s``, ``2 min``,
+    ``5 h 10 min``, ``3 d``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    seconds = abs(seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < MINUTE - 0.5:
+        return f"{round(seconds)} s"
+    minutes = round(seconds / MINUTE)  # rounded: 3,599.9 s reads "1 h", not "59 min"
+    if minutes < MINUTE:
+        return f"{minutes} min"
+    if minutes < DAY / MINUTE:
+        hours, minutes = divmod(minutes, 60)
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{round(seconds / DAY)} d"
+
+
+def relative(at: float | None, now: float) -> str:
+    """``at`` seen from ``now``: ``3 s ago``, ``in 2 min``, ``now`` (within a second)."""
+    if at is None or not math.isfinite(at):
+        return "–"
+    delta = at - now
+    if abs(delta) < 1:
+        return "now"
+    return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
+
+
+def utc(at: float | None) -> str:
+    """The absolute time, for a ``title``: ``2025-11-30 07:00:00 UTC``."""
+    if at is None or not math.isfinite(at):
+        return ""
+    try:
+        return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return ""  # a score far outside the calendar: show none rather than fail the page
+
+
+def size(count: int | float | None) -> str:
+    """Bytes in binary units: ``512 B``, ``1.5 MiB``."""
+    if count is None:
+        return "–"
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < KIB:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= KIB
+    return f"{value:.1f} TiB"
+
+
+def pretty(value: Any) -> str:
+    """A value as indented JSON (for the job page's ``<pre>``; escaped by the template)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=repr)

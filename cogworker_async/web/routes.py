@@ -1,0 +1,167 @@
+"""The dashboard's pages (GET, read-only) and its route table.
+
+Every read goes through the ``Inspector`` and is bounded: a page of 25, a search with a
+budget, a window of recent events. No view loads a whole queue or set, however large.
+The actions (POST) are in ``actions.py``; the table below gives them POST-only routes,
+so that a GET of an action URL is a 405 and can never change anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from cogworker_async.inspect import JobRecord, JobSet, Queue
+from cogworker_async.web import actions
+from cogworker_async.web.site import NO_STORE, SET_KINDS, STATIC, Site
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+MAX_PAGE: Final = 10_000_000
+"""Page numbers beyond this are read as this (a window far past any real queue's end)."""
+MAX_TERM: Final = 200
+"""Characters of a search term used."""
+
+
+def page_number(request: Request) -> int:
+    try:
+        return max(1, min(int(request.query_params.get("page", "1")), MAX_PAGE))
+    except ValueError:
+        return 1
+
+
+def search_term(request: Request) -> str:
+    return request.query_params.get("q", "").strip()[:MAX_TERM]
+
+
+# -- pages -----------------------------------------------------------------------------
+
+
+def dashboard(site: Site) -> Endpoint:
+    async def view(request: Request) -> Response:
+        server = await site.inspector.server()
+        return await site.render(request, "dashboard.html", tab="dashboard", server=server)
+    return view
+
+
+def stats_json(site: Site) -> Endpoint:
+    """What the live graph polls: the totals and when they were read."""
+    async def view(request: Request) -> Response:
+        totals = await site.inspector.stats.totals()
+        return JSONResponse({"processed": totals.processed, "failed": totals.failed,
+                             "at": totals.at}, headers=NO_STORE)
+    return view
+
+
+def queues(site: Site) -> Endpoint:
+    async def view(request: Request) -> Response:
+        infos = await site.inspector.queues.infos()
+        return await site.render(request, "queues.html", tab="queues", queues=infos)
+    return view
+
+
+def _queue(site: Site, request: Request) -> Queue | None:
+    try:
+        return site.inspector.queue(request.path_params["name"])
+    except (TypeError, ValueError):
+        return None
+
+
+def queue(site: Site) -> Endpoint:
+    async def view(request: Request) -> Response:
+        found = _queue(site, request)
+        if found is None:
+            return await site.render(request, "missing.html", status=404, tab="queues",
+                                     what="There is no queue by that name.")
+        info = await found.info()
+        page = await found.page(page_number(request))
+        return await site.render(request, "queue.html", tab="queues", queue=info, page=page)
+    return view
+
+
+def busy(site: Site) -> Endpoint:
+    async def view(request: Request) -> Response:
+        processes = await site.inspector.processes.all()
+        return await site.render(
+            request, "busy.html", tab="busy",
+            alive=[p for p in processes if p.alive],
+            stopped=[p for p in processes if not p.alive],
+            recoveries=await site.inspector.processes.recoveries(),
+            burials=await site.inspector.processes.burials())
+    return view
+
+
+def job_set(site: Site, kind: str) -> Endpoint:
+    """A page of a set, or what a search found in it."""
+    async def view(request: Request) -> Response:
+        jobs: JobSet = site.inspector.job_set(kind)
+        term = search_term(request)
+        if term:
+            found = await jobs.search(term)
+            return await site.render(request, "set.html", tab=kind, kind=kind, term=term,
+                                     items=found.items, complete=found.complete, page=None)
+        page = await jobs.page(page_number(request))
+        return await site.render(request, "set.html", tab=kind, kind=kind, term="",
+                                 items=page.items, complete=True, page=page)
+    return view
+
+
+def set_entry(site: Site, kind: str) -> Endpoint:
+    """One entry in full: arguments, error, backtrace."""
+    async def view(request: Request) -> Response:
+        record: JobRecord | None
+        try:
+            record = await site.inspector.job_set(kind).find(request.path_params["token"])
+        except ValueError:
+            record = None
+        if record is None:
+            return await site.render(
+                request, "missing.html", status=404, tab=kind,
+                what="This entry is no longer here: it ran, or someone moved it.")
+        return await site.render(request, "job.html", tab=kind, kind=kind, job=record)
+    return view
+
+
+def periodic(site: Site) -> Endpoint:
+    async def view(request: Request) -> Response:
+        infos = await site.inspector.periodic.all()
+        return await site.render(request, "periodic.html", tab="periodic", periodics=infos)
+    return view
+
+
+# -- the table -------------------------------------------------------------------------
+
+
+def _set_routes(site: Site, kind: str) -> list[BaseRoute]:
+    return [
+        Route(f"/{kind}", job_set(site, kind), name=kind),
+        Route(f"/{kind}/job/{{token}}", set_entry(site, kind), name=f"{kind}_job"),
+        *(Route(f"/{kind}/{verb}", actions.set_action(site, kind, verb), methods=["POST"],
+                name=f"{kind}_{verb}")
+          for verb in actions.SET_VERBS),
+    ]
+
+
+def build(site: Site) -> list[BaseRoute]:
+    """Every route of one dashboard (also stored on the site, to build its links)."""
+    routes: list[BaseRoute] = [
+        Route("/", dashboard(site), name="dashboard"),
+        Route("/stats.json", stats_json(site), name="stats_json"),
+        Route("/queues", queues(site), name="queues"),
+        Route("/queues/{name}", queue(site), name="queue"),
+        Route("/queues/{name}/delete", actions.queue_delete(site), methods=["POST"],
+              name="queue_delete"),
+        Route("/queues/{name}/clear", actions.queue_clear(site), methods=["POST"],
+              name="queue_clear"),
+        Route("/busy", busy(site), name="busy"),
+        *(route for kind in SET_KINDS for route in _set_routes(site, kind)),
+        Route("/periodic", periodic(site), name="periodic"),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    site.router.routes = routes
+    return routes

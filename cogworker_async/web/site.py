@@ -1,0 +1,123 @@
+"""One dashboard's state and its page plumbing: the Inspector, the templates, the route
+table, links and redirects.
+
+Nothing here is module-global: ``create_dashboard`` makes one ``Site`` per dashboard, so
+two dashboards in one process (two Apps, two mounts) share no state and no links.
+Links are built from this dashboard's own route table plus the ``root_path`` it is
+mounted at — not ``request.url_for``, which asks the outermost router and would point a
+second unnamed mount at the first one's pages.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote, urlencode
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse
+from starlette.routing import Router
+
+from cogworker_async.inspect import Done, Inspector
+from cogworker_async.web import format
+from cogworker_async.web.security import CSRF_FIELD, csrf_token, set_csrf_cookie
+
+if TYPE_CHECKING:
+    from cogworker_async.app import App
+
+HERE: Final = Path(__file__).resolve().parent
+TEMPLATES: Final = HERE / "templates"
+STATIC: Final = HERE / "static"
+
+SET_KINDS: Final = ("scheduled", "retries", "dead")
+TABS: Final = (("dashboard", "Dashboard"), ("queues", "Queues"), ("busy", "Busy"),
+               ("scheduled", "Scheduled"), ("retries", "Retries"), ("dead", "Dead"),
+               ("periodic", "Periodic"))
+VERBS: Final = {"retried": "Put back on its queue", "deleted": "Deleted",
+                "killed": "Moved to dead", "cleared": "Cleared"}
+"""The actions a redirect may report (anything else in the query string is ignored)."""
+MAX_REPORTED: Final = 10**9
+NO_STORE: Final = {"cache-control": "no-store"}
+"""Pages are live data and carry a CSRF token: never cached."""
+
+
+def environment() -> jinja2.Environment:
+    """The templates, escaping every value unless a template says otherwise (none do)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True)
+    env.filters.update(duration=format.duration, relative=format.relative, utc=format.utc,
+                       size=format.size, pretty=format.pretty)
+    return env
+
+
+def _count(value: str | None) -> int:
+    try:
+        return max(0, min(int(value or 0), MAX_REPORTED))
+    except ValueError:
+        return 0
+
+
+def notice(params: Mapping[str, str]) -> str | None:
+    """The message a redirect after an action asked for (``?did=retried&done=3``)."""
+    if params.get("none"):
+        return "Nothing selected: tick some jobs first."
+    verb = VERBS.get(params.get("did", ""))
+    if verb is None:
+        return None
+    done, missing, refused = (_count(params.get(k)) for k in ("done", "missing", "refused"))
+    parts = [f"{verb}: {done} job{'' if done == 1 else 's'}."]
+    if missing:
+        parts.append(f"{missing} no longer there (it ran, or another process moved it).")
+    if refused:
+        parts.append(f"{refused} left alone (already dead, or not a runnable job).")
+    return " ".join(parts)
+
+
+class Site:
+    """One dashboard: what it reads through, how it renders, where its pages are."""
+
+    def __init__(self, jobs: App, *, title: str) -> None:
+        self.inspector = Inspector(jobs)
+        self.title = title
+        self.env = environment()
+        self.router = Router()
+        """The dashboard's routes (filled by ``routes.build``), used to build links."""
+
+    def url(self, request: Request, name: str, /, **params: Any) -> str:
+        """The path of a page of this dashboard, under the path it is mounted at."""
+        quoted = {key: quote(str(value), safe="") for key, value in params.items()}
+        path = self.router.url_path_for(name, **quoted)
+        return str(request.scope.get("root_path", "")).rstrip("/") + str(path)
+
+    async def render(self, request: Request, template: str, *, status: int = 200,
+                     **context: Any) -> HTMLResponse:
+        token, new = csrf_token(request)
+        page = self.env.get_template(template).render(
+            request=request, url=functools.partial(self.url, request), title=self.title,
+            tabs=TABS, csrf_field=CSRF_FIELD, csrf_token=token, now=time.time(),
+            summary=await self.inspector.summary(), notice=notice(request.query_params),
+            **context)
+        response = HTMLResponse(page, status, headers=NO_STORE)
+        if new:
+            set_csrf_cookie(response, request, token)
+        return response
+
+    def redirect(self, request: Request, name: str, query: Mapping[str, Any], /,
+                 **params: Any) -> RedirectResponse:
+        """303 back to a page (GET), the outcome in the query string."""
+        wanted = {key: value for key, value in query.items() if value not in (None, "", 0)}
+        target = self.url(request, name, **params)
+        return RedirectResponse(f"{target}?{urlencode(wanted)}" if wanted else target, 303)
+
+
+def outcome(verb: str, result: Done | int) -> dict[str, Any]:
+    """A redirect's query describing what an action did."""
+    if isinstance(result, int):
+        return {"did": verb, "done": str(result)}
+    return {"did": verb, "done": str(result.done), "missing": result.missing,
+            "refused": len(result.refused)}
