@@ -114,7 +114,7 @@ def _run(app: App, work: Callable[[Inspector], Awaitable[T]]) -> T:
         fail(f"cannot reach Redis at {shown_url(url)}: {exc}")
     except RedisError as exc:
         fail(f"Redis refused: {type(exc).__name__}: {exc}")
-    except (CogworkerError, ValueError, TypeError) as exc:
+    except (CogworkerError, ValueError) as exc:
         # The read model's answer to bad input (page bounds, queue names, tokens,
         # search terms) and the App's to bad settings: usage, not a crash.
         fail(str(exc))
@@ -145,15 +145,19 @@ def check_tokens(tokens: list[str], *, position: bool) -> list[str]:
     not leave the first two acted on and the rest not. ``position``: queue tokens
     (``position:digest``); else set tokens (``score:digest``)."""
     for token in tokens:
-        where, _, hashed = token.rpartition(":")
-        try:
-            int(where) if position else float(where)
-            int(hashed, 16)
-        except ValueError:
-            fail(f"not an entry token: {token!r} (copy one from the token column)")
-        if len(hashed) != TOKEN_DIGEST_LENGTH:
+        if not _well_formed(token, position=position):
             fail(f"not an entry token: {token!r} (copy one from the token column)")
     return tokens
+
+
+def _well_formed(token: str, *, position: bool) -> bool:
+    where, _, hashed = token.rpartition(":")
+    try:
+        int(where) if position else float(where)
+        int(hashed, 16)
+    except ValueError:
+        return False
+    return len(hashed) == TOKEN_DIGEST_LENGTH
 
 
 def _one_action(**chosen: object) -> str | None:
@@ -272,6 +276,13 @@ _SET_HELP: Final = {
 }
 
 
+_BULK_QUESTION: Final = {
+    "retry_all": "Put every entry of {which} on its queue now?",
+    "delete_all": "Delete every entry of {which}?",
+    "kill_all": "Move every entry of {which} to dead?",
+}
+
+
 def _set_command(load_app: LoadApp, which: str) -> Callable[..., None]:
     """The command for one job set: a page or a search, or one action."""
 
@@ -296,7 +307,7 @@ def _set_command(load_app: LoadApp, which: str) -> Callable[..., None]:
             done = _run(_open(load_app, target, redis_url),
                         lambda insp: _act(insp.job_set(which), action, checked))
         else:
-            _confirm(f"{action.replace('_', ' ')} in {which}: every entry?", yes)
+            _confirm(_BULK_QUESTION[action].format(which=which), yes)
             done = _run(_open(load_app, target, redis_url),
                         lambda insp: _act_on_all(insp.job_set(which), action))
         report(action.replace("_", "-"), done, as_json)

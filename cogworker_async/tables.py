@@ -83,7 +83,7 @@ def stats(summary: dict[str, Any], server: dict[str, Any]) -> RenderableType:
     for label, key in (("processed", "processed"), ("failed", "failed"),
                        ("enqueued", "enqueued"), ("scheduled", "scheduled"),
                        ("retries", "retries"), ("dead", "dead"),
-                       ("processes", "processes"), ("busy", "busy"),
+                       ("live processes", "processes"), ("busy", "busy"),
                        ("awaiting recovery", "awaiting_recovery")):
         totals.add_row(label, str(summary[key]))
     totals.add_row("redis", f"{server['server']} {server['version']}, "

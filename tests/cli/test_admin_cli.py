@@ -9,6 +9,9 @@ import socket
 import time
 from typing import Any
 
+from typer.testing import CliRunner
+
+from cogworker_async.cli import cli
 from tests.cli import adminapp
 from tests.cli.conftest import (
     eventually,
@@ -99,7 +102,7 @@ def test_queues_lists_sizes_and_pages_a_queue_in_run_order(jobs: adminapp.Jobs) 
     shown = invoke("queues", "default", "--page", "2", "--size", "10")
     assert "page 2 of 3 (30 in all)" in shown.stdout
     first = page["items"][0]
-    assert re.search(rf"│ 10 │ {re.escape(first['token'])} │ {first['jid']} │ ok\s+│ \"n10\"",
+    assert re.search(rf"│ 10 │ {re.escape(first['token'])}\s+│ {first['jid']} │ ok\s+│ \"n10\"",
                      shown.stdout)
 
 
@@ -107,13 +110,13 @@ def test_scheduled_retries_and_dead_tables_show_when_and_why(jobs: adminapp.Jobs
     fill(jobs)
     retries = invoke("retries")
     assert retries.exit_code == 0, retries.output
-    assert len(re.findall(r"│ in 59m\s+│ \S+ │ \w+ │ flaky\s+│ \"flaky\d\" │ RuntimeError: flaky",
-                          retries.stdout)) == 2
+    assert len(re.findall(r"│ in 59m\s+│ \S+\s+│ \w+ │ flaky\s+│ \"flaky\d\" │ RuntimeError: flaky",
+                          retries.stdout)) == 2, retries.stdout
     dead = invoke("dead")
-    assert re.search(r"│ \d+(\.\d)?s ago\s+│ \S+ │ \w+ │ doomed\s+│ \"doomed0\" │ "
+    assert re.search(r"│ \d+(\.\d)?s ago\s+│ \S+\s+│ \w+ │ doomed\s+│ \"doomed0\" │ "
                      r"ValueError: doomed doomed0", dead.stdout)
     scheduled = invoke("scheduled")
-    assert re.search(r"│ in 9m\s+│ \S+ │ \w+ │ ok\s+│ \"later\"", scheduled.stdout)
+    assert re.search(r"│ in 9m\s+│ \S+\s+│ \w+ │ ok\s+│ \"later\"", scheduled.stdout)
     found = invoke_json("retries", "--search", "FLAKY1")
     assert [item["args"] for item in found["items"]] == [["flaky1"]]
 
@@ -169,6 +172,21 @@ def test_a_queued_job_is_deleted_by_its_token_and_a_second_time_is_gone(
     assert again.exit_code == 1
     assert "1 gone" in again.stdout
     assert len(invoke_json("queues", "default")["items"]) == 2
+
+
+def test_clearing_a_queue_with_yes_deletes_its_jobs_and_its_name(jobs: adminapp.Jobs) -> None:
+    async def enqueue() -> None:
+        for name in ("a", "b", "c"):
+            await jobs.ok.options(queue="low").enqueue(name)
+
+    in_loop(jobs, enqueue)
+    nameless = invoke("queues", "--clear", "--yes")
+    assert nameless.exit_code == 2
+    assert nameless.stderr.startswith("error: --clear needs a queue NAME")
+    cleared = invoke("queues", "low", "--clear", "--yes")
+    assert cleared.exit_code == 0, cleared.output
+    assert "clear: 3 done" in cleared.stdout
+    assert invoke_json("queues")["queues"] == []
 
 
 def test_a_dead_job_retried_by_token_is_back_on_its_queue_and_runs(
@@ -258,6 +276,11 @@ def test_a_bad_page_or_search_is_a_usage_error(jobs: adminapp.Jobs) -> None:
     for args in (("dead", "--page", "0"), ("queues", "default", "--size", "100000"),
                  ("retries", "--search", " "), ("queues", "no spaces allowed")):
         result = invoke(*args)
+        assert result.exit_code == 2, args
+        assert result.stderr.startswith("error: "), args
+        assert no_traceback(result.output)
+    for target in ("no_such_module:jobs", "tests.cli.adminapp:nothing", "no-colon"):
+        result = CliRunner().invoke(cli, ["stats", target])
         assert result.exit_code == 2, args
         assert result.stderr.startswith("error: "), args
         assert no_traceback(result.output)
