@@ -286,13 +286,17 @@ class Queue:
         items = [JobRecord.read(raw, position=start + i) for i, raw in enumerate(raws)]
         return Page(items, number, size, total)
 
-    async def find(self, token: str) -> JobRecord | None:
-        """The job a token names, looked for around where it was seen."""
+    @staticmethod
+    def _parse(token: str) -> tuple[int, str]:
         where, hashed = _split_token(token)
         try:
-            position = int(where)
+            return int(where), hashed
         except ValueError:
             raise ValueError(f"not a queue entry token: {token!r}") from None
+
+    async def find(self, token: str) -> JobRecord | None:
+        """The job a token names, looked for around where it was seen."""
+        position, hashed = self._parse(token)
         start = max(0, position - QUEUE_FIND_WINDOW)
         raws = await self._inspector.admin().queue_window(self.name, start,
                                                           position + QUEUE_FIND_WINDOW)
@@ -302,6 +306,9 @@ class Queue:
         return None
 
     async def delete(self, tokens: Iterable[str]) -> Done:
+        tokens = list(tokens)
+        for token in tokens:  # all checked before any is acted on
+            self._parse(token)
         done = missing = 0
         for token in tokens:
             record = await self.find(token)

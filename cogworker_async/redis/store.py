@@ -21,6 +21,7 @@ from redis.commands.core import AsyncScript
 
 from cogworker_async.redis.connection import ServerInfo, check_server, connect
 from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
 
 SetName = Literal["retry", "dead", "schedule"]
@@ -68,19 +69,26 @@ class Store:
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(source(name)) for name in SCRIPT_NAMES
         }
+        self._lane = Lane(client)
 
     @classmethod
     def from_url(cls, url: str, namespace: str) -> Store:
         return cls(connect(url), Keys(namespace))
 
     async def aclose(self) -> None:
+        await self._lane.aclose()
         await self.client.aclose()
 
     async def check_server(self, *, reliable: bool) -> ServerInfo:
         return await check_server(self.client, reliable=reliable)
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return await self._scripts[name](keys=keys, args=args)
+        script = self._scripts[name]
+        try:
+            return await self._lane.evalsha(script.sha, keys, args)
+        except redis.exceptions.NoScriptError:  # nothing ran: load it, then run it
+            await self.client.script_load(script.script)
+            return await self._lane.evalsha(script.sha, keys, args)
 
     # -- enqueue ---------------------------------------------------------------------
 
