@@ -60,9 +60,13 @@ class Lane:
             if conn.is_connected and not await conn.can_read():
                 return conn
             await self._close(conn)
-        conn: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]
-        await conn.connect()
-        return conn
+        return await self._connect()
+
+    async def _connect(self) -> AbstractConnection:
+        """A new connection with the client's settings (URL, timeouts, auth, db)."""
+        fresh: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]
+        await fresh.connect()  # type: ignore[no-untyped-call]
+        return fresh
 
     async def _give(self, conn: AbstractConnection) -> None:
         if self._closed or len(self._idle) >= MAX_IDLE:
