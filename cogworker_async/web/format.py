@@ -67,6 +67,16 @@ def size(count: int | float | None) -> str:
     return f"{value:.1f} TiB"
 
 
+def backtrace(lines: list[str]) -> str:
+    """Traceback lines as one text (each stored line may or may not end its newline)."""
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def plural(count: int, word: str) -> str:
+    """``1 job``, ``3 jobs``, ``1,000 jobs``."""
+    return f"{count:,} {word}{'' if count == 1 else 's'}"
+
+
 def pretty(value: Any) -> str:
     """A value as indented JSON (for the job page's ``<pre>``; escaped by the template)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=repr)

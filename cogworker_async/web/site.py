@@ -51,7 +51,8 @@ def environment() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True)
     env.filters.update(duration=format.duration, relative=format.relative, utc=format.utc,
-                       size=format.size, pretty=format.pretty)
+                       size=format.size, pretty=format.pretty, backtrace=format.backtrace,
+                       plural=format.plural)
     return env
 
 

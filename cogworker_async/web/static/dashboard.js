@@ -9,18 +9,24 @@ function startGraph(svg) {
   const src = svg.dataset.src;
   const lines = { processed: svg.querySelector(".processed"), failed: svg.querySelector(".failed") };
   const status = document.querySelector("[data-graph-status]");
+  const scale = document.querySelector("[data-graph-scale]");
   const rates = { processed: [], failed: [] };
   let last = null;
 
   function draw() {
     const [width, height] = [600, 160];
-    const top = Math.max(1, ...rates.processed, ...rates.failed);
+    // The top is a round number above the highest rate shown, so that lines keep still
+    // between polls and the scale reads at a glance.
+    const peak = Math.max(1, ...rates.processed, ...rates.failed);
+    const top = [1, 2, 5].map((m) => m * 10 ** Math.floor(Math.log10(peak)))
+      .concat([10 ** Math.ceil(Math.log10(peak))]).find((v) => v >= peak);
+    if (scale) scale.textContent = `top of the graph: ${top.toLocaleString()}/s`;
     for (const name of Object.keys(lines)) {
       const series = rates[name];
       const step = width / (POINTS - 1);
       const offset = (POINTS - series.length) * step;
       const points = series.map((v, i) =>
-        `${(offset + i * step).toFixed(1)},${(height - 2 - (v / top) * (height - 12)).toFixed(1)}`);
+        `${(offset + i * step).toFixed(1)},${(height - 2 - (v / top) * (height - 4)).toFixed(1)}`);
       lines[name].setAttribute("points", points.join(" "));
     }
   }
@@ -47,7 +53,7 @@ function startGraph(svg) {
           show(name, rate);
         }
         draw();
-        if (status) status.textContent = `Updated ${new Date().toLocaleTimeString()}.`;
+        if (status) status.textContent = `updated ${new Date().toLocaleTimeString()}`;
       }
       last = now;
     } catch (error) {
