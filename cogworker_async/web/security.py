@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import inspect
 import secrets
@@ -125,16 +126,25 @@ def cookie_path(request: Request) -> str:
     return request.scope.get("root_path", "").rstrip("/") or "/"
 
 
+def cookie_name(request: Request) -> str:
+    """The token cookie's name, distinct per mount path: a dashboard at ``/`` and another
+    at ``/jobs`` would otherwise both send a cookie of the same name to ``/jobs``."""
+    path = cookie_path(request)
+    if path == "/":
+        return CSRF_COOKIE
+    return f"{CSRF_COOKIE}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+
+
 def csrf_token(request: Request) -> tuple[str, bool]:
     """The token for the page being rendered, and whether it is new (to be set)."""
-    current = request.cookies.get(CSRF_COOKIE, "")
+    current = request.cookies.get(cookie_name(request), "")
     if len(current) >= TOKEN_BYTES and current.isascii():
         return current, False
     return secrets.token_urlsafe(TOKEN_BYTES), True
 
 
 def set_csrf_cookie(response: Response, request: Request, token: str) -> None:
-    response.set_cookie(CSRF_COOKIE, token, path=cookie_path(request), httponly=True,
+    response.set_cookie(cookie_name(request), token, path=cookie_path(request), httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")
 
 
@@ -158,7 +168,7 @@ async def verified_form(request: Request) -> FormData:
     if reason is not None:
         raise HTTPException(403, f"Forbidden: {reason}.")
     form = await request.form(max_files=0, max_fields=MAX_FORM_FIELDS)
-    cookie = request.cookies.get(CSRF_COOKIE, "")
+    cookie = request.cookies.get(cookie_name(request), "")
     field = form.get(CSRF_FIELD)
     if not cookie or not isinstance(field, str) or not hmac.compare_digest(
             cookie.encode(), field.encode()):

@@ -28,7 +28,9 @@ async def test_mounted_under_jobs_in_fastapi(board: Board) -> None:
     async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as http:
         home = await http.get("/jobs/")
         assert home.status_code == 200
-        assert "path=/jobs" in home.headers["set-cookie"].lower()
+        cookie = home.headers["set-cookie"].lower()
+        assert cookie.startswith("cogworker_csrf_")  # its own name: not the root mount's
+        assert "path=/jobs" in cookie
         found = links(home.text)
         assert {f"/jobs{tab}" for tab in TABS} <= found | {"/jobs/"}
         for link in found | links((await http.get("/jobs/dead")).text):
