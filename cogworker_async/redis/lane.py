@@ -38,7 +38,11 @@ class Lane:
     async def evalsha(self, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """``EVALSHA sha`` with ``keys`` and ``args``; raises what Redis replies as an
         error (``NoScriptError`` included: nothing ran) or the connection's failure."""
-        packed = hiredis.pack_command((b"EVALSHA", sha, len(keys), *keys, *args))
+        return await self.call(b"EVALSHA", sha, len(keys), *keys, *args)
+
+    async def call(self, *command: Any) -> Any:
+        """One command, one reply (or the error it raised)."""
+        packed = hiredis.pack_command(command)
         conn = await self._take()
         try:
             await conn.send_packed_command(packed, check_health=True)

@@ -87,7 +87,7 @@ class Store:
         try:
             return await self._lane.evalsha(script.sha, keys, args)
         except redis.exceptions.NoScriptError:  # nothing ran: load it, then run it
-            await self.client.script_load(script.script)
+            await self._lane.call(b"SCRIPT", b"LOAD", script.script)
             return await self._lane.evalsha(script.sha, keys, args)
 
     # -- enqueue ---------------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""Lane: the hot path's script calls on connections of their own. Same semantics as one
+client command with retries off, on a real server: a flushed script is loaded and run
+once, a connection whose server went away is replaced before anything is sent, and a
+call cancelled mid-flight never leaves its reply for the next caller."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+from cogworker_async.redis.store import Store
+from tests.servers import ServerProcess
+
+
+@pytest.fixture
+def private_server() -> Iterator[ServerProcess]:
+    server = ServerProcess().start()
+    yield server
+    server.cleanup()
+
+
+async def test_a_script_flushed_from_the_server_is_loaded_and_run_once(store: Store) -> None:
+    await store.enqueue("q", [b"one"])
+    await store.client.script_flush()
+    await store.enqueue("q", [b"two"])
+    assert await store.client.lrange(store.keys.queue("q"), 0, -1) == [b"two", b"one"]
+
+
+async def test_a_connection_whose_server_restarted_is_replaced_before_use(
+    private_server: ServerProcess,
+) -> None:
+    store = Store.from_url(private_server.url, "lane")
+    try:
+        await store.enqueue("q", [b"before"])
+        # Restarted from a thread, as it happens in life: the event loop runs meanwhile
+        # and sees the old server close the idle connection.
+        await anyio.to_thread.run_sync(_restart, private_server)
+        # The idle connection has EOF pending: it is replaced, and the call succeeds
+        # without an error the caller would have to treat as uncertain.
+        await store.enqueue("q", [b"after"])
+        assert await store.client.lrange(store.keys.queue("q"), 0, -1) == [b"after"]
+    finally:
+        await store.aclose()
+
+
+def _restart(server: ServerProcess) -> None:
+    server.stop()
+    server.start()  # same port, empty (no persistence)
+
+
+async def test_a_call_cancelled_in_flight_leaves_no_reply_for_the_next(
+    private_server: ServerProcess,
+) -> None:
+    store = Store.from_url(private_server.url, "lane")
+    try:
+        await _cancel_one_fetch_then_fetch(store)
+    finally:
+        await store.aclose()
+
+
+async def _cancel_one_fetch_then_fetch(store: Store) -> None:
+    await store.enqueue("q", [b"a", b"b"])
+    # The server holds writes for 300 ms: the first fetch is cancelled while its reply
+    # is outstanding.
+    await store.client.execute_command("CLIENT", "PAUSE", "300", "WRITE")
+    with anyio.move_on_after(0.05) as waited:
+        await store.fetch("lane-test", ["q"], 1)
+    assert waited.cancelled_caught
+    fetched = await store.fetch("lane-test", ["q"], 1)
+    # The reply read is this call's own: one job, which this call moved. (Had the
+    # cancelled call run on the server, its job would sit on the in-progress list
+    # too, where reconcile finds it; its reply never reaches this caller.)
+    assert len(fetched.jobs) == 1
+    in_progress = await store.client.lrange(store.keys.in_progress("lane-test"), 0, -1)
+    assert fetched.jobs[0][1] in in_progress
+    assert await store.client.llen(store.keys.queue("q")) + len(in_progress) == 2
