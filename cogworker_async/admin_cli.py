@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Final, NoReturn, TypeVar
@@ -80,8 +81,15 @@ def emit_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
+PIPE_WIDTH: Final = 160
+"""Columns for tables written to a pipe or file (rich would assume 80 and crop them)."""
+
+
 def show(renderable: RenderableType) -> None:
-    Console().print(renderable)
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=PIPE_WIDTH)
+    console.print(renderable)
 
 
 # -- the boundary: App, event loop, errors ----------------------------------------------

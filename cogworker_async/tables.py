@@ -108,13 +108,18 @@ def queue_page(name: str, page: Page[JobRecord]) -> RenderableType:
     table = Table(title=f"queue {name}: {_page_line(page)}", title_justify="left")
     table.add_column("#", justify="right")
     _token_column(table)
-    table.add_column("jid", no_wrap=True)
-    table.add_column("class")
-    table.add_column("args")
+    _job_columns(table)
     for record in page.items:
-        table.add_row(str(record.position), record.token, record.jid or NONE, record.name,
+        table.add_row(str(record.position), record.token, record.name,
                       record.display_args(ARGS_SHOWN))
     return table if page.items else Text(f"queue {name}: {_page_line(page)}, nothing here")
+
+
+def _job_columns(table: Table) -> None:
+    # No jid column: the token is what an action takes, and --json has the jid. Minimum
+    # widths, so that a narrow terminal (or a pipe: 80 columns) still shows what the job is.
+    table.add_column("class", min_width=10, overflow="fold")
+    table.add_column("args", min_width=12, overflow="fold")
 
 
 def _page_line(page: Page[Any]) -> str:
@@ -133,14 +138,12 @@ def set_table(which: str, records: Sequence[JobRecord], title: str,
     table = Table(title=title, title_justify="left")
     table.add_column(WHEN_HEADER.get(which, "when"), no_wrap=True)
     _token_column(table)
-    table.add_column("jid", no_wrap=True)
-    table.add_column("class")
-    table.add_column("args")
+    _job_columns(table)
     failed = which != "scheduled"
     if failed:
-        table.add_column("error")
+        table.add_column("error", min_width=16, overflow="fold")
     for record in records:
-        row = [relative(record.score, now), record.token, record.jid or NONE, record.name,
+        row = [relative(record.score, now), record.token, record.name,
                record.display_args(ARGS_SHOWN)]
         table.add_row(*row, *([error_of(record)] if failed else []))
     return table
