@@ -34,9 +34,21 @@ SCRIPT_NAMES: Final = (
 )
 
 
+PRELUDES: Final = {"redis_now": "_clock"}
+"""Shared helpers (function name -> ``lua/<file>.lua``), put before each script that
+calls them: a script runs alone in Redis and can import nothing."""
+
+
+def file_text(name: str) -> str:
+    """``lua/<name>.lua`` as written (without the helpers ``source`` adds)."""
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
 @cache
 def source(name: str) -> str:
-    """The text of ``lua/<name>.lua``."""
+    """The text of ``lua/<name>.lua``, after the shared helpers it calls."""
     if name not in SCRIPT_NAMES:
         raise KeyError(f"no script named {name!r}")
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+    text = file_text(name)
+    helpers = [file_text(file) for function, file in PRELUDES.items() if f"{function}(" in text]
+    return "".join(helpers) + text

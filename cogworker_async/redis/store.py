@@ -180,7 +180,12 @@ class Store:
         ``max_orphanings`` times are parked in repeat_orphans instead. ``dead_for=None``
         requeues unconditionally (see ``requeue``)."""
         key = self.keys.in_progress(identity)
-        budget = int(await self.client.llen(key))
+        try:
+            budget = int(await self.client.llen(key))
+        except redis.exceptions.ResponseError:
+            # A list of the wrong type: the script still says whether its owner is
+            # alive (then nothing is wrong here), and fails only for a dead owner.
+            budget = REQUEUE_BATCH
         result = Requeued()
         while True:
             opts = {

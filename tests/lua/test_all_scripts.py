@@ -2,7 +2,7 @@
 
 import pytest
 
-from cogworker_async.redis.scripts import SCRIPT_NAMES, source
+from cogworker_async.redis.scripts import PRELUDES, SCRIPT_NAMES, file_text, source
 from cogworker_async.redis.store import Store
 
 
@@ -10,5 +10,14 @@ from cogworker_async.redis.store import Store
 async def test_script_loads_and_documents_its_contract(store: Store, name: str) -> None:
     sha = await store.client.script_load(source(name))
     assert len(sha) == 40
-    header = source(name).splitlines()[0]
+    header = file_text(name).splitlines()[0]
     assert header.startswith(f"-- {name}:"), "each script opens with its contract"
+
+
+@pytest.mark.parametrize(("function", "file"), PRELUDES.items())
+async def test_a_shared_helper_is_in_each_script_that_calls_it_and_only_there(
+    store: Store, function: str, file: str
+) -> None:
+    for name in SCRIPT_NAMES:
+        calls = f"{function}(" in file_text(name)
+        assert (file_text(file) in source(name)) == calls, name

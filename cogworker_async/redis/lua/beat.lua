@@ -13,9 +13,7 @@
 -- The stamp comes from Redis TIME: recovery compares it with the same clock.
 -- declared_dead and beats are best effort: one of the wrong type must not stop the beat
 -- (the process would look dead and its running jobs be recovered and run twice).
-local now = tonumber(ARGV[4])
-local ok, time = pcall(redis.call, "TIME")
-if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+local now = redis_now(ARGV[4])
 local status = 1
 -- Removed on every beat: on a first beat the entry can only be a predecessor's (a
 -- configured identity reused after that process died); this process fetched nothing yet.

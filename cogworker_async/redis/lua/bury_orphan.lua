@@ -9,9 +9,7 @@
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
   return 0
 end
-local now = tonumber(ARGV[3])
-local ok, time = pcall(redis.call, "TIME")
-if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+local now = redis_now(ARGV[3])
 redis.call("ZADD", KEYS[2], now, ARGV[2])
 redis.call("LPOP", KEYS[1])
 redis.pcall("INCR", KEYS[3])

@@ -4,7 +4,5 @@
 -- ARGV[2] the most members to return
 -- Returns the due members, earliest first. Reads only; the caller moves them with
 -- promote.lua (a member moved meanwhile by another process is then skipped).
-local now = tonumber(ARGV[1])
-local ok, time = pcall(redis.call, "TIME")
-if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+local now = redis_now(ARGV[1])
 return redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", now, "LIMIT", 0, tonumber(ARGV[2]))

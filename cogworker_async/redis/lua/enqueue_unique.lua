@@ -18,9 +18,7 @@ if ARGV[3] == "now" then
 end
 local score = tonumber(ARGV[4])
 if ARGV[3] == "in" then
-  local now = tonumber(ARGV[7])
-  local ok, time = pcall(redis.call, "TIME")
-  if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+  local now = redis_now(ARGV[7])
   score = now + score
 end
 redis.call("ZADD", KEYS[2], score, ARGV[8])

@@ -10,9 +10,7 @@
 if not redis.call("LPOS", KEYS[1], ARGV[1]) then
   return 0
 end
-local now = tonumber(ARGV[4])
-local ok, time = pcall(redis.call, "TIME")
-if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+local now = redis_now(ARGV[4])
 redis.call("ZADD", KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
 redis.call("LREM", KEYS[1], 1, ARGV[1])
 return 1

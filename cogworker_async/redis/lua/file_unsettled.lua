@@ -9,9 +9,7 @@
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
   return 0
 end
-local now = tonumber(ARGV[4])
-local ok, time = pcall(redis.call, "TIME")
-if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+local now = redis_now(ARGV[4])
 local delay = tonumber(ARGV[3])
 if not delay or delay ~= delay or delay == math.huge or delay == -math.huge then delay = 0 end
 redis.call("ZADD", KEYS[2], now + delay, ARGV[2])

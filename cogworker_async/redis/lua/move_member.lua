@@ -8,9 +8,7 @@
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end
-local now = tonumber(ARGV[4])
-local ok, time = pcall(redis.call, "TIME")
-if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+local now = redis_now(ARGV[4])
 redis.call("ZADD", KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
 if KEYS[1] ~= KEYS[2] or ARGV[1] ~= ARGV[2] then
   redis.call("ZREM", KEYS[1], ARGV[1])

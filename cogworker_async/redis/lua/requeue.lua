@@ -35,9 +35,7 @@ if recovering then
   -- decides ("inf" would keep a dead owner alive forever; NaN fails the test too).
   local last = tonumber(redis.call("HGET", KEYS[3], opts.identity) or "")
   if last and last > -math.huge and last < math.huge then
-    local now = tonumber(opts.now)
-    local ok, time = pcall(redis.call, "TIME")
-    if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+    local now = redis_now(opts.now)
     if now - last <= threshold then
       return {-1, 0, 0}
     end

@@ -7,9 +7,7 @@
 -- Delays count from Redis' clock: the poller compares due times with the same clock.
 local score = tonumber(ARGV[2])
 if ARGV[1] == "in" then
-  local now = tonumber(ARGV[3])
-  local ok, time = pcall(redis.call, "TIME")
-  if ok then now = tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+  local now = redis_now(ARGV[3])
   score = now + score
 end
 local added = 0

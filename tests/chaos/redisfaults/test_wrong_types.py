@@ -170,6 +170,9 @@ async def test_wrong_type_keys_planted_while_workers_run(
     assert errors["a"]["bad_queue_warnings"] == 1
     assert errors["b"]["bad_queue_warnings"] <= 1
 
+    # B's list of the wrong type is no recovery problem while B is alive: A's passes
+    # ask the script (which finds B alive) instead of failing on the list's length.
+    assert errors["a"]["recovery_skipped"] == 0
     # The fake identity was forgotten cleanly (declared_dead is best effort in forget.lua).
     assert log_count(a, f"orphan recovery skipped {FAKE}") == 0
     assert log_count(b, f"orphan recovery skipped {FAKE}") == 0
