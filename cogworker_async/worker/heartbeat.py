@@ -7,7 +7,7 @@ rather than fatal. The first beat is written before the first fetch.
 
 Each beat also tells whether this process had been declared dead meanwhile (paused past
 ``orphan_threshold``, e.g. SIGSTOP or a long GC): the Manager then fences itself (see
-``Manager.on_declared_dead``).
+``fencing.Fence``).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
 from cogworker_async.worker import handover
 from cogworker_async.worker.cron import CronTicker
+from cogworker_async.worker.fencing import Fence
 from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch, Work
 from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
 from cogworker_async.worker.outcome import GiveBack
@@ -145,17 +146,18 @@ class Manager:
             BeatWriter(url, store.keys, self.identity),
             interval=settings.heartbeat_interval, ttl=settings.orphan_threshold,
             describe=self._describe, running=self._running_snapshot,
-            on_zombie=self._declared_dead_from_thread,
+            on_zombie=lambda: self.fence.declared_dead_from_thread(),
         )
         default_queue = settings.queue_names[0]
         # No judging others dead until our own beats have succeeded for orphan_threshold
         # (see Recovery.recover_orphans): after a Redis outage every stamp is stale.
         self.recovery = Recovery(store, settings, self.identity, may_judge=lambda: (
             self.heartbeat.steady_for(settings.orphan_threshold)))
+        self.fence = Fence(store, self.identity, self.processor, self.pending,
+                           retry_pause=settings.heartbeat_interval)
         self.reconciler = Reconciler(store, self.settler, self.identity, default_queue,
                                      self.running, self.pending, lambda: self._fetching)
         self._fetching = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._upkeep: TaskGroup | None = None
         self._inbox: asyncio.Queue[Work] = asyncio.Queue()
         self._idle_scope: anyio.CancelScope | None = None
@@ -163,9 +165,6 @@ class Manager:
         self._hard = False
         self._drain_scope: anyio.CancelScope | None = None
         self._finished = anyio.Event()
-        # Set (from a plain loop callback) when a beat finds this process declared dead;
-        # a task of the upkeep group then fences it (see ``_fence_when_declared_dead``).
-        self._zombie = anyio.Event()
 
     @property
     def stopping(self) -> bool:
@@ -196,7 +195,6 @@ class Manager:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Work until ``stop()``; ready (``task_status.started()``) once it can fetch."""
         reliable = self.fetcher.reliable
-        self._loop = asyncio.get_running_loop()
         await self.store.check_server(reliable=reliable)
         # The first beat before the first fetch: a job must never sit on the list of a
         # process that recovery could not yet see as alive.
@@ -216,7 +214,7 @@ class Manager:
                 upkeep.start_soon(self.cron.run)
                 upkeep.start_soon(self._flush_stats_forever)
                 upkeep.start_soon(self._probe_lag)
-                upkeep.start_soon(self._fence_when_declared_dead)
+                upkeep.start_soon(self.fence.run)
                 async with anyio.create_task_group() as jobs:
                     # N long-lived processors, fed through an in-memory inbox: no task
                     # to create per job (a measurable share of a no-op job's cost).
@@ -381,43 +379,6 @@ class Manager:
                                         "run_at": work.fetched_at})
         return snapshot
 
-    def _declared_dead_from_thread(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._declared_dead)
-
-    def _declared_dead(self) -> None:
-        # Runs as a plain loop callback (call_soon_threadsafe), outside any task: anyio
-        # cannot tell its backend there, so ``start_soon`` from here raised
-        # NoEventLoopError (logged by asyncio, swallowed) and a zombie never fenced
-        # itself. Setting an event needs no task; a task of the upkeep group waits on it.
-        self._zombie.set()
-
-    async def _fence_when_declared_dead(self) -> None:
-        while True:
-            await self._zombie.wait()
-            self._zombie = anyio.Event()
-            try:
-                await self._fence()
-            except Exception as exc:  # Redis away: try again; never stop the worker
-                log.error("fencing this declared-dead process failed (%s); retrying", why(exc))
-                await anyio.sleep(self.settings.heartbeat_interval)
-                self._zombie.set()
-
-    async def _fence(self) -> None:
-        """This process was paused past ``orphan_threshold`` and declared dead: another
-        process took its jobs. Stop the ones no longer ours (their requeued copies run
-        elsewhere) and forget their outcomes — our late settles would change nothing."""
-        listed = set(await self.store.in_progress(self.identity))
-        cancelled = self.processor.cancel_unlisted(listed)
-        stale = [raw for raw in self.pending if raw not in listed]
-        for raw in stale:
-            self.pending.pop(raw, None)
-            log.error("jid=%s finished here, but was recovered by another process while "
-                      "this one was paused: it may run again", job.jid_of(raw))
-        log.error("worker %s was declared dead (paused past orphan_threshold?): its jobs "
-                  "were recovered elsewhere; %d running job(s) cancelled here",
-                  self.identity, cancelled)
-
     async def _flush_stats_forever(self) -> None:
         while True:
             await anyio.sleep(STATS_FLUSH_INTERVAL)
@@ -439,32 +400,11 @@ class Manager:
         """Shutdown: settle what can be settled, hand over what ran and failed, requeue
         what never finished (see ``handover.py``)."""
         await self._flush_stats()
-        if not self.fetcher.reliable:
-            return
-        with anyio.move_on_after(HANDOVER_TIMEOUT / 2):
-            await self.reconciler.settle_pending()  # a last try: Redis may be back
-        decided = handover.plan(self.pending)
-        keep: list[bytes] = []
-        for raw, filed in decided.hand_over:
-            try:
-                record = self.settler.record(Work("", raw), filed)
-                await self.store.park_unsettled(self.identity, raw, record)
-                self.pending.pop(raw, None)
-            except RedisError as exc:
-                keep.append(raw)
-                log.error("shutdown: couldn't hand over the failure of jid=%s (%s): left "
-                          "in progress, it may run again", job.jid_of(raw), why(exc))
-        try:
-            moved = await self.store.requeue(self.identity, self.settings.queue_names[0],
-                                             drop=decided.drop, keep=keep)
-        except RedisError as exc:
-            log.error("shutdown: couldn't requeue this process's unfinished jobs (%s); "
-                      "orphan recovery will, once this process is gone", why(exc))
-            return
-        for raw in decided.drop:
-            self.pending.pop(raw, None)
-        if moved:
-            log.warning("shutdown: requeued %d unfinished job(s)", moved)
+        if self.fetcher.reliable:
+            with anyio.move_on_after(HANDOVER_TIMEOUT / 2):
+                await self.reconciler.settle_pending()  # a last try: Redis may be back
+            await handover.hand_over(self.store, self.settler, self.pending, self.identity,
+                                     self.settings.queue_names[0])
 
     def _retire(self) -> None:
         """Stop beating; leave the registries if nothing is left in progress."""
