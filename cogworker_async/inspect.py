@@ -132,9 +132,11 @@ class JobRecord:
     @property
     def runnable(self) -> bool:
         """Can it be put back on a queue? (an unparseable entry cannot: it would fail
-        the same way; its bytes stay in dead for a person to look at)."""
+        the same way; its bytes stay in dead for a person to look at). Nor can one
+        holding NaN or Infinity, which Python's JSON reads but a job may not carry: it
+        could not be encoded again to be pushed."""
         try:
-            job.decode(self.raw, 2**31)
+            job.encode(job.decode(self.raw, 2**31), 2**31)
         except Exception:
             return False
         return True
@@ -438,21 +440,32 @@ class JobSet:
 
     async def _each_batch(self, act: Any) -> Done:
         """Apply ``act`` to the whole set, a batch at a time. Entries it leaves behind
-        (refused, or unwritable) are stepped over, so that the loop always ends."""
+        (refused, or unwritable) are stepped over, so that the loop always ends.
+
+        A retried job that fails again meanwhile is back in the set (new bytes, same
+        jid), often ahead of entries not reached yet: stepped over too, or one click
+        would run it again and again. And no more entries are acted on than the set
+        held when asked, so the loop ends even while workers keep filling the set."""
         admin = self._inspector.admin()
-        total, skip, refused = 0, 0, list[str]()
-        while True:
+        total, skip, refused, seen = 0, 0, list[str](), set[str]()
+        budget = await admin.set_size(self.target)
+        while budget > 0:
             window = await admin.set_window(self.target, skip, skip + BULK_BATCH - 1,
                                             newest_first=False)
             if not window:
-                return Done(total, 0, refused)
-            result: Done = await act([JobRecord.read(raw, score=s) for raw, s in window])
+                break
+            records = [JobRecord.read(raw, score=s) for raw, s in window]
+            fresh = [r for r in records if r.jid is None or r.jid not in seen][:budget]
+            seen.update(r.jid for r in fresh if r.jid is not None)
+            result: Done = await act(fresh)
             total += result.done
             refused += result.refused
             skip += len(window) - result.done - result.missing
+            budget -= len(fresh)
+        return Done(total, 0, refused)
 
     async def _to_queues(self, records: Sequence[JobRecord]) -> Done:
-        items, refused = [], []
+        items, sent, refused = [], [], []
         now = time.time()
         for record in records:
             if not record.runnable or record.payload is None:
@@ -463,8 +476,21 @@ class JobSet:
             payload["queue"], payload["enqueued_at"] = queue, now
             self._before_retry(payload)
             items.append((record.raw, job.encode(payload, 2**31), queue))
+            sent.append(record)
         moved = await self._inspector.admin().set_to_queues(self.target, items)
-        return Done(moved, len(items) - moved, refused)
+        stuck = await self._left_behind(sent) if moved < len(items) else []
+        return Done(moved, len(items) - moved - len(stuck), refused + stuck)
+
+    async def _left_behind(self, sent: Sequence[JobRecord]) -> list[str]:
+        """Why entries ``promote`` left in the set are still there. It skips a member
+        that is gone (it ran, another process moved it) and leaves in place one whose
+        queue key cannot be written (another type): counted as gone, that one would not
+        be stepped over, and ``retry_all`` would try it again forever."""
+        still = await self._inspector.admin().set_contains(self.target,
+                                                           [r.raw for r in sent])
+        return [f"{record.token}: its queue cannot be written (the key holds another "
+                "type); the entry stays here"
+                for record, there in zip(sent, still, strict=True) if there]
 
     def _queue_of(self, payload: dict[str, Any]) -> str:
         try:

@@ -142,6 +142,14 @@ class Admin:
                                                 count=count)
         return int(cursor), [(_bytes(member), float(score)) for member, score in _pairs(reply)]
 
+    async def set_contains(self, target: SetName, members: Sequence[bytes]) -> list[bool]:
+        """Whether each member is (still) in the set."""
+        if not members:
+            return []
+        # redis-py types the members as str; the stored bytes are what must match.
+        scores = await self.client.zmscore(self.zset(target), list(members))  # type: ignore[arg-type]
+        return [score is not None for score in scores]
+
     async def set_remove(self, target: SetName, members: Sequence[bytes]) -> int:
         if not members:
             return 0

@@ -12,6 +12,7 @@ import pytest
 
 from cogworker_async import App
 from cogworker_async.inspect import Inspector, JobRecord, glob_pattern
+from cogworker_async.redis.admin import Admin
 from cogworker_async.redis.store import Store
 from tests.waiting import wait_until
 
@@ -291,3 +292,77 @@ def test_a_record_that_is_not_json_is_shown_not_run() -> None:
     assert record.name == "?"
     assert "<script>" in record.display_args()
     assert "raw_base64" in record.as_dict()
+
+
+@pytest.mark.timeout(20)  # without the fix, retry_all tried the stuck entry forever
+async def test_retry_all_steps_over_an_entry_whose_queue_cannot_be_written(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+    await store.client.set(store.keys.queue("blocked"), "a string, not a list")
+    stuck = json.dumps({"jid": "stuck", "class": "work", "args": [], "queue": "blocked"})
+    movable = json.dumps({"jid": "fine", "class": "work", "args": [], "queue": "default"})
+    await store.client.zadd(store.keys.retry, {stuck: 1.0, movable: 2.0})
+    insp = Inspector(jobs)
+    result = await insp.retries.retry_all()
+    assert (result.done, result.missing) == (1, 0)
+    [reason] = result.refused
+    assert "cannot be written" in reason
+    assert await store.client.zrange(store.keys.retry, 0, -1) == [stuck.encode()]
+    assert [json.loads(r)["jid"] for r in await queued(store)] == ["fine"]
+    # One by one too: the entry is reported left in place, not gone.
+    [record] = (await insp.retries.page()).items
+    single = await insp.retries.retry([record.token])
+    assert (single.done, single.missing, len(single.refused)) == (0, 0, 1)
+
+
+async def test_an_entry_holding_nan_is_left_alone_and_the_rest_are_retried(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+    # Python's JSON reads NaN, but a job may not carry it: it cannot be pushed again.
+    odd = '{"jid": "odd", "class": "work", "args": [NaN], "queue": "default"}'
+    entries = {odd: 1.0, json.dumps({"jid": "fine", "class": "work", "args": [1]}): 2.0}
+    await store.client.zadd(store.keys.dead, entries)
+    insp = Inspector(jobs)
+    record = next(r for r in (await insp.dead.page()).items if r.jid == "odd")
+    assert not record.runnable
+    assert len((await insp.dead.retry([record.token])).refused) == 1
+    result = await insp.dead.retry_all()
+    assert (result.done, len(result.refused)) == (1, 1)
+    assert await store.client.zrange(store.keys.dead, 0, -1) == [odd.encode()]
+    assert [json.loads(r)["jid"] for r in await queued(store)] == ["fine"]
+
+
+@pytest.mark.timeout(20)  # without the fix, the loop kept retrying what came back
+async def test_retry_all_does_not_retry_again_a_job_that_failed_again_meanwhile(
+    make_app: Callable[..., App], store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = make_app()
+    entries = {json.dumps({"jid": f"j{n}", "class": "work", "args": [n]}): n
+               for n in range(3)}
+    await store.client.zadd(store.keys.retry, entries)
+    insp = Inspector(jobs)
+    promote = Admin.set_to_queues
+    runs: list[str] = []
+
+    async def fails_at_once(admin: Admin, target: Any, items: Any) -> int:
+        # A worker that runs each retried job at once and files it back in retry (new
+        # bytes: one more failure), due before the entries the bulk action has not
+        # reached yet.
+        moved = await promote(admin, target, items)
+        for _, _, queue in items:
+            pushed = await store.client.rpop(store.keys.queue(queue))
+            assert isinstance(pushed, bytes)
+            payload = json.loads(pushed)
+            runs.append(payload["jid"])
+            payload["retry_count"] = payload.get("retry_count", -1) + 1
+            await store.client.zadd(store.keys.retry, {json.dumps(payload): -len(runs)})
+        return moved
+
+    monkeypatch.setattr(Admin, "set_to_queues", fails_at_once)
+    monkeypatch.setattr("cogworker_async.inspect.BULK_BATCH", 1)
+    result = await insp.retries.retry_all()
+    assert result.done == 3
+    assert sorted(runs) == ["j0", "j1", "j2"]  # each retried (and run) once
+    assert await insp.retries.size() == 3
