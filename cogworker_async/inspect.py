@@ -44,6 +44,8 @@ QUEUE_FIND_WINDOW: Final = 100
 """How far from where the user saw it a queued job is looked for (the queue moves)."""
 BURIALS_LOOKED_AT: Final = 200
 """Newest dead entries the Busy view reads to list recent ProcessDied burials."""
+MAX_POSITION: Final = 2**62
+"""The furthest queue position a token may name (far past any real queue)."""
 
 T = TypeVar("T")
 
@@ -292,9 +294,12 @@ class Queue:
     def _parse(token: str) -> tuple[int, str]:
         where, hashed = _split_token(token)
         try:
-            return int(where), hashed
+            position = int(where)
         except ValueError:
             raise ValueError(f"not a queue entry token: {token!r}") from None
+        if not 0 <= position <= MAX_POSITION:  # Redis refuses list indexes past 64 bits
+            raise ValueError(f"not a queue entry token: {token!r}")
+        return position, hashed
 
     async def find(self, token: str) -> JobRecord | None:
         """The job a token names, looked for around where it was seen."""
@@ -396,6 +401,8 @@ class JobSet:
             score = float(where)
         except ValueError:
             raise ValueError(f"not a {self.target} entry token: {token!r}") from None
+        if math.isnan(score):  # no entry has it, and Redis refuses it as a bound
+            raise ValueError(f"not a {self.target} entry token: {token!r}")
         for raw in await self._inspector.admin().set_at_score(self.target, score):
             if digest(raw) == hashed:
                 return JobRecord.read(raw, score=score)
@@ -609,7 +616,10 @@ class ProcessSet:
         return [_process(entry, now) for entry in found]
 
     async def recoveries(self) -> list[dict[str, Any]]:
-        return await self._inspector.admin().recoveries()
+        """Recent recovery events, newest first; ``at`` is epoch seconds or None (an
+        event is shown whatever else it holds)."""
+        events = await self._inspector.admin().recoveries()
+        return [{**event, "at": _number(event.get("at"))} for event in events]
 
     async def burials(self) -> list[JobRecord]:
         """Recent jobs buried in dead as ProcessDied (each killed its process too often)."""

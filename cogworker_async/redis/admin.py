@@ -13,6 +13,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
+import redis
+
 from cogworker_async.redis.store import SetName, Store, _bytes
 
 RECOVERY_EVENTS_SHOWN: Final = 50
@@ -93,7 +95,12 @@ class Admin:
         """Jobs ``start``..``stop`` (inclusive) counted from the next to run (0)."""
         # Fetch takes from the right: index -1 runs next. Read the window from the right
         # and turn it round, so that position 0 is the next job to run.
-        reply = await self.client.lrange(self.keys.queue(name), -stop - 1, -start - 1)
+        try:
+            reply = await self.client.lrange(self.keys.queue(name), -stop - 1, -start - 1)
+        except redis.exceptions.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            return []  # a key of another type reads as an empty queue, as in queue_heads
         return [_bytes(raw) for raw in reversed(reply)]
 
     async def queue_remove(self, name: str, raw: bytes) -> bool:
