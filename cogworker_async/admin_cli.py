@@ -78,7 +78,11 @@ def shown_url(url: str) -> str:
 
 
 def emit_json(value: Any) -> None:
-    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    # Python's JSON reads and writes NaN and Infinity (a payload holding them, a score
+    # of +inf), but they are not JSON: a script's parser would refuse the whole output.
+    # Written as null (a round trip through the C codec: no recursion of ours).
+    finite = json.loads(json.dumps(value), parse_constant=lambda _: None)
+    typer.echo(json.dumps(finite, indent=2, ensure_ascii=False, allow_nan=False))
 
 
 PIPE_WIDTH: Final = 160
@@ -86,9 +90,12 @@ PIPE_WIDTH: Final = 160
 
 
 def show(renderable: RenderableType) -> None:
-    console = Console()
+    # No markup and no emoji codes: the tables hold stored text (arguments, errors,
+    # class names), which must print as it is — ``[/x]`` in a job's arguments made
+    # rich raise MarkupError, and ``:thumbs_up:`` would have shown as an emoji.
+    console = Console(markup=False, emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=PIPE_WIDTH)
+        console = Console(width=PIPE_WIDTH, markup=False, emoji=False)
     console.print(renderable)
 
 

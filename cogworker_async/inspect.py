@@ -635,6 +635,11 @@ def _number(value: Any) -> float | None:
     return None
 
 
+def _text(value: Any) -> str | None:
+    """A string a beat should hold, or None (a beat is shown whatever it holds)."""
+    return value if isinstance(value, str) else None
+
+
 def _process(entry: dict[str, Any], now: float) -> ProcessInfo:
     info = entry["info"] or {}
     last = entry["last_beat"]
@@ -642,14 +647,14 @@ def _process(entry: dict[str, Any], now: float) -> ProcessInfo:
     for jid, what in sorted(entry["running"].items()):
         started = _number(what.get("run_at"))
         running.append(RunningJob(
-            jid=jid, name=str(what.get("class", "?")), queue=what.get("queue"),
+            jid=jid, name=str(what.get("class", "?")), queue=_text(what.get("queue")),
             started_at=started, runtime=max(0.0, now - started) if started else None))
     pid, concurrency = _number(info.get("pid")), _number(info.get("concurrency"))
     rss = _number(info.get("rss_bytes"))
     queues = info.get("queues")
     return ProcessInfo(
         identity=entry["identity"], alive=entry["alive"],
-        hostname=info.get("hostname"), pid=int(pid) if pid is not None else None,
+        hostname=_text(info.get("hostname")), pid=int(pid) if pid is not None else None,
         started_at=_number(info.get("started_at")), last_beat=last,
         beat_age=max(0.0, now - last) if last is not None else None,
         lag_ms=_number(info.get("lag_ms")),

@@ -10,6 +10,7 @@ ran meanwhile is skipped, never duplicated.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -259,7 +260,9 @@ def _int(value: Any) -> int:
 
 
 def _float(value: Any) -> float | None:
+    """A stored time as a finite float, or None (``nan``/``inf`` are no time)."""
     try:
-        return float(value) if value is not None else None
+        number = float(value) if value is not None else None
     except (TypeError, ValueError):
         return None
+    return number if number is not None and math.isfinite(number) else None
