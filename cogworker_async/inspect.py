@@ -40,6 +40,9 @@ SEARCH_BUDGET: Final = 100_000
 """Entries one search looks at before it stops and says so (ZSCAN steps of 1,000)."""
 BULK_BATCH: Final = 500
 """Entries one bulk action moves per round trip."""
+FIND_BATCH: Final = 1000
+"""Entries sharing one score read per round trip while a token is looked for (at most
+``SEARCH_BUDGET`` of them: one past that is reported gone)."""
 QUEUE_FIND_WINDOW: Final = 100
 """How far from where the user saw it a queued job is looked for (the queue moves)."""
 BURIALS_LOOKED_AT: Final = 200
@@ -403,9 +406,16 @@ class JobSet:
             raise ValueError(f"not a {self.target} entry token: {token!r}") from None
         if math.isnan(score):  # no entry has it, and Redis refuses it as a bound
             raise ValueError(f"not a {self.target} entry token: {token!r}")
-        for raw in await self._inspector.admin().set_at_score(self.target, score):
-            if digest(raw) == hashed:
-                return JobRecord.read(raw, score=score)
+        # Many entries may share a score (a batch scheduled for one time): read them a
+        # batch at a time, never all at once, and look at a bounded number of them.
+        admin = self._inspector.admin()
+        for start in range(0, SEARCH_BUDGET, FIND_BATCH):
+            batch = await admin.set_at_score(self.target, score, start, FIND_BATCH)
+            for raw in batch:
+                if digest(raw) == hashed:
+                    return JobRecord.read(raw, score=score)
+            if len(batch) < FIND_BATCH:
+                break
         return None
 
     async def _found(self, tokens: Iterable[str]) -> tuple[list[JobRecord], int]:

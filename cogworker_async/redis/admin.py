@@ -137,9 +137,12 @@ class Admin:
             reply = await self.client.zrange(key, start, stop, withscores=True)
         return [(_bytes(member), float(score)) for member, score in _pairs(reply)]
 
-    async def set_at_score(self, target: SetName, score: float) -> list[bytes]:
-        """Members whose score is exactly ``score`` (how an entry is found again)."""
-        reply = await self.client.zrangebyscore(self.zset(target), score, score)
+    async def set_at_score(self, target: SetName, score: float, start: int,
+                           count: int) -> list[bytes]:
+        """Up to ``count`` members whose score is exactly ``score``, from the ``start``-th
+        of them (how an entry is found again)."""
+        reply = await self.client.zrangebyscore(self.zset(target), score, score,
+                                                start=start, num=count)
         return [_bytes(member) for member in reply if isinstance(member, bytes | str)]
 
     async def set_scan(

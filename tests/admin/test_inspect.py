@@ -366,3 +366,30 @@ async def test_retry_all_does_not_retry_again_a_job_that_failed_again_meanwhile(
     assert result.done == 3
     assert sorted(runs) == ["j0", "j1", "j2"]  # each retried (and run) once
     assert await insp.retries.size() == 3
+
+
+async def test_finding_a_token_among_many_entries_sharing_its_score_reads_in_batches(
+    make_app: Callable[..., App], store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = make_app()
+    due = time.time() + 3600  # a batch scheduled for one time: one score for them all
+    entries = {json.dumps({"jid": f"j{n:05}", "class": "work", "args": [n]}): due
+               for n in range(2500)}
+    await store.client.zadd(store.keys.schedule, entries)
+    insp = Inspector(jobs)
+    last = (await insp.scheduled.page(100)).items[-1]  # the 2,500th
+    read = Admin.set_at_score
+    replies: list[int] = []
+
+    async def counted(admin: Admin, *args: Any) -> list[bytes]:
+        reply = await read(admin, *args)
+        replies.append(len(reply))
+        return reply
+
+    monkeypatch.setattr(Admin, "set_at_score", counted)
+    found = await insp.scheduled.find(last.token)
+    assert found is not None
+    assert found.jid == last.jid
+    assert max(replies) <= 1000  # never the whole set at once
+    assert (await insp.scheduled.delete([last.token])).done == 1
+    assert await insp.scheduled.size() == 2499
