@@ -16,7 +16,9 @@ worker's scripts: a job is written to its destination before it leaves its sourc
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import itertools
 import json
 import math
 import time
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from cogworker_async import job
 from cogworker_async.redis.admin import Admin
-from cogworker_async.redis.store import SetName
+from cogworker_async.redis.store import RedisError, SetName
 from cogworker_async.settings import check_queue_name
 
 if TYPE_CHECKING:
@@ -322,8 +324,9 @@ class Queue:
         done = missing = 0
         for token in tokens:
             record = await self.find(token)
-            if record is not None and await self._inspector.admin().queue_remove(self.name,
-                                                                                 record.raw):
+            admin = self._inspector.admin()
+            if record is not None and await admin.queue_remove(self.name, record.raw):
+                await _release_lock(admin, record)
                 done += 1
             else:
                 missing += 1
@@ -432,8 +435,11 @@ class JobSet:
 
     async def delete(self, tokens: Iterable[str]) -> Done:
         records, missing = await self._found(tokens)
-        removed = await self._inspector.admin().set_remove(self.target, [r.raw for r in records])
-        return Done(removed, missing + len(records) - removed)
+        admin = self._inspector.admin()
+        removed = await admin.set_remove(self.target, [r.raw for r in records])
+        for record in itertools.compress(records, removed):
+            await _release_lock(admin, record)
+        return Done(sum(removed), missing + len(records) - sum(removed))
 
     async def retry(self, tokens: Iterable[str]) -> Done:
         """Put entries on their queues now (``enqueue now`` for scheduled jobs)."""
@@ -529,10 +535,22 @@ class JobSet:
         admin, done = self._inspector.admin(), 0
         for record in records:
             if await admin.set_move(self.target, "dead", record.raw, record.raw):
+                await _release_lock(admin, record)
                 done += 1
             else:
                 missing += 1
         return Done(done, missing)
+
+
+async def _release_lock(admin: Admin, record: JobRecord) -> None:
+    """A job an admin deleted or moved to dead will not run: the unique lock it owns is
+    released, as when a worker files a job in dead. Kept, it would refuse the same job's
+    next enqueue (as a duplicate of nothing) until it expired: over a retry's delay,
+    which it was extended to cover, hours or days. Best effort: the lock has a TTL."""
+    digest = record.payload.get("unique_digest") if record.payload is not None else None
+    if isinstance(digest, str) and record.jid is not None:
+        with contextlib.suppress(RedisError):
+            await admin.release_unique(digest, record.jid)
 
 
 class ScheduledSet(JobSet):

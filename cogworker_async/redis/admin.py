@@ -161,10 +161,17 @@ class Admin:
         scores = await self.client.zmscore(self.zset(target), list(members))  # type: ignore[arg-type]
         return [score is not None for score in scores]
 
-    async def set_remove(self, target: SetName, members: Sequence[bytes]) -> int:
-        if not members:
-            return 0
-        return int(await self.client.zrem(self.zset(target), *members))
+    async def set_remove(self, target: SetName, members: Sequence[bytes]) -> list[bool]:
+        """Remove members; whether each one was there (and so was removed by this call)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for member in members:
+                pipe.zrem(self.zset(target), member)
+            replies = await pipe.execute()
+        return [int(reply) == 1 for reply in replies]
+
+    async def release_unique(self, digest: str, jid: str) -> None:
+        """Release a unique lock if ``jid`` still owns it (``release_lock``)."""
+        await self.store.release_lock(self.keys.unique(digest), jid)
 
     async def set_clear(self, target: SetName) -> int:
         async with self.client.pipeline(transaction=True) as pipe:

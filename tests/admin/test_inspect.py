@@ -393,3 +393,26 @@ async def test_finding_a_token_among_many_entries_sharing_its_score_reads_in_bat
     assert max(replies) <= 1000  # never the whole set at once
     assert (await insp.scheduled.delete([last.token])).done == 1
     assert await insp.scheduled.size() == 2499
+
+
+@pytest.mark.parametrize("action", ["delete queued", "delete scheduled", "kill scheduled"])
+async def test_a_unique_job_deleted_or_killed_by_an_admin_can_be_enqueued_again(
+    make_app: Callable[..., App], action: str
+) -> None:
+    jobs = make_app()
+
+    @jobs.job(unique=True, unique_ttl=3600)
+    async def report(day: str) -> None: ...
+
+    insp = Inspector(jobs)
+    if action == "delete queued":
+        assert await report.enqueue("2030-01-01") is not None
+        [record] = (await insp.queue("default").page()).items
+        assert (await insp.queue("default").delete([record.token])).done == 1
+    else:
+        assert await report.enqueue_in(600, "2030-01-01") is not None
+        [record] = (await insp.scheduled.page()).items
+        act = insp.scheduled.delete if action == "delete scheduled" else insp.scheduled.kill
+        assert (await act([record.token])).done == 1
+    # Its lock went with it: the same job is not refused as a duplicate of nothing.
+    assert await report.enqueue("2030-01-01") is not None
