@@ -318,7 +318,9 @@ class Queue:
         return None
 
     async def delete(self, tokens: Iterable[str]) -> Done:
-        tokens = list(tokens)
+        # Each token once: named twice, it would find and remove a second job with the
+        # same bytes (a duplicate push), which nobody asked to delete.
+        tokens = list(dict.fromkeys(tokens))
         for token in tokens:  # all checked before any is acted on
             self._parse(token)
         done = missing = 0
@@ -423,7 +425,7 @@ class JobSet:
 
     async def _found(self, tokens: Iterable[str]) -> tuple[list[JobRecord], int]:
         records, missing = [], 0
-        for token in tokens:
+        for token in dict.fromkeys(tokens):  # named twice is the same entry
             record = await self.find(token)
             if record is None:
                 missing += 1

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cogworker_async import App
-from cogworker_async.inspect import Inspector, JobRecord, glob_pattern
+from cogworker_async.inspect import Done, Inspector, JobRecord, glob_pattern
 from cogworker_async.redis.admin import Admin
 from cogworker_async.redis.store import Store
 from tests.waiting import wait_until
@@ -416,3 +416,18 @@ async def test_a_unique_job_deleted_or_killed_by_an_admin_can_be_enqueued_again(
         assert (await act([record.token])).done == 1
     # Its lock went with it: the same job is not refused as a duplicate of nothing.
     assert await report.enqueue("2030-01-01") is not None
+
+
+async def test_a_token_named_twice_acts_on_one_entry(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+    twin = json.dumps({"jid": "twin", "class": "work", "args": []})
+    await store.client.lpush(store.keys.queue("default"), twin, twin)  # pushed twice
+    insp = Inspector(jobs)
+    token = (await insp.queue("default").page()).items[0].token
+    assert (await insp.queue("default").delete([token, token])) == Done(1, 0)
+    assert await queued(store) == [twin.encode()]
+    await store.client.zadd(store.keys.dead, {twin: 1.0})
+    [record] = (await insp.dead.page()).items
+    assert await insp.dead.delete([record.token, record.token]) == Done(1, 0)
