@@ -10,13 +10,17 @@ ran meanwhile is skipped, never duplicated.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any, Final
 
 import redis
+from redis.exceptions import ResponseError
 
 from cogworker_async.redis.store import SetName, Store, _bytes
+
+log = logging.getLogger("cogworker_async")
 
 RECOVERY_EVENTS_SHOWN: Final = 50
 
@@ -73,7 +77,12 @@ class Admin:
     # -- queues ------------------------------------------------------------------------
 
     async def queue_names(self) -> list[str]:
-        return sorted(_text(name) for name in await self.client.smembers(self.keys.queues))
+        try:
+            names = await self.client.smembers(self.keys.queues)
+        except ResponseError as exc:  # a key of another type: shown empty, said once a call
+            log.warning("the set of queue names is unreadable: %s", exc)
+            return []
+        return sorted(_text(name) for name in names)
 
     async def queue_heads(self, names: Sequence[str]) -> list[tuple[int, bytes | None]]:
         """(length, oldest job) of each queue, in one round trip. A key of the wrong
@@ -113,7 +122,8 @@ class Admin:
         """Delete a queue and forget its name; returns how many jobs it held."""
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.llen(self.keys.queue(name))
-            pipe.delete(self.keys.queue(name))
+            pipe.unlink(self.keys.queue(name))  # freed in the background: a huge
+            # list must not block Redis (and the beats) while it is deleted
             pipe.srem(self.keys.queues, name)
             length, _, _ = await pipe.execute()
         return int(length)
@@ -124,17 +134,25 @@ class Admin:
         return self.store._zset(target)
 
     async def set_size(self, target: SetName) -> int:
-        return int(await self.client.zcard(self.zset(target)))
+        try:
+            return int(await self.client.zcard(self.zset(target)))
+        except ResponseError as exc:  # every page's header counts it: degrade, don't fail
+            log.warning("the %s set is unreadable: %s", target, exc)
+            return 0
 
     async def set_window(
         self, target: SetName, start: int, stop: int, *, newest_first: bool
     ) -> list[tuple[bytes, float]]:
         """Members ``start``..``stop`` by score (or newest first), with their scores."""
         key = self.zset(target)
-        if newest_first:
-            reply = await self.client.zrevrange(key, start, stop, withscores=True)
-        else:
-            reply = await self.client.zrange(key, start, stop, withscores=True)
+        try:
+            if newest_first:
+                reply = await self.client.zrevrange(key, start, stop, withscores=True)
+            else:
+                reply = await self.client.zrange(key, start, stop, withscores=True)
+        except ResponseError as exc:  # of another type: an empty page, not a 500
+            log.warning("the %s set is unreadable: %s", target, exc)
+            return []
         return [(_bytes(member), float(score)) for member, score in _pairs(reply)]
 
     async def set_at_score(self, target: SetName, score: float, start: int,
@@ -176,7 +194,7 @@ class Admin:
     async def set_clear(self, target: SetName) -> int:
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.zcard(self.zset(target))
-            pipe.delete(self.zset(target))
+            pipe.unlink(self.zset(target))  # freed in the background (see queue_clear)
             size, _ = await pipe.execute()
         return int(size)
 

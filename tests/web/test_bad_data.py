@@ -72,3 +72,18 @@ async def test_entries_that_are_not_jobs_are_listed_and_shown(
     for record in (await board.inspector.dead.page()).items:
         response = await client.get(f"/dead/job/{record.token}")
         assert response.status_code == 200, (record.raw, response.text)
+
+
+async def test_every_tab_renders_when_a_fixed_key_has_another_type(
+        board: Board, client: httpx.AsyncClient, store: Store) -> None:
+    # Every page's header counts the sets and lists the queues: one key of the wrong
+    # type (a bug, a stray SET by hand) must not take the whole dashboard down.
+    keys = store.keys
+    await board.ok.enqueue_in(3600, "still-here")
+    await store.client.set(keys.dead, "a string, not a zset")
+    await store.client.set(keys.queues, "a string, not a set")
+    await store.client.set(keys.retry, "a string, not a zset")
+    for path in ("/", "/queues", "/busy", "/scheduled", "/retries", "/dead", "/periodic"):
+        response = await client.get(path)
+        assert response.status_code == 200, (path, response.text)
+    assert "still-here" in (await client.get("/scheduled")).text
