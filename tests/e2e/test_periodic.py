@@ -35,14 +35,16 @@ async def test_three_processes_enqueue_each_tick_once_and_never_overlap(
         for worker in workers:
             await worker.stop(timeout=15)
     finally:
+        logs = [worker.log() for worker in workers]
         for worker in workers:
             worker.cleanup()
 
     ticks = [float(t) for t in await r.lrange(f"{namespace}:cron:ticks", 0, -1)]
     assert len(ticks) == len(set(ticks)), "a tick was enqueued (and run) twice"
     assert len(ticks) >= RUN_FOR - 4  # start-up takes a moment; then one per second
+    dead = await r.zrange(f"{namespace}:dead", 0, -1)
     assert all(b - a == 1.0 for a, b in zip(sorted(ticks), sorted(ticks)[1:], strict=False)
-               ), f"a tick was skipped: {sorted(ticks)}"
+               ), f"a tick was skipped: {sorted(ticks)}; dead: {dead}; logs: {logs}"
 
     spans = sorted(json.loads(s) for s in await r.lrange(f"{namespace}:cron:spans", 0, -1))
     assert len(spans) >= 2
