@@ -3,8 +3,10 @@ exactly once, and runs of one periodic job never overlap."""
 
 from __future__ import annotations
 
+import calendar
 import itertools
 import json
+import re
 import time
 
 import anyio
@@ -39,12 +41,22 @@ async def test_three_processes_enqueue_each_tick_once_and_never_overlap(
         for worker in workers:
             worker.cleanup()
 
-    ticks = [float(t) for t in await r.lrange(f"{namespace}:cron:ticks", 0, -1)]
+    ticks = sorted(float(t) for t in await r.lrange(f"{namespace}:cron:ticks", 0, -1))
     assert len(ticks) == len(set(ticks)), "a tick was enqueued (and run) twice"
     assert len(ticks) >= RUN_FOR - 4  # start-up takes a moment; then one per second
-    dead = await r.zrange(f"{namespace}:dead", 0, -1)
-    assert all(b - a == 1.0 for a, b in zip(sorted(ticks), sorted(ticks)[1:], strict=False)
-               ), f"a tick was skipped: {sorted(ticks)}; dead: {dead}; logs: {logs}"
+
+    # Each second was enqueued exactly once across the three processes, none skipped...
+    text = "".join(logs)
+    enqueued = [calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+                for stamp in re.findall(r"cron: enqueued tick for (\S+ \S+)", text)]
+    assert len(enqueued) == len(set(enqueued)), f"a tick was enqueued twice: {logs}"
+    assert sorted(enqueued) == list(range(min(enqueued), max(enqueued) + 1)), logs
+    # ...and each one ran, unless it was skipped because the previous run still held
+    # the running lock (a periodic job never overlaps itself; under load at start-up a
+    # run can end after the next second has begun). Either way, said in the log.
+    overlaps = text.count("periodic tick: skipped")
+    missed = [t for t in enqueued if ticks[0] < t < ticks[-1] and t not in ticks]
+    assert len(missed) <= overlaps, f"a tick did not run: {missed}; ran: {ticks}; {logs}"
 
     spans = sorted(json.loads(s) for s in await r.lrange(f"{namespace}:cron:spans", 0, -1))
     assert len(spans) >= 2
