@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-from cogworker_async import job
+from cogworker_async import job, unique
 from cogworker_async.redis.admin import Admin
 from cogworker_async.redis.store import RedisError, SetName
 from cogworker_async.settings import check_queue_name
@@ -502,8 +502,12 @@ class JobSet:
             self._before_retry(payload)
             items.append((record.raw, job.encode(payload, 2**31), queue))
             sent.append(record)
+        locked = [r for r in sent if await _take_lock(self._inspector.admin(), r)]
         moved = await self._inspector.admin().set_to_queues(self.target, items)
         stuck = await self._left_behind(sent) if moved < len(items) else []
+        for record in locked:
+            if any(reason.startswith(record.token) for reason in stuck):
+                await _release_lock(self._inspector.admin(), record)
         return Done(moved, len(items) - moved - len(stuck), refused + stuck)
 
     async def _left_behind(self, sent: Sequence[JobRecord]) -> list[str]:
@@ -542,6 +546,24 @@ class JobSet:
             else:
                 missing += 1
         return Done(done, missing)
+
+
+async def _take_lock(admin: Admin, record: JobRecord) -> bool:
+    """A unique job put back on its queue by hand holds its lock again, as an enqueue
+    would: the lock was released when it died, and without it the same job enqueued
+    meanwhile would run beside it. Taken only if free (another jid holding it is
+    another copy already waiting; the user asked for this one all the same). Best
+    effort, with the job's TTL."""
+    payload = record.payload or {}
+    digest, ttl = payload.get("unique_digest"), payload.get("unique_ttl")
+    if not isinstance(digest, str) or record.jid is None:
+        return False
+    seconds = float(ttl) if isinstance(ttl, int | float) and not isinstance(ttl, bool) \
+        and math.isfinite(ttl) and ttl > 0 else unique.DEFAULT_TTL
+    try:
+        return await admin.take_unique(digest, record.jid, seconds)
+    except RedisError:
+        return False
 
 
 async def _release_lock(admin: Admin, record: JobRecord) -> None:

@@ -187,6 +187,10 @@ class Admin:
             replies = await pipe.execute()
         return [int(reply) == 1 for reply in replies]
 
+    async def take_unique(self, digest: str, jid: str, ttl: float) -> bool:
+        """Take a unique lock for ``jid`` unless another jid holds it (``take_lock``)."""
+        return await self.store.take_lock(self.keys.unique(digest), jid, ttl)
+
     async def release_unique(self, digest: str, jid: str) -> None:
         """Release a unique lock if ``jid`` still owns it (``release_lock``)."""
         await self.store.release_lock(self.keys.unique(digest), jid)

@@ -431,3 +431,26 @@ async def test_a_token_named_twice_acts_on_one_entry(
     await store.client.zadd(store.keys.dead, {twin: 1.0})
     [record] = (await insp.dead.page()).items
     assert await insp.dead.delete([record.token, record.token]) == Done(1, 0)
+
+
+async def test_a_dead_unique_job_retried_by_hand_holds_its_lock_again(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+
+    @jobs.job(name="report", unique=True, unique_ttl=3600, retry=False)
+    async def report(day: str) -> None:
+        raise ValueError("not yet")
+
+    assert await report.enqueue("2030-01-01") is not None
+    insp = Inspector(jobs)
+    async with jobs.worker():
+        await wait_until(lambda: _size(insp, "dead", 1), timeout=10)
+    # Dead released the lock: the same job could be enqueued again now...
+    [record] = (await insp.dead.page()).items
+    assert (await insp.dead.retry([record.token])).done == 1
+    # ...but once the dead one is back on its queue, a second copy is a duplicate.
+    assert await report.enqueue("2030-01-01") is None
+    assert await store.client.llen(store.keys.queue("default")) == 1
+    [digest_key] = await store.client.keys(store.keys.unique("*"))
+    assert await store.client.get(digest_key) == record.jid.encode()
