@@ -28,7 +28,14 @@ from rich.console import Console, RenderableType
 from cogworker_async import tables
 from cogworker_async.app import App
 from cogworker_async.errors import CogworkerError
-from cogworker_async.inspect import MAX_PAGE_SIZE, PAGE_SIZE, Done, Inspector, JobSet
+from cogworker_async.inspect import (
+    MAX_PAGE_SIZE,
+    PAGE_SIZE,
+    DayTotals,
+    Done,
+    Inspector,
+    JobSet,
+)
 from cogworker_async.redis.store import ConnectionLost, RedisError
 from cogworker_async.settings import check_queue_name
 
@@ -215,17 +222,27 @@ def register(cli: typer.Typer, load_app: LoadApp) -> None:
 
 
 def _stats_command(load_app: LoadApp) -> Callable[..., None]:
-    def stats(target: Target, redis_url: RedisUrl = None, as_json: AsJson = False) -> None:
+    def stats(
+        target: Target, redis_url: RedisUrl = None, as_json: AsJson = False,
+        days: Annotated[int, typer.Option(
+            help="Also show processed/failed per day for the last N days (UTC, 1..366).",
+        )] = 0,
+    ) -> None:
         """Totals, sizes, processes and the Redis server; a table of queues."""
+        if not 0 <= days <= 366:
+            fail(f"--days must be 0..366, got {days}")
 
-        async def read(insp: Inspector) -> tuple[dict[str, Any], dict[str, Any]]:
-            return await insp.summary(), await insp.server()
+        async def read(insp: Inspector) -> tuple[dict[str, Any], dict[str, Any],
+                                                 list[DayTotals]]:
+            history = await insp.stats.history(days) if days else []
+            return await insp.summary(), await insp.server(), history
 
-        summary, server = _run(_open(load_app, target, redis_url), read)
+        summary, server, history = _run(_open(load_app, target, redis_url), read)
         if as_json:
-            emit_json({**summary, "server": server})
+            extra = {"history": [dataclasses.asdict(day) for day in history]} if days else {}
+            emit_json({**summary, "server": server, **extra})
         else:
-            show(tables.stats(summary, server))
+            show(tables.stats(summary, server, history))
 
     return stats
 

@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from cogworker_async import job, unique
@@ -47,6 +48,8 @@ FIND_BATCH: Final = 1000
 ``SEARCH_BUDGET`` of them: one past that is reported gone)."""
 QUEUE_FIND_WINDOW: Final = 100
 """How far from where the user saw it a queued job is looked for (the queue moves)."""
+HISTORY_DAYS: Final = 30
+"""Days the history covers unless asked otherwise."""
 BURIALS_LOOKED_AT: Final = 200
 """Newest dead entries the Busy view reads to list recent ProcessDied burials."""
 MAX_POSITION: Final = 2**62
@@ -260,6 +263,24 @@ class Stats:
 
     async def reset(self) -> None:
         await self._inspector.admin().reset_totals()
+
+    async def history(self, days: int = HISTORY_DAYS) -> list[DayTotals]:
+        """Processed and failed per day (UTC), the last ``days`` days, oldest first."""
+        if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 366:
+            raise ValueError(f"history covers 1..366 days, got {days!r}")
+        today = datetime.now(UTC).date()
+        names = [(today - timedelta(days=back)).isoformat() for back in range(days - 1, -1, -1)]
+        counts = await self._inspector.admin().daily(names)
+        return [DayTotals(day, processed, failed)
+                for day, (processed, failed) in zip(names, counts, strict=True)]
+
+
+@dataclass(frozen=True, slots=True)
+class DayTotals:
+    day: str
+    """``YYYY-MM-DD``, UTC."""
+    processed: int
+    failed: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cogworker_async.inspect import (
+    DayTotals,
     JobRecord,
     Page,
     PeriodicInfo,
@@ -76,7 +77,8 @@ def _token_column(table: Table) -> None:
 # -- stats and queues -------------------------------------------------------------------
 
 
-def stats(summary: dict[str, Any], server: dict[str, Any]) -> RenderableType:
+def stats(summary: dict[str, Any], server: dict[str, Any],
+          history: Sequence[DayTotals] = ()) -> RenderableType:
     totals = Table(show_header=False, box=None, pad_edge=False)
     totals.add_column(style="bold")
     totals.add_column(justify="right")
@@ -89,7 +91,20 @@ def stats(summary: dict[str, Any], server: dict[str, Any]) -> RenderableType:
     totals.add_row("redis", f"{server['server']} {server['version']}, "
                             f"{server['used_memory_human']} used")
     queues = [QueueInfo(q["name"], q["size"], q["latency"]) for q in summary["queues"]]
-    return Group(totals, Text(""), queue_table(queues))
+    parts: list[RenderableType] = [totals, Text(""), queue_table(queues)]
+    if history:
+        parts += [Text(""), history_table(history)]
+    return Group(*parts)
+
+
+def history_table(history: Sequence[DayTotals]) -> RenderableType:
+    table = Table(title="per day (UTC)", title_justify="left")
+    table.add_column("day")
+    table.add_column("processed", justify="right")
+    table.add_column("failed", justify="right")
+    for day in history:
+        table.add_row(day.day, f"{day.processed:,}", f"{day.failed:,}")
+    return table
 
 
 def queue_table(queues: Sequence[QueueInfo]) -> RenderableType:

@@ -53,6 +53,15 @@ class Admin:
             [self.keys.stats_processed, self.keys.stats_failed])
         return _int(processed), _int(failed)
 
+    async def daily(self, days: Sequence[str]) -> list[tuple[int, int]]:
+        """(processed, failed) on each day (``YYYY-MM-DD``), in one round trip."""
+        if not days:
+            return []
+        keys = [key for day in days
+                for key in (self.keys.stats_processed_on(day), self.keys.stats_failed_on(day))]
+        values = await self.client.mget(keys)
+        return [(_int(values[i]), _int(values[i + 1])) for i in range(0, len(values), 2)]
+
     async def reset_totals(self) -> None:
         await self.client.delete(self.keys.stats_processed, self.keys.stats_failed)
 

@@ -126,6 +126,14 @@ class Keys:
     def stats_failed(self) -> str:
         return self._key("stats:failed")
 
+    def stats_processed_on(self, day: str) -> str:
+        """Jobs processed on ``day`` (``YYYY-MM-DD``, UTC), for the history graph."""
+        return self._key(f"stats:processed:{day}")
+
+    def stats_failed_on(self, day: str) -> str:
+        """Jobs failed on ``day`` (``YYYY-MM-DD``, UTC)."""
+        return self._key(f"stats:failed:{day}")
+
     @property
     def wake_channel(self) -> str:
         """Pub/sub channel an enqueue publishes on, so idle workers fetch at once."""

@@ -29,6 +29,9 @@ SetName = Literal["retry", "dead", "schedule"]
 REQUEUE_BATCH: Final = 1000
 """Entries one requeue script looks at per call: one call must not block Redis for long."""
 
+HISTORY_TTL: Final = 366 * 24 * 3600
+"""Seconds a day's processed/failed counts are kept (a year of history)."""
+
 ORPHAN_TTL: Final = 7 * 24 * 3600
 """Seconds an orphan counter lives after its last bump."""
 
@@ -329,11 +332,17 @@ class Store:
     # -- stats and wake-ups ----------------------------------------------------------
 
     async def add_stats(self, processed: int, failed: int) -> None:
+        """Add to the totals and to today's counts (UTC; kept ``HISTORY_TTL``)."""
+        day = time.strftime("%Y-%m-%d", time.gmtime())
         async with self.client.pipeline(transaction=False) as pipe:
-            if processed:
-                pipe.incrby(self.keys.stats_processed, processed)
-            if failed:
-                pipe.incrby(self.keys.stats_failed, failed)
+            for count, total, daily in ((processed, self.keys.stats_processed,
+                                         self.keys.stats_processed_on(day)),
+                                        (failed, self.keys.stats_failed,
+                                         self.keys.stats_failed_on(day))):
+                if count:
+                    pipe.incrby(total, count)
+                    pipe.incrby(daily, count)
+                    pipe.expire(daily, HISTORY_TTL)
             await pipe.execute()
 
     @asynccontextmanager

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -80,3 +82,32 @@ def plural(count: int, word: str) -> str:
 def pretty(value: Any) -> str:
     """A value as indented JSON (for the job page's ``<pre>``; escaped by the template)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=repr)
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One day of the history chart, in the SVG's own units (``viewBox`` 600 × 120)."""
+
+    day: str
+    processed: int
+    failed: int
+    x: float
+    width: float
+    processed_height: float
+    failed_height: float
+
+
+CHART_WIDTH: Final = 600.0
+CHART_HEIGHT: Final = 120.0
+
+
+def bars(history: Sequence[Any]) -> list[Bar]:
+    """Day totals as bars scaled to the busiest day: processed, with failed over it."""
+    if not history:
+        return []
+    top = max(max(day.processed, day.failed) for day in history) or 1
+    step = CHART_WIDTH / len(history)
+    return [Bar(day.day, day.processed, day.failed, x=i * step + step * 0.15,
+                width=step * 0.7, processed_height=CHART_HEIGHT * day.processed / top,
+                failed_height=CHART_HEIGHT * day.failed / top)
+            for i, day in enumerate(history)]

@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cogworker_async.inspect import JobRecord, JobSet, Queue
-from cogworker_async.web import actions
+from cogworker_async.web import actions, format
 from cogworker_async.web.site import NO_STORE, SET_KINDS, STATIC, Site
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -45,7 +45,9 @@ def search_term(request: Request) -> str:
 def dashboard(site: Site) -> Endpoint:
     async def view(request: Request) -> Response:
         server = await site.inspector.server()
-        return await site.render(request, "dashboard.html", tab="dashboard", server=server)
+        history = await site.inspector.stats.history()
+        return await site.render(request, "dashboard.html", tab="dashboard", server=server,
+                                 history=format.bars(history))
     return view
 
 

@@ -454,3 +454,32 @@ async def test_a_dead_unique_job_retried_by_hand_holds_its_lock_again(
     assert await store.client.llen(store.keys.queue("default")) == 1
     [digest_key] = await store.client.keys(store.keys.unique("*"))
     assert await store.client.get(digest_key) == record.jid.encode()
+
+
+async def test_history_counts_per_day_what_workers_did(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+
+    @jobs.job(name="half", retry=False)
+    async def half(n: int) -> None:
+        if n % 2:
+            raise ValueError("odd")
+
+    await half.enqueue_many([((n,), {}) for n in range(10)])
+    insp = Inspector(jobs)
+
+    async def flushed() -> bool:
+        totals = await insp.stats.totals()
+        return (totals.processed, totals.failed) == (10, 5)
+
+    async with jobs.worker():
+        await wait_until(flushed, timeout=10)
+    history = await insp.stats.history(2)
+    assert [day.day for day in history] == sorted(day.day for day in history)
+    # Summed: a run across midnight UTC splits the counts between two days.
+    assert (sum(d.processed for d in history), sum(d.failed for d in history)) == (10, 5)
+    ttl = await store.client.ttl(store.keys.stats_processed_on(history[-1].day))
+    assert ttl > 300 * 24 * 3600  # kept about a year
+    with pytest.raises(ValueError, match=r"1\.\.366"):
+        await insp.stats.history(0)

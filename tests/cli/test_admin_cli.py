@@ -298,3 +298,18 @@ def test_unreachable_redis_is_a_clear_error_and_hides_the_password(
     assert "secret" not in result.output
     assert no_traceback(result.output)
     assert result.stdout == ""
+
+
+def test_stats_days_adds_the_per_day_counts(jobs: adminapp.Jobs) -> None:
+    fill(jobs)
+    summary = invoke_json("stats", "--days", "3")
+    history = summary["history"]
+    assert len(history) == 3
+    assert history == sorted(history, key=lambda day: day["day"])  # oldest first
+    # Summed (a run across midnight UTC splits the counts between two days).
+    assert sum(day["processed"] for day in history) == summary["processed"] == 6
+    assert sum(day["failed"] for day in history) == summary["failed"] == 3
+    shown = invoke("stats", "--days", "3")
+    assert "per day (UTC)" in shown.stdout
+    assert re.search(rf"│ {history[-1]['day']} │", shown.stdout)
+    assert invoke("stats", "--days", "400").exit_code == 2

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from cogworker_async import App
+from cogworker_async.redis.store import Store
 from cogworker_async.web import create_dashboard
 from tests.waiting import wait_until
 from tests.web.conftest import BASE_URL, HOUR, Board, rows
@@ -182,3 +184,14 @@ async def test_job_arguments_and_errors_are_escaped(board: Board, client: httpx.
                 ).text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert XSS not in html
+
+
+async def test_the_dashboard_shows_the_per_day_history(
+        board: Board, client: httpx.AsyncClient, store: Store) -> None:
+    day = (datetime.now(UTC).date() - timedelta(days=5)).isoformat()
+    await store.client.set(store.keys.stats_processed_on(day), 1234)
+    await store.client.set(store.keys.stats_failed_on(day), 56)
+    page = (await client.get("/")).text
+    assert "History" in page
+    assert f"<title>{day}: 1,234 processed, 56 failed</title>" in page
+    assert page.count('<rect class="processed"') == 30
