@@ -34,7 +34,9 @@ from cogworker_async.inspect import (
     DayTotals,
     Done,
     Inspector,
+    JobRecord,
     JobSet,
+    Page,
 )
 from cogworker_async.redis.store import ConnectionLost, RedisError
 from cogworker_async.settings import check_queue_name
@@ -372,11 +374,14 @@ def _show_queues(app: App, as_json: bool) -> None:
 def _show_queue_page(app: App, name: str, number: int, size: int, as_json: bool) -> None:
     page = _run(app, lambda insp: insp.queue(name).page(number, size))
     if as_json:
-        emit_json({"queue": name, "page": page.number, "size": page.size,
-                   "total": page.total, "pages": page.pages,
-                   "items": [r.as_dict() for r in page.items]})
+        emit_json(_page_json(page, queue=name))
     else:
         show(tables.queue_page(name, page))
+
+
+def _page_json(page: Page[JobRecord], **head: str) -> dict[str, Any]:
+    return {**head, "page": page.number, "size": page.size, "total": page.total,
+            "pages": page.pages, "items": [r.as_dict() for r in page.items]}
 
 
 def _show_set(app: App, which: str, number: int, size: int, search: str | None,
@@ -393,9 +398,7 @@ def _show_set(app: App, which: str, number: int, size: int, search: str | None,
         return
     page = _run(app, lambda insp: insp.job_set(which).page(number, size))
     if as_json:
-        emit_json({"set": which, "page": page.number, "size": page.size,
-                   "total": page.total, "pages": page.pages,
-                   "items": [r.as_dict() for r in page.items]})
+        emit_json(_page_json(page, set=which))
     else:
         show(tables.set_table(which, page.items, tables.set_title(which, page), time.time()))
 
