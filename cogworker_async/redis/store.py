@@ -266,10 +266,12 @@ class Store:
 
     async def bury_orphan(self, raw: bytes, entry: bytes, jid: str | None) -> bool:
         keys = self.keys
+        day = time.strftime("%Y-%m-%d", time.gmtime())
         reply = await self._run(
             "bury_orphan",
-            [keys.repeat_orphans, keys.dead, keys.stats_failed, keys.orphanings(jid or "-")],
-            [raw, entry, repr(time.time())],
+            [keys.repeat_orphans, keys.dead, keys.stats_failed, keys.orphanings(jid or "-"),
+             keys.stats_failed_on(day)],
+            [raw, entry, repr(time.time()), HISTORY_TTL],
         )
         return int(reply) == 1
 

@@ -71,6 +71,14 @@ async def test_buries_the_head_in_dead_at_the_time_of_death(store: Store, keys: 
     assert await items(store, keys.repeat_orphans) == [rest]
 
 
+async def test_counts_the_failure_in_todays_history_too(store: Store, keys: Keys) -> None:
+    head, _ = await parked(store, keys, 2)
+    await bury(store, head)
+    [day_key] = await store.client.keys(keys.stats_failed_on("*"))
+    assert await store.client.get(day_key) == b"1"
+    assert await store.client.ttl(day_key) > 300 * 24 * 3600
+
+
 async def test_counts_a_failure_and_clears_the_orphan_counter(store: Store, keys: Keys) -> None:
     head, rest = await parked(store, keys, 2)
     await store.client.set(keys.stats_failed, 41)

@@ -2,8 +2,10 @@
 -- max_orphanings times) is filed in dead, with the usual terminal-failure bookkeeping.
 -- KEYS[1] repeat_orphans list        KEYS[2] dead zset
 -- KEYS[3] stats:failed counter       KEYS[4] the job's orphan counter
+-- KEYS[5] today's stats:failed:<day> counter (optional)
 -- ARGV[1] the parked job (must be the list's head)   ARGV[2] its dead entry
 -- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
+-- ARGV[4] seconds today's counter is kept (with KEYS[5])
 -- Returns 1 if buried, 0 if the head is another job (someone else buried it first).
 -- Head only: the caller walks the list in order. Written before removed.
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
@@ -13,5 +15,9 @@ local now = redis_now(ARGV[3])
 redis.call("ZADD", KEYS[2], now, ARGV[2])
 redis.call("LPOP", KEYS[1])
 redis.pcall("INCR", KEYS[3])
+if KEYS[5] then
+  redis.pcall("INCR", KEYS[5])
+  redis.pcall("EXPIRE", KEYS[5], tonumber(ARGV[4]))
+end
 redis.pcall("DEL", KEYS[4])
 return 1
