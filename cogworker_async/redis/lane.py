@@ -22,9 +22,10 @@ import anyio
 import hiredis
 import redis.asyncio
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as LostConnection
 from redis.exceptions import ResponseError
 
-MAX_IDLE: Final = 32
+MAX_IDLE: Final = 128
 """Idle connections kept; more are closed as they come back (a burst of concurrent
 calls may open many)."""
 
@@ -61,8 +62,11 @@ class Lane:
             conn = self._idle.pop()
             # A connection whose server went away (restart, idle timeout) has EOF
             # pending: replaced here, before anything is sent, as the client's pool does.
-            if conn.is_connected and not await conn.can_read():
-                return conn
+            try:
+                if conn.is_connected and not await conn.can_read():
+                    return conn
+            except (LostConnection, OSError):  # redis-py's or the socket's: same verdict
+                pass
             await self._close(conn)
         return await self._connect()
 
