@@ -73,7 +73,11 @@ class Lane:
     async def _connect(self) -> AbstractConnection:
         """A new connection with the client's settings (URL, timeouts, auth, db)."""
         fresh: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]
-        await fresh.connect()  # type: ignore[no-untyped-call]
+        try:
+            await fresh.connect()  # type: ignore[no-untyped-call]
+        except BaseException:  # refused, timed out, or cancelled mid-handshake
+            await self._close(fresh)
+            raise
         return fresh
 
     async def _give(self, conn: AbstractConnection) -> None:
