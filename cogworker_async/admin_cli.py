@@ -19,7 +19,6 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Final, NoReturn, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import typer
@@ -37,9 +36,11 @@ from cogworker_async.inspect import (
     JobRecord,
     JobSet,
     Page,
+    printable,
 )
 from cogworker_async.redis.store import ConnectionLost, RedisError
 from cogworker_async.settings import check_queue_name
+from cogworker_async.urls import mask
 
 T = TypeVar("T")
 LoadApp = Callable[[str], App]
@@ -72,18 +73,14 @@ Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmat
 Search = Annotated[str | None, typer.Option(help="Only entries whose JSON holds TERM.")]
 
 
+# Everything this module prints goes through ``printable``: stored text may hold lone
+# surrogates (a JSON "\ud800" escape decodes to one), which UTF-8 output cannot encode;
+# the command would die with a traceback halfway through its output.
+
+
 def fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(printable(f"error: {message}"), err=True)
     raise typer.Exit(EXIT_USAGE)
-
-
-def shown_url(url: str) -> str:
-    """The URL without its password (it ends up in terminals and CI logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def emit_json(value: Any) -> None:
@@ -91,7 +88,7 @@ def emit_json(value: Any) -> None:
     # of +inf), but they are not JSON: a script's parser would refuse the whole output.
     # Written as null (a round trip through the C codec: no recursion of ours).
     finite = json.loads(json.dumps(value), parse_constant=lambda _: None)
-    typer.echo(json.dumps(finite, indent=2, ensure_ascii=False, allow_nan=False))
+    typer.echo(printable(json.dumps(finite, indent=2, ensure_ascii=False, allow_nan=False)))
 
 
 PIPE_WIDTH: Final = 160
@@ -105,7 +102,9 @@ def show(renderable: RenderableType) -> None:
     console = Console(markup=False, emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=PIPE_WIDTH, markup=False, emoji=False)
-    console.print(renderable)
+    with console.capture() as captured:  # rendered whole, then made printable
+        console.print(renderable)
+    typer.echo(printable(captured.get()), nl=False)
 
 
 # -- the boundary: App, event loop, errors ----------------------------------------------
@@ -135,7 +134,7 @@ def _run(app: App, work: Callable[[Inspector], Awaitable[T]]) -> T:
     try:
         return anyio.run(_within, app, work)
     except ConnectionLost as exc:
-        fail(f"cannot reach Redis at {shown_url(url)}: {exc}")
+        fail(f"cannot reach Redis at {mask(url)}: {exc}")
     except RedisError as exc:
         fail(f"Redis refused: {type(exc).__name__}: {exc}")
     except (CogworkerError, ValueError) as exc:

@@ -23,12 +23,13 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import anyio
 
+from cogworker_async import urls
 from cogworker_async.client import Client
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
 from cogworker_async.periodic import Periodic, parse_tz
 from cogworker_async.redis.embedded import EmbeddedServer
-from cogworker_async.redis.store import Store
+from cogworker_async.redis.store import Store, dead_limits_of
 from cogworker_async.registry import JobDefinition, JobFunction, JobOptions, RetryIn
 from cogworker_async.settings import Settings
 from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
@@ -37,9 +38,6 @@ from cogworker_async.worker.manager import Manager
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-URL_SCHEMES = ("redis://", "rediss://", "unix://")
-
 
 class JobDecorator(Protocol):
     """What ``@jobs.job(...)`` returns: registers the function it is applied to."""
@@ -215,11 +213,7 @@ class App:
             if self._embedded is None:
                 self._embedded = EmbeddedServer(settings.data_dir)
             return self._embedded.start()
-        if not url.startswith(URL_SCHEMES):
-            raise ConfigurationError(
-                f"unsupported Redis URL {url!r}: use redis://, rediss:// or unix://"
-            )
-        return url
+        return urls.check(url)
 
     async def close(self) -> None:
         """Release the connection pools (and stop the embedded server, if this process
@@ -241,7 +235,7 @@ class App:
         """
         settings = dataclasses.replace(self.settings, **overrides)
         url = self._pick_url(settings) if "redis_url" in overrides else self.redis_url()
-        store = Store.from_url(url, settings.namespace)
+        store = Store.from_url(url, settings.namespace, dead_limits_of(settings))
         try:
             manager = Manager(self.registry, settings, store, url,
                               periodics=list(self.periodics.values()),

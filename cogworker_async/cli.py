@@ -159,7 +159,13 @@ def web(
         typer.echo(f"error: the dashboard needs the web extra "
                    f"(pip install 'cogworker-async[web]'): {exc}", err=True)
         raise typer.Exit(2) from None
-    serve(load_app(target), host=host, port=port, log_level=log_level.lower())
+    app = load_app(target)
+    try:
+        serve(app, host=host, port=port, log_level=log_level.lower())
+    except CogworkerError as exc:  # e.g. a malformed $COGWORKER_WEB_AUTH: refuse to
+        # serve at all rather than serve without the protection that was asked for
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 admin_cli.register(cli, load_app)  # stats, queues, scheduled, retries, dead, ...

@@ -24,7 +24,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from cogworker_async import job, unique
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
-from cogworker_async.redis.store import Store
+from cogworker_async.redis.store import Store, dead_limits_of
 from cogworker_async.registry import Delay, JobDefinition, JobOptions, When
 from cogworker_async.settings import Settings
 
@@ -39,8 +39,8 @@ def seconds_from(delay: Delay) -> float:
         value = float(delay)
     else:
         raise TypeError(f"a delay must be seconds or a timedelta, not {type(delay).__name__}")
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"a delay must be >= 0 seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"a delay must be a finite number of seconds >= 0, got {value!r}")
     return value
 
 
@@ -107,8 +107,8 @@ class Client:
         if store is None:
             for old in [other for other in self._stores if other.is_closed()]:
                 del self._stores[old]  # its loop is gone: so are its connections
-            store = self._stores[loop] = Store.from_url(self._resolve_url(),
-                                                        self.settings.namespace)
+            store = self._stores[loop] = Store.from_url(
+                self._resolve_url(), self.settings.namespace, dead_limits_of(self.settings))
         return store
 
     async def _prepare(
@@ -123,13 +123,13 @@ class Client:
         payload = job.build(definition.name, args, kwargs, queue=options.queue,
                             retry=options.retry, now=time.time())
         if not self.middleware and options.unique is None:  # nothing to pass it through
-            raw = job.encode(payload, self.settings.max_payload_bytes)
+            raw = job.encode_new(payload, self.settings.max_payload_bytes)
             return _Push(options.queue, raw, payload["jid"])
         prepared: list[_Push] = []
 
         async def accept(enqueue: Enqueue) -> str | None:
             body = enqueue.payload
-            raw = job.encode(body, self.settings.max_payload_bytes)
+            raw = job.encode_new(body, self.settings.max_payload_bytes)
             digest = body.get("unique_digest")
             lock = (str(digest), float(body.get("unique_ttl") or unique.DEFAULT_TTL)) \
                 if digest else None

@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,35 @@ T = TypeVar("T")
 
 
 # -- values ---------------------------------------------------------------------------
+
+
+SERVER_FIELDS: Final = ("server", "version", "used_memory", "used_memory_human",
+                        "maxmemory", "connected_clients", "uptime_in_seconds")
+"""What ``Inspector.server`` tells (each None when Redis refuses INFO)."""
+NO_EVICTION: Final = "noeviction"
+
+# A lone surrogate (U+D800..U+DFFF) is what JSON's "\ud800" escape decodes to: valid
+# JSON, not valid Unicode, so UTF-8 output (a page, a terminal, --json) cannot encode
+# it and would fail the whole view.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+REPLACEMENT: Final = "\ufffd"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character UTF-8 cannot encode replaced by U+FFFD: the same
+    mark that stored bytes which are not UTF-8 decode to, so a view shows anything a
+    job, beat or event holds and says the same thing wherever the text was broken."""
+    return _SURROGATE.sub(REPLACEMENT, text)
+
+
+def eviction_warning(policy: str | None) -> str | None:
+    """What to tell an admin about Redis' ``maxmemory-policy`` (None: nothing to say,
+    or the policy could not be read)."""
+    if policy is None or policy == NO_EVICTION:
+        return None
+    return (f"Redis' maxmemory-policy is {policy}: when Redis reaches its memory limit it "
+            f"can evict keys, and with them queued, scheduled and retrying jobs. Set "
+            f"maxmemory-policy to {NO_EVICTION}.")
 
 
 def digest(raw: bytes) -> str:
@@ -810,15 +840,20 @@ class Inspector:
         return sets[name]
 
     async def server(self) -> dict[str, Any]:
-        """The Redis server: name, version, memory, clients, uptime."""
-        return await self.admin().server_info()
+        """The Redis server: name, version, memory, clients, uptime. Every field is None
+        when the server refuses INFO (shown as "n/a")."""
+        info = await self.admin().server_info()
+        return info if info is not None else dict.fromkeys(SERVER_FIELDS)
 
     async def summary(self) -> dict[str, Any]:
-        """Totals and sizes for the dashboard's header and ``stats``."""
+        """Totals and sizes for the dashboard's header and ``stats``, the dead set's
+        limits, and the eviction warning (None when Redis keeps every key)."""
         admin = self.admin()
         totals = await self.stats.totals()
         queues = await self.queues.infos()
         processes = await self.processes.all()
+        policy = await admin.eviction_policy()
+        settings = self.app.settings
         return {
             "processed": totals.processed,
             "failed": totals.failed,
@@ -830,5 +865,9 @@ class Inspector:
             "busy": sum(p.busy for p in processes if p.alive),
             "awaiting_recovery": sum(1 for p in processes if p.awaiting_recovery),
             "queues": [vars_of(q) for q in queues],
+            "dead_max_jobs": settings.dead_max_jobs,
+            "dead_max_age": settings.dead_max_age,
+            "maxmemory_policy": policy,
+            "eviction_warning": eviction_warning(policy),
             "at": totals.at,
         }

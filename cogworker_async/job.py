@@ -62,6 +62,55 @@ def encode(payload: Mapping[str, Any], max_bytes: int) -> bytes:
     return raw
 
 
+def encode_new(payload: Mapping[str, Any], max_bytes: int) -> bytes:
+    """Encode a job being enqueued: as ``encode``, and refuse arguments that JSON would
+    not bring back as they were (the worker must receive exactly what was passed)."""
+    raw = encode(payload, max_bytes)  # first: it refuses circular structures
+    problem = unfaithful(payload.get("args"), payload.get("kwargs"))
+    if problem is not None:
+        raise SerializationError(f"job arguments must come back from JSON unchanged: {problem}")
+    return raw
+
+
+_PLAIN: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def unfaithful(*values: object) -> str | None:
+    """What in ``values`` JSON would change on the way to the worker, or None.
+
+    JSON turns a tuple into a list, a dict key 1 into "1" (so ``{1: "a", "1": "b"}``
+    loses one), and a subclass (an ``IntEnum``, a ``StrEnum``, an ``OrderedDict``) into its
+    plain base type. Called after ``encode`` succeeded, so the values hold no cycle.
+    """
+    stack: list[Any] = list(values)
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind in _PLAIN:
+            continue
+        if kind is list:
+            stack.extend(value)
+        elif kind is dict:
+            for key in value:
+                if type(key) is not str:
+                    return (f"dict key {_short_repr(key)} ({type(key).__name__}) is not a str "
+                            "(JSON would turn it into a string)")
+            stack.extend(value.values())
+        elif kind is tuple:
+            return f"{_short_repr(value)} is a tuple (JSON brings it back as a list: pass a list)"
+        else:
+            return (f"{_short_repr(value)} ({kind.__name__}) would come back as a plain "
+                    f"{_json_kind(value)}")
+    return None
+
+
+def _json_kind(value: object) -> str:
+    for base in (bool, int, float, str, list, dict):
+        if isinstance(value, base):
+            return base.__name__
+    return "value"
+
+
 def build(
     name: str,
     args: Sequence[Any],

@@ -52,14 +52,23 @@ class JobOptions:
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
         check_retry(self.retry)
-        if self.timeout is not None and (
-            isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float)
-            or not self.timeout > 0
-        ):
-            raise ValueError(f"timeout must be a number of seconds > 0, not {self.timeout!r}")
+        if self.timeout is not None:
+            _seconds("timeout", self.timeout, MAX_TIMEOUT)
         unique_module.policy_of(self.unique)
-        if not isinstance(self.unique_ttl, int | float) or not self.unique_ttl > 0:
-            raise ValueError(f"unique_ttl must be > 0 seconds, not {self.unique_ttl!r}")
+        _seconds("unique_ttl", self.unique_ttl, unique_module.MAX_TTL)
+
+
+MAX_TIMEOUT: Final = 366 * 24 * 3600.0
+"""Longest job ``timeout`` (a year): anything longer is a typo, or no timeout (None)."""
+
+
+def _seconds(name: str, value: object, cap: float) -> None:
+    """A duration a job is declared with: a finite number of seconds in (0, cap]."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not 0 < value <= cap:  # False for NaN too
+        raise ValueError(f"{name} must be a number of seconds > 0 and <= {cap:,.0f}, "
+                         f"got {value!r}")
 
 
 RetryIn = Callable[[int, BaseException], float | None]

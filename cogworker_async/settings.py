@@ -18,9 +18,23 @@ DEFAULT_RETRIES: Final = 25
 MAX_PAYLOAD_BYTES: Final = 512 * 1024
 """Default largest encoded job: enqueue refuses bigger, the worker files bigger in dead."""
 
+DEAD_MAX_JOBS: Final = 10_000
+"""Default bound on the dead set (Sidekiq's): filing one more drops the oldest."""
+DEAD_MAX_AGE: Final = 180 * 24 * 3600.0
+"""Default age (seconds) after which a dead job is dropped, at the next filing (Sidekiq's)."""
+
+MAX_CONCURRENCY: Final = 10_000
+"""Largest ``concurrency`` (and ``prefetch``, ``sync_threads``): each slot is a task (or
+thread) made at start, so a typo like 1000000000 would take the machine's memory."""
+MAX_PAYLOAD_LIMIT: Final = 512 * 1024 * 1024
+"""Largest ``max_payload_bytes``: Redis' own limit on one string (512 MiB)."""
+MAX_DEAD_JOBS: Final = 10_000_000
+"""Largest ``dead_max_jobs``: a bound meant to protect Redis' memory must be one."""
+
 # Queue names end up inside key names; braces would break a Cluster hash tag and
 # whitespace or control characters make keys that no admin can type.
-_QUEUE_NAME: Final = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+# Matched whole (fullmatch): "$" alone also matches before a trailing newline.
+_QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,128}", re.ASCII)
 
 FetchMode = Literal["reliable", "basic"]
 
@@ -31,18 +45,33 @@ def check_queue_name(name: object) -> str:
     """Return ``name`` if it can be a queue name, else raise a clear error."""
     if not isinstance(name, str):
         raise TypeError(f"a queue name must be a str, not {type(name).__name__}")
-    if not _QUEUE_NAME.match(name):
+    if not _QUEUE_NAME.fullmatch(name):
         raise ValueError(
             f"invalid queue name {name!r}: use 1-128 letters, digits, '_', '-', '.', ':'"
         )
     return name
 
 
-def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+def _number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-    if math.isnan(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    return float(value)
+
+
+def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
+    """A duration: finite (an infinite one would never end), and > 0 (or >= 0)."""
+    seconds = _number(name, value)
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+
+
+def _count(name: str, value: object, low: int, high: int) -> None:
+    """A size: an int within [low, high] (the top bound keeps a typo from taking memory)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high:,}, got {value:,}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +112,10 @@ class Settings:
     very short jobs; they wait in this process even while another one is idle."""
     sync_threads: int = 10
     """Threads for plain (non-async) job functions."""
+    dead_max_jobs: int = DEAD_MAX_JOBS
+    """Most jobs kept in dead: filing one more drops the oldest."""
+    dead_max_age: float = DEAD_MAX_AGE
+    """Dead jobs older than this (seconds) are dropped when the next one is filed."""
     identity: str | None = field(default=None)
     """This process's identity (default: host:pid:random)."""
 
@@ -104,22 +137,20 @@ class Settings:
                 raise ValueError(f"queue weight of {name!r} must be an int >= 1")
 
     def _check_numbers(self) -> None:
-        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
-            raise TypeError("concurrency must be an int")
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
+        _count("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
+        _count("prefetch", self.prefetch, 0, MAX_CONCURRENCY)
+        _count("sync_threads", self.sync_threads, 1, MAX_CONCURRENCY)
+        _count("max_orphanings", self.max_orphanings, 0, 1_000_000)
+        _count("max_payload_bytes", self.max_payload_bytes, 1, MAX_PAYLOAD_LIMIT)
+        _count("dead_max_jobs", self.dead_max_jobs, 1, MAX_DEAD_JOBS)
         for name in ("heartbeat_interval", "orphan_threshold", "recovery_interval",
-                     "poll_interval", "idle_fetch_interval", "retry_max_delay"):
+                     "poll_interval", "idle_fetch_interval", "retry_max_delay",
+                     "dead_max_age"):
             _positive(name, getattr(self, name))
         _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
         _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)
         if self.orphan_threshold <= self.heartbeat_interval:
             raise ValueError("orphan_threshold must be longer than heartbeat_interval")
-        if isinstance(self.prefetch, bool) or not isinstance(self.prefetch, int) or \
-                self.prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, not {self.prefetch!r}")
-        if self.max_orphanings < 0 or self.max_payload_bytes < 1 or self.sync_threads < 1:
-            raise ValueError("max_orphanings >= 0, max_payload_bytes >= 1, sync_threads >= 1")
 
     @property
     def queue_names(self) -> list[str]:

@@ -24,6 +24,8 @@ UniquePolicy = Literal["until_executed", "until_started"]
 POLICIES: Final = ("until_executed", "until_started")
 DEFAULT_TTL: Final = 3600.0
 """Seconds a unique lock lives at most (it is released earlier in the normal course)."""
+MAX_TTL: Final = 366 * 24 * 3600.0
+"""Longest ``unique_ttl`` (a year): a lock is in Redis' memory until it expires."""
 
 UniqueKey = Callable[..., str]
 

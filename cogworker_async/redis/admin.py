@@ -18,15 +18,24 @@ from typing import Any, Final
 import redis
 from redis.exceptions import ResponseError
 
-from cogworker_async.redis.store import SetName, Store, _bytes
+from cogworker_async.redis.store import ConnectionLost, SetName, Store, _bytes
 
 log = logging.getLogger("cogworker_async")
 
 RECOVERY_EVENTS_SHOWN: Final = 50
+MAXMEMORY_POLICY: Final = "maxmemory-policy"
 
 
 def _text(value: Any) -> str:
     return _bytes(value).decode("utf-8", "replace")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Is ``exc`` Redis out of reach (down, a lost link, a timeout) rather than Redis
+    answering no (a wrong password, NOPERM, OOM)? What an admin should look at differs."""
+    if isinstance(exc, redis.exceptions.AuthenticationError):  # a ConnectionError, but
+        return False  # Redis answered: it is the password that is wrong
+    return isinstance(exc, ConnectionLost)
 
 
 def _json_object(raw: Any) -> dict[str, Any] | None:
@@ -65,9 +74,15 @@ class Admin:
     async def reset_totals(self) -> None:
         await self.client.delete(self.keys.stats_processed, self.keys.stats_failed)
 
-    async def server_info(self) -> dict[str, Any]:
-        """The server's name, version, memory and clients (INFO), as reported."""
-        info = await self.client.info()
+    async def server_info(self) -> dict[str, Any] | None:
+        """The server's name, version, memory and clients (INFO), as reported; None when
+        the server refuses INFO (an ACL user with ``-info``, a managed Redis that renamed
+        it): the views then say "n/a" rather than fail."""
+        try:
+            info = await self.client.info()
+        except ResponseError as exc:  # NOPERM, unknown command; a lost link still raises
+            log.debug("INFO refused: %s", exc)
+            return None
         return {
             "server": "valkey" if "valkey_version" in info else "redis",
             "version": str(info.get("valkey_version") or info.get("redis_version", "?")),
@@ -77,6 +92,27 @@ class Admin:
             "connected_clients": _int(info.get("connected_clients")),
             "uptime_in_seconds": _int(info.get("uptime_in_seconds")),
         }
+
+    async def eviction_policy(self) -> str | None:
+        """Redis' ``maxmemory-policy``, or None when it cannot be read.
+
+        ``CONFIG GET`` first, then ``INFO memory``: managed servers often refuse CONFIG
+        but report the policy in INFO; an ACL user may be refused both."""
+        try:
+            reply = await self.client.config_get(MAXMEMORY_POLICY)
+        except ResponseError as exc:
+            log.debug("CONFIG GET %s refused: %s", MAXMEMORY_POLICY, exc)
+        else:
+            value = reply.get(MAXMEMORY_POLICY) or reply.get(MAXMEMORY_POLICY.encode())
+            if value:
+                return _text(value)
+        try:
+            info = await self.client.info("memory")
+        except ResponseError as exc:
+            log.debug("INFO memory refused: %s", exc)
+            return None
+        value = info.get("maxmemory_policy")
+        return _text(value) if value else None
 
     async def now(self) -> float:
         """Redis' clock (epoch s): ages are judged by the clock the scripts use."""

@@ -71,8 +71,13 @@ def connect_sync(url: str) -> redis.Redis:
 
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
-    version: tuple[int, ...]
+    """What the start-up checks read. ``None``: not known, because the server refused to
+    say (a Redis user without ``+info``); ``skipped`` names each check that was not made
+    and why, for the one warning line ``check_server`` writes."""
+
+    version: tuple[int, ...] | None
     maxmemory_policy: str | None
+    skipped: tuple[str, ...] = ()
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -84,27 +89,53 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def _refusal(command: str, exc: redis.exceptions.ResponseError) -> str:
+    """``"INFO refused (NOPERM this user has no permissions ...)"``: redis-py drops the
+    NOPERM prefix from the message, and it is the word an operator searches for."""
+    prefix = "NOPERM " if isinstance(exc, redis.exceptions.NoPermissionError) else ""
+    return f"{command} refused ({prefix}{exc})"
+
+
+async def _maxmemory_policy(client: redis.asyncio.Redis) -> tuple[str | None, str | None]:
+    """(policy, why it is unknown). ``INFO memory`` reports it without CONFIG, which a
+    least-privilege user should not have (CONFIG GET reads every setting); CONFIG GET
+    only for a server whose INFO leaves it out."""
+    memory = await client.info("memory")
+    if "maxmemory_policy" in memory:
+        return str(memory["maxmemory_policy"]), None
+    try:
+        reply = await client.config_get("maxmemory-policy")
+    except redis.exceptions.ResponseError as exc:  # refused (ACL), or disabled (managed)
+        return None, _refusal("CONFIG GET", exc)
+    policy = reply.get("maxmemory-policy")
+    return (str(policy), None) if policy is not None else (None, "not reported")
+
+
 async def server_info(client: redis.asyncio.Redis) -> ServerInfo:
-    info = await client.info("server")
+    """The server's version and eviction policy, as far as this Redis user may read them:
+    a refused INFO or CONFIG skips the checks that need it rather than stopping the
+    worker (the queue works without them; they only catch a misconfigured server)."""
+    try:
+        info = await client.info("server")
+    except redis.exceptions.ResponseError as exc:
+        why = _refusal("INFO", exc)
+        return ServerInfo(None, None, skipped=(f"server version and maxmemory-policy: {why}",))
     # Valkey reports a frozen redis_version (7.2.4); either is new enough to compare.
     version = parse_version(str(info.get("valkey_version") or info.get("redis_version", "0")))
-    try:
-        policy = (await client.config_get("maxmemory-policy")).get("maxmemory-policy")
-    except redis.exceptions.ResponseError:  # CONFIG refused (ACL, managed Redis)
-        policy = None
-    return ServerInfo(version=version, maxmemory_policy=policy)
+    policy, unknown = await _maxmemory_policy(client)
+    skipped = (f"maxmemory-policy: {unknown}",) if unknown else ()
+    return ServerInfo(version=version, maxmemory_policy=policy, skipped=skipped)
 
 
 async def check_server(client: redis.asyncio.Redis, *, reliable: bool) -> ServerInfo:
-    """Refuse a server too old for reliable fetch; warn when it may evict jobs."""
+    """Refuse a server too old for reliable fetch; warn when it may evict jobs; say in
+    one line which of these checks could not be made, and why."""
     info = await server_info(client)
-    is_valkey = len(info.version) > 0 and info.version >= (7, 2)
-    if reliable and not is_valkey and info.version < MIN_RELIABLE_VERSION:
-        shown = ".".join(map(str, info.version))
-        raise ConfigurationError(
-            f"Redis {shown} is too old for reliable fetch (needs >= 6.2 for LMOVE/LPOS): "
-            "upgrade Redis, or accept losing running jobs on a crash with fetch='basic'"
-        )
+    if info.skipped:
+        log.warning("Redis start-up check skipped: %s (grant the Redis user +info to have "
+                    "it made)", "; ".join(info.skipped))
+    if info.version is not None:
+        _check_version(info.version, reliable=reliable)
     if info.maxmemory_policy not in (None, "noeviction"):
         log.warning(
             "Redis maxmemory-policy is %r: under memory pressure Redis will evict jobs. "
@@ -112,3 +143,13 @@ async def check_server(client: redis.asyncio.Redis, *, reliable: bool) -> Server
             info.maxmemory_policy,
         )
     return info
+
+
+def _check_version(version: tuple[int, ...], *, reliable: bool) -> None:
+    is_valkey = len(version) > 0 and version >= (7, 2)
+    if reliable and not is_valkey and version < MIN_RELIABLE_VERSION:
+        shown = ".".join(map(str, version))
+        raise ConfigurationError(
+            f"Redis {shown} is too old for reliable fetch (needs >= 6.2 for LMOVE/LPOS): "
+            "upgrade Redis, or accept losing running jobs on a crash with fetch='basic'"
+        )

@@ -34,7 +34,7 @@ SCRIPT_NAMES: Final = (
 )
 
 
-PRELUDES: Final = {"redis_now": "_clock"}
+PRELUDES: Final = {"redis_now": "_clock", "trim_dead": "_dead", "wake": "_wake"}
 """Shared helpers (function name -> ``lua/<file>.lua``), put before each script that
 calls them: a script runs alone in Redis and can import nothing."""
 

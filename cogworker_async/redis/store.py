@@ -9,6 +9,7 @@ payload that is not valid UTF-8 must still be found (and filed in dead) byte for
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -23,8 +24,26 @@ from cogworker_async.redis.connection import ServerInfo, check_server, connect
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
+from cogworker_async.settings import DEAD_MAX_AGE, DEAD_MAX_JOBS, Settings
+
+log = logging.getLogger(__name__)
 
 SetName = Literal["retry", "dead", "schedule"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLimits:
+    """The dead set's bounds, applied by every script that files into it."""
+
+    max_jobs: int = DEAD_MAX_JOBS
+    max_age: float = DEAD_MAX_AGE
+
+
+DEFAULT_DEAD_LIMITS: Final = DeadLimits()
+
+
+def dead_limits_of(settings: Settings) -> DeadLimits:
+    return DeadLimits(settings.dead_max_jobs, settings.dead_max_age)
 
 REQUEUE_BATCH: Final = 1000
 """Entries one requeue script looks at per call: one call must not block Redis for long."""
@@ -66,17 +85,28 @@ def _as_list(reply: Any) -> list[Any]:
 class Store:
     """Domain operations on one namespace, over one async connection pool."""
 
-    def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys,
+                 dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS) -> None:
         self.client = client
         self.keys = keys
+        self.dead_limits = dead_limits
+        self._wake_refused = False
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(source(name)) for name in SCRIPT_NAMES
         }
         self._lane = Lane(client)
 
     @classmethod
-    def from_url(cls, url: str, namespace: str) -> Store:
-        return cls(connect(url), Keys(namespace))
+    def from_url(cls, url: str, namespace: str,
+                 dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS) -> Store:
+        return cls(connect(url), Keys(namespace), dead_limits)
+
+    def _trim(self, target: SetName) -> list[str]:
+        """The two trailing script arguments that bound the dead set when ``target`` is
+        it (see ``lua/_dead.lua``); "0" otherwise."""
+        if target != "dead":
+            return ["0", "0"]
+        return [str(self.dead_limits.max_jobs), repr(float(self.dead_limits.max_age))]
 
     async def aclose(self) -> None:
         await self._lane.aclose()
@@ -99,24 +129,15 @@ class Store:
         """Push jobs on ``queue`` (oldest first) and wake idle workers."""
         keys = self.keys
         args = [queue, keys.wake_channel, *raws]
-        return int(await self._run("enqueue", [keys.queue(queue), keys.queues], args))
-
-    async def enqueue_groups(self, groups: dict[str, list[bytes]]) -> None:
-        """Several queues' pushes in one round trip."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue, raws in groups.items():
-                args: list[Any] = [queue, self.keys.wake_channel, *raws]
-                await self._scripts["enqueue"](
-                    keys=[self.keys.queue(queue), self.keys.queues], args=args, client=pipe
-                )
-            await pipe.execute()
+        reply = await self._run("enqueue", [keys.queue(queue), keys.queues], args)
+        return int(self._woken(reply)[0])
 
     async def schedule(
         self, raws: Sequence[bytes], *, at: float | None = None, delay: float | None = None
     ) -> int:
         """Add jobs to the schedule, due at epoch ``at`` or ``delay`` s from Redis' clock."""
         mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
-        args: list[Any] = [mode, repr(float(value)), repr(time.time()), *raws]
+        args: list[Any] = [mode, repr(float(value)), repr(time.time()), "0", "0", *raws]
         return int(await self._run("schedule", [self.keys.schedule], args))
 
     # -- fetch and settle --------------------------------------------------------------
@@ -144,7 +165,7 @@ class Store:
     ) -> bool:
         """File a failed job's ``entry`` in retry or dead, then take ``raw`` off the list."""
         keys = [self.keys.in_progress(identity), self._zset(target)]
-        args = [raw, entry, repr(float(delay)), repr(time.time())]
+        args = [raw, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
         return int(await self._run("file_failure", keys, args)) == 1
 
     async def give_back(self, identity: str, queue: str, raw: bytes) -> bool:
@@ -271,7 +292,7 @@ class Store:
             "bury_orphan",
             [keys.repeat_orphans, keys.dead, keys.stats_failed, keys.orphanings(jid or "-"),
              keys.stats_failed_on(day)],
-            [raw, entry, repr(time.time()), HISTORY_TTL],
+            [raw, entry, repr(time.time()), HISTORY_TTL, *self._trim("dead")],
         )
         return int(reply) == 1
 
@@ -283,7 +304,7 @@ class Store:
         self, record: bytes, target: SetName, entry: bytes, delay: float
     ) -> bool:
         keys = [self.keys.unsettled, self._zset(target)]
-        args = [record, entry, repr(float(delay)), repr(time.time())]
+        args = [record, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
         return int(await self._run("file_unsettled", keys, args)) == 1
 
     # -- basic fetch (BRPOP: a crash loses the running jobs) -----------------------
@@ -301,7 +322,7 @@ class Store:
         await self.client.rpush(self.keys.queue(queue), raw)
 
     async def file_entry(self, target: SetName, entry: bytes, delay: float) -> None:
-        args = ["in", repr(float(delay)), repr(time.time()), entry]
+        args = ["in", repr(float(delay)), repr(time.time()), *self._trim(target), entry]
         await self._run("schedule", [self._zset(target)], args)
 
     # -- scheduled and retry sets ----------------------------------------------------
@@ -328,7 +349,7 @@ class Store:
         self, source: SetName, target: SetName, member: bytes, entry: bytes, delay: float = 0.0
     ) -> bool:
         keys = [self._zset(source), self._zset(target)]
-        args = [member, entry, repr(float(delay)), repr(time.time())]
+        args = [member, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
         return int(await self._run("move_member", keys, args)) == 1
 
     # -- stats and wake-ups ----------------------------------------------------------
@@ -382,7 +403,7 @@ class Store:
                 keys.wake_channel, repr(time.time()), raw]
         reply = await self._run("enqueue_unique", [keys.unique(digest), target, keys.queues],
                                 args)
-        return int(reply) == 1
+        return int(self._woken(reply)[0]) == 1
 
     async def push_batch(
         self, queue: str, raws: Sequence[bytes],
@@ -401,8 +422,21 @@ class Store:
                 await self._scripts["enqueue_unique"](
                     keys=[self.keys.unique(digest), self.keys.queue(queue), self.keys.queues],
                     args=args, client=pipe)
-            replies = await pipe.execute()
+            replies = [self._woken(reply)[0] for reply in await pipe.execute()]
         return [int(reply) == 1 for reply in replies[1 if raws else 0:]]
+
+    def _woken(self, reply: Any) -> list[Any]:
+        """A push script's reply as a list, after reporting a wake-up that Redis refused
+        (``lua/_wake.lua``): once per Store, since idle workers then find new jobs only
+        at their fallback poll, ``idle_fetch_interval`` later, and nobody would know why."""
+        items = _as_list(reply) or [reply]
+        if len(items) > 1 and not self._wake_refused:
+            self._wake_refused = True
+            refusal = _bytes(items[1]).decode("utf-8", "replace")
+            log.warning("jobs are pushed, but Redis refused to publish the wake-up to idle "
+                        "workers (%s): they find new jobs only at their fallback poll; "
+                        "allow this user the channel %r", refusal, self.keys.wake_channel)
+        return items
 
     async def orphan_counts(self, jids: Sequence[str | None]) -> list[int]:
         """``orphan_count`` of each jid (0 for None or an unreadable counter)."""

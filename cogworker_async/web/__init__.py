@@ -22,6 +22,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import Lifespan
 
+from cogworker_async.errors import ConfigurationError
+from cogworker_async.redis.store import RedisError
 from cogworker_async.web import routes
 from cogworker_async.web.security import AuthHook, Guard
 from cogworker_async.web.site import Site
@@ -29,7 +31,7 @@ from cogworker_async.web.site import Site
 if TYPE_CHECKING:
     from cogworker_async.app import App
 
-__all__ = ["AuthHook", "create_dashboard", "serve"]
+__all__ = ["AuthHook", "create_dashboard", "env_basic_auth", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,11 @@ def _build(jobs: App, *, auth: AuthHook | None, basic_auth: tuple[str, str] | No
     if basic_auth is not None and (len(basic_auth) != 2 or not all(basic_auth)):
         raise ValueError("basic_auth takes (username, password), both non-empty")
     site = Site(jobs, title=title)
+    # Redis down or refusing (a wrong password, NOPERM, OOM) answers every page and
+    # action with a 503 that says what Redis said, not a bare 500.
     app = Starlette(routes=routes.build(site), lifespan=lifespan,
-                    middleware=[Middleware(Guard, auth=auth, basic_auth=basic_auth)])
+                    middleware=[Middleware(Guard, auth=auth, basic_auth=basic_auth)],
+                    exception_handlers={RedisError: site.unavailable})
     app.state.site = site  # the dashboard's own state, reachable from its app
     return app
 
@@ -73,10 +78,25 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def _env_basic_auth() -> tuple[str, str] | None:
-    user, sep, password = os.environ.get(AUTH_ENV, "").partition(":")
-    if not sep or not user or not password:
+def env_basic_auth() -> tuple[str, str] | None:
+    """``(user, password)`` from ``$COGWORKER_WEB_AUTH``; None when it is not set.
+
+    Set but malformed (no colon, an empty user or password, an empty value) is a
+    ``ConfigurationError``: read as "no auth", a typo would serve every job's data and
+    actions to anyone who can reach the port while its owner believes it protected.
+    The message says what is wrong and never shows the value (it may be the password).
+    """
+    value = os.environ.get(AUTH_ENV)
+    if value is None:
         return None
+    user, sep, password = value.partition(":")
+    problem = ("is set but empty" if not value else
+               "has no ':' between user and password" if not sep else
+               "has an empty user name" if not user else
+               "has an empty password" if not password else None)
+    if problem is not None:
+        raise ConfigurationError(f"{AUTH_ENV} {problem}: set it to user:password "
+                                 "(or unset it to serve without authentication)")
     return user, password
 
 
@@ -84,11 +104,13 @@ def serve(app: App, *, host: str = "127.0.0.1", port: int = 8000, log_level: str
           auth: AuthHook | None = None, basic_auth: tuple[str, str] | None = None) -> None:
     """Serve the dashboard with uvicorn until SIGINT/SIGTERM (what the CLI runs).
 
-    Basic auth comes from ``basic_auth`` or ``$COGWORKER_WEB_AUTH`` (``user:password``).
+    Basic auth comes from ``basic_auth`` or ``$COGWORKER_WEB_AUTH`` (``user:password``);
+    a malformed ``$COGWORKER_WEB_AUTH`` raises ``ConfigurationError`` before anything
+    listens.
     """
     import uvicorn
 
-    basic_auth = basic_auth or _env_basic_auth()
+    basic_auth = basic_auth or env_basic_auth()
     if not _is_loopback(host) and auth is None and basic_auth is None:
         log.warning("the dashboard listens on %s with no authentication: anyone who can "
                     "reach it can delete jobs (set %s=user:password)", host, AUTH_ENV)

@@ -74,6 +74,11 @@ def backtrace(lines: list[str]) -> str:
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
+def na(value: object) -> str:
+    """A value Redis may not tell (INFO refused): ``n/a`` for None."""
+    return "n/a" if value is None else str(value)
+
+
 def plural(count: int, word: str) -> str:
     """``1 job``, ``3 jobs``, ``1,000 jobs``."""
     return f"{count:,} {word}{'' if count == 1 else 's'}"

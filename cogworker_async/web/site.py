@@ -11,6 +11,7 @@ second unnamed mount at the first one's pages.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,10 +20,13 @@ from urllib.parse import quote, urlencode
 
 import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Router
 
-from cogworker_async.inspect import Done, Inspector
+from cogworker_async.errors import CogworkerError
+from cogworker_async.inspect import Done, Inspector, printable
+from cogworker_async.redis.admin import unreachable as redis_unreachable
+from cogworker_async.urls import mask
 from cogworker_async.web import format
 from cogworker_async.web.security import CSRF_FIELD, csrf_token, set_csrf_cookie
 
@@ -43,6 +47,12 @@ VERBS: Final = {"retried": "Put back on its queue", "deleted": "Deleted",
 MAX_REPORTED: Final = 10**9
 NO_STORE: Final = {"cache-control": "no-store"}
 """Pages are live data and carry a CSRF token: never cached."""
+UNAVAILABLE: Final = 503
+RETRY_AFTER_SECONDS: Final = 5
+RETRY_AFTER: Final = {"retry-after": str(RETRY_AFTER_SECONDS)}
+"""A page answered while Redis is out of reach: worth trying again soon."""
+
+log = logging.getLogger(__name__)
 
 
 def environment() -> jinja2.Environment:
@@ -52,7 +62,7 @@ def environment() -> jinja2.Environment:
                              lstrip_blocks=True)
     env.filters.update(duration=format.duration, relative=format.relative, utc=format.utc,
                        size=format.size, pretty=format.pretty, backtrace=format.backtrace,
-                       plural=format.plural)
+                       plural=format.plural, na=format.na)
     return env
 
 
@@ -103,10 +113,38 @@ class Site:
             tabs=TABS, csrf_field=CSRF_FIELD, csrf_token=token, now=time.time(),
             summary=await self.inspector.summary(), notice=notice(request.query_params),
             **context)
-        response = HTMLResponse(page, status, headers=NO_STORE)
+        # Stored text may hold what UTF-8 cannot encode: replaced here, once for every
+        # page, rather than in each template that shows a job, a beat or an event.
+        response = HTMLResponse(printable(page), status, headers=NO_STORE)
         if new:
             set_csrf_cookie(response, request, token)
         return response
+
+    async def unavailable(self, request: Request, exc: Exception) -> Response:
+        """503 for any page or action while Redis cannot be reached or refuses: what
+        Redis said and where (password masked), rendered without asking Redis again."""
+        where, said = self._redis_said(exc)
+        unreachable = redis_unreachable(exc)
+        headline = "Redis is unreachable" if unreachable else "Redis refuses the dashboard"
+        log.warning("dashboard: %s (%s): %s", headline.lower(), where, said)
+        if request.url.path.endswith(".json"):  # the live graph's poll: it shows the text
+            return JSONResponse({"error": f"{headline}: {said}"}, UNAVAILABLE,
+                                headers={**NO_STORE, **RETRY_AFTER})
+        page = self.env.get_template("unavailable.html").render(
+            url=functools.partial(self.url, request), title=self.title, headline=headline,
+            where=where, said=said, unreachable=unreachable)
+        return HTMLResponse(printable(page), UNAVAILABLE, headers={**NO_STORE, **RETRY_AFTER})
+
+    def _redis_said(self, exc: Exception) -> tuple[str, str]:
+        """The masked URL of the App's Redis, and the error with that URL masked in it."""
+        try:
+            url = self.inspector.app.redis_url()
+        except CogworkerError:
+            url = ""
+        said = f"{type(exc).__name__}: {exc}"
+        if url:
+            said = said.replace(url, mask(url))
+        return (mask(url) if url else "(no Redis URL)"), said
 
     def redirect(self, request: Request, name: str, query: Mapping[str, Any], /,
                  **params: Any) -> RedirectResponse:

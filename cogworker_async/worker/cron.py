@@ -15,9 +15,9 @@ from typing import Final
 
 import anyio
 
-from cogworker_async.errors import why
 from cogworker_async.periodic import Periodic, tick_to_claim
-from cogworker_async.redis.store import Store
+from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger("cogworker_async")
 
@@ -36,6 +36,7 @@ class CronTicker:
         self.periodics = list(periodics)
         self.build = build
         self.claimed: dict[str, float] = {}
+        self.streak = Streak("cron: ticking")
 
     async def run(self) -> None:
         if not self.periodics:
@@ -46,7 +47,9 @@ class CronTicker:
                     self.claimed = await self.store.cron_claimed()
                 await self.tick(time.time())
             except Exception as exc:  # one bad pass must never stop the ticker
-                log.error("cron: ticking failed: %s", why(exc))
+                self.streak.failed(exc, trace=not isinstance(exc, RedisError))
+            else:
+                self.streak.succeeded()
             await anyio.sleep(self._sleep(time.time()))
 
     async def tick(self, now: float) -> int:

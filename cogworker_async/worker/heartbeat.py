@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from cogworker_async.errors import why
 from cogworker_async.redis.beats import ZOMBIE, BeatWriter
+from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger("cogworker_async")
 
@@ -78,7 +79,8 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._beaten = False
-        self._failing = False
+        self.streak = Streak("heartbeat")
+        """Touched only by the heartbeat thread (after ``start``)."""
         self.last_failure: float | None = None
         """``time.monotonic()`` of the last beat that failed; None if none did."""
         self.started_at = time.time()
@@ -120,14 +122,9 @@ class Heartbeat:
                 self.beat()
             except Exception as exc:  # Redis away: keep trying; the TTL tells the rest
                 self.last_failure = time.monotonic()
-                if not self._failing:
-                    log.warning("heartbeat failed (%s); retrying every %.1fs", why(exc),
-                                self.interval)
-                self._failing = True
+                self.streak.failed(exc)
                 continue
-            if self._failing:
-                log.info("heartbeat restored")
-                self._failing = False
+            self.streak.succeeded()
             try:
                 self.writer.write_workers(self._running())
             except Exception as exc:  # dashboard only

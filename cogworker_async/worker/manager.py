@@ -27,7 +27,8 @@ import secrets
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from functools import partial
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 from typing import Final
 
 import anyio
@@ -52,6 +53,7 @@ from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor, Stats
 from cogworker_async.worker.recovery import Reconciler, Recovery, run_upkeep
 from cogworker_async.worker.settlement import Pending, Settler
+from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger("cogworker_async")
 
@@ -107,6 +109,17 @@ class Slots:
     @property
     def idle(self) -> bool:
         return self.free == self.total
+
+
+@dataclass(slots=True)
+class LoopStreaks:
+    """The dispatcher's loops' failure streaks: each says once that it is failing and
+    once that it recovered (see ``streak.py``)."""
+
+    fetch: Streak = field(default_factory=lambda: Streak("fetch"))
+    idle_wait: Streak = field(default_factory=lambda: Streak("waiting for jobs"))
+    wake_ups: Streak = field(default_factory=lambda: Streak("wake-up channel"))
+    stats: Streak = field(default_factory=lambda: Streak("stats flush"))
 
 
 class Manager:
@@ -165,6 +178,10 @@ class Manager:
         self._hard = False
         self._drain_scope: anyio.CancelScope | None = None
         self._finished = anyio.Event()
+
+    @cached_property
+    def streaks(self) -> LoopStreaks:
+        return LoopStreaks()
 
     @property
     def stopping(self) -> bool:
@@ -253,13 +270,14 @@ class Manager:
                 # fetches kept failing (a flapping link) reconcile skipped every pass and
                 # the strays waited for the link to heal (chaos test 7a, flapping).
                 self._fetching = False
-                log.warning("fetch failed (%s); trying again in %.1fs", why(exc), pause)
+                self.streaks.fetch.failed(exc)
                 with anyio.move_on_after(pause):
                     await self._stopping.wait()
                 pause = min(pause * 2, FETCH_ERROR_PAUSE[1])
                 continue
             finally:
                 self._fetching = False
+            self.streaks.fetch.succeeded()
             pause = FETCH_ERROR_PAUSE[0]
             if not works:
                 works = await self._wait_idle(nudge)
@@ -281,9 +299,11 @@ class Manager:
                 if not self.stopping:
                     works = await self.fetcher.wait(nudge, self.settings.idle_fetch_interval)
         except RedisError as exc:
-            log.warning("waiting for jobs failed (%s); trying again", why(exc))
+            self.streaks.idle_wait.failed(exc)
             with anyio.move_on_after(FETCH_ERROR_PAUSE[1]):
                 await self._stopping.wait()
+        else:
+            self.streaks.idle_wait.succeeded()
         finally:
             self._idle_scope = None
         return works
@@ -320,9 +340,11 @@ class Manager:
     async def _listen_for_wake_ups(self, *, task_status: TaskStatus[None]) -> None:
         """Each enqueue publishes a wake-up: an idle worker fetches within a round trip."""
         started = False
+        streak = self.streaks.wake_ups
         while True:
             try:
                 async with self.store.wake_ups() as messages:
+                    streak.succeeded()
                     if not started:
                         started = True
                         task_status.started()
@@ -333,7 +355,7 @@ class Manager:
                 if not started:
                     started = True
                     task_status.started()
-                log.warning("wake-up channel lost (%s); reconnecting", why(exc))
+                streak.failed(exc)
                 await anyio.sleep(WAKE_RETRY_PAUSE)
 
     async def _probe_lag(self) -> None:
@@ -390,9 +412,10 @@ class Manager:
             return
         try:
             await self.store.add_stats(processed, failed)
-        except RedisError as exc:
-            log.warning("couldn't record stats (kept for the next flush): %s", why(exc))
+        except RedisError as exc:  # the counts are kept for the next flush
+            self.streaks.stats.failed(exc)
             return
+        self.streaks.stats.succeeded()
         self.stats.processed -= processed
         self.stats.failed -= failed
 

@@ -8,6 +8,7 @@ give-back (and so into a second run).
 
 from __future__ import annotations
 
+import math
 import random
 import traceback
 from collections.abc import Callable
@@ -90,9 +91,19 @@ def after_failure(
     if terminal or count >= backoff.max_retries(payload.get("retry")):
         return File("dead", entry, 0.0, terminal=True)
     wanted = delay() if delay is not None else None  # asked only when it will retry
-    wait = wanted if wanted is not None else backoff.delay(
-        count, base=policy.base_delay, cap=policy.max_delay, rng=rng)
+    wait = asked_delay(wanted) if wanted is not None and not math.isnan(wanted) else \
+        backoff.delay(count, base=policy.base_delay, cap=policy.max_delay, rng=rng)
     return File("retry", entry, wait, terminal=False)
+
+
+MAX_ASKED_DELAY: Final = 366 * 24 * 3600.0
+"""Longest delay a job may ask for (``Retry(in_=...)``, ``retry_in``): a year. An infinite
+one would give the retry entry a score no poller ever reaches: the job would be lost."""
+
+
+def asked_delay(wanted: float) -> float:
+    """A delay the job asked for, within [0, MAX_ASKED_DELAY]."""
+    return min(max(0.0, wanted), MAX_ASKED_DELAY)
 
 
 def unparseable(raw: bytes, *, queue: str, reason: str, now: float) -> File:

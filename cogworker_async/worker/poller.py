@@ -16,9 +16,10 @@ from typing import Final
 import anyio
 
 from cogworker_async import job
-from cogworker_async.errors import UnparseablePayload, why
+from cogworker_async.errors import UnparseablePayload
 from cogworker_async.redis.store import RedisError, SetName, Store
 from cogworker_async.settings import Settings, check_queue_name
+from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger("cogworker_async")
 
@@ -33,20 +34,30 @@ class Poller:
         self.store = store
         self.settings = settings
         self.default_queue = settings.queue_names[0]
+        self.streak = Streak("poller: moving due jobs")
 
     async def run(self) -> None:
         """Poll forever at a jittered interval (so processes don't poll in lockstep)."""
         interval = self.settings.poll_interval
         await anyio.sleep(random.uniform(0, min(interval, 0.5)))
         while True:
-            for target in SETS:
-                try:
-                    await self.promote_due(target)
-                except RedisError as exc:  # Redis away: said once per pass, no traceback
-                    log.warning("poller: moving due %s jobs failed: %s", target, why(exc))
-                except Exception:  # one bad pass must never stop the poller
-                    log.exception("poller: moving due %s jobs failed", target)
+            await self.poll_once()
             await anyio.sleep(interval * random.uniform(0.5, 1.5))
+
+    async def poll_once(self) -> None:
+        """One pass over both sets, each tried even when the other fails (a bad key in
+        one must not hold up the other). Through an outage the streak says so once, not
+        once per set per pass; one bad pass never stops the poller."""
+        failure: Exception | None = None
+        for target in SETS:
+            try:
+                await self.promote_due(target)
+            except Exception as exc:
+                failure = failure or exc
+        if failure is None:
+            self.streak.succeeded()
+        else:  # a RedisError is Redis away or refusing; anything else is a bug: traced
+            self.streak.failed(failure, trace=not isinstance(failure, RedisError))
 
     async def promote_due(self, target: SetName) -> int:
         """Move every due entry of ``target``; returns how many reached a queue."""

@@ -26,18 +26,19 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import anyio
 
 from cogworker_async import job
 from cogworker_async.errors import UnparseablePayload, why
-from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.redis.store import ConnectionLost, RedisError, Store
 from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.locks import release_for_dead
 from cogworker_async.worker.settlement import MAX_ENTRY_BYTES, Pending, Settler
+from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger("cogworker_async")
 
@@ -99,11 +100,15 @@ class Recovery:
         for identity in sorted(candidates):
             try:
                 moved += await self._recover(identity)
+            except ConnectionLost:  # not this identity's fault: the pass's streak says it
+                raise
             except Exception as exc:
                 log.error("orphan recovery skipped %s: %s", identity, why(exc))
         for what in (self.bury_repeat_orphans, self.file_unsettled):
             try:
                 await what()
+            except ConnectionLost:
+                raise
             except Exception as exc:
                 log.error("orphan recovery: %s failed: %s", what.__name__, why(exc))
         return moved
@@ -116,6 +121,8 @@ class Recovery:
         for source in sources:  # each on its own: one unreadable must not hide the other
             try:
                 found |= await source()
+            except ConnectionLost:  # Redis away: the pass fails (said once by its streak)
+                raise
             except Exception as exc:
                 log.error("orphan recovery: reading candidates failed: %s", why(exc))
         return found
@@ -226,20 +233,29 @@ class Reconciler:
         self.fetching = fetching
         self._strays: set[bytes] = set()
 
-    async def settle_pending(self) -> None:
-        """Finish remembered outcomes through the same scripts; stop at the first failure."""
+    async def settle_pending(self) -> RedisError | None:
+        """Finish remembered outcomes through the same scripts; stop at the first failure
+        and return it (logged at debug only: the caller's streak reports it once)."""
         for raw, disposition in list(self.pending.items()):
             try:
                 await self.settler.apply(Work("", raw), disposition)
             except RedisError as exc:
-                log.warning("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
-                return
+                log.debug("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
+                return exc
             self.pending.pop(raw, None)
             log.info("settled jid=%s late (it was not run again)", job.jid_of(raw))
+        return None
 
     async def reconcile(self) -> int:
-        """One pass; returns how many strays were requeued."""
-        await self.settle_pending()
+        """One pass; returns how many strays were requeued. Raises what stopped the late
+        settlements, after the strays are handled (they are not held up by it)."""
+        unsettled = await self.settle_pending()
+        requeued = await self._requeue_strays()
+        if unsettled is not None:
+            raise unsettled
+        return requeued
+
+    async def _requeue_strays(self) -> int:
         if self.fetching():  # a fetch in flight: its jobs are listed but not yet running
             return 0
         listed = await self.store.in_progress(self.identity)
@@ -257,18 +273,31 @@ class Reconciler:
 
 async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Settings,
                      identity: str) -> None:
-    """Every ``recovery_interval`` (jittered): orphan recovery under the lock, reconcile."""
+    """Every ``recovery_interval`` (jittered): orphan recovery under the lock, reconcile.
+    Each says once when it starts failing and once when it recovers (``Streak``)."""
     first = True
+    recovering, reconciling = Streak("orphan recovery pass"), Streak("reconcile pass")
+
+    async def recover() -> None:
+        nonlocal first
+        if await recovery.store.take_lock(recovery.store.keys.recovery_lock, identity,
+                                          settings.recovery_interval):
+            await recovery.recover_orphans(scan=first)
+            first = False
+
     while True:
-        try:
-            if await recovery.store.take_lock(recovery.store.keys.recovery_lock, identity,
-                                              settings.recovery_interval):
-                await recovery.recover_orphans(scan=first)
-                first = False
-        except Exception as exc:
-            log.error("orphan recovery pass failed: %s", why(exc))
-        try:
-            await reconciler.reconcile()
-        except Exception as exc:
-            log.error("reconcile pass failed: %s", why(exc))
+        await attempt(recover, recovering)
+        await attempt(reconciler.reconcile, reconciling)
         await anyio.sleep(settings.recovery_interval * random.uniform(0.8, 1.2))
+
+
+async def attempt(step: Callable[[], Awaitable[object]], streak: Streak) -> bool:
+    """Run one pass of a loop that must never stop; True if it worked. A RedisError is
+    Redis away or refusing (its words suffice); anything else is a bug (traced once)."""
+    try:
+        await step()
+    except Exception as exc:
+        streak.failed(exc, trace=not isinstance(exc, RedisError))
+        return False
+    streak.succeeded()
+    return True

@@ -47,7 +47,8 @@ async def test_the_callers_clock_is_only_a_fallback(store: Store, keys: Keys) ->
     job = make_job()
     now = await redis_now(store)
 
-    await run_raw(store, "schedule", [keys.schedule], ["in", "10", repr(now - 86_400), job])
+    args = ["in", "10", repr(now - 86_400), "0", "0", job]
+    await run_raw(store, "schedule", [keys.schedule], args)
 
     [(_, score)] = await scored(store, keys.schedule)
     assert score == pytest.approx(now + 10, abs=5)

@@ -6,6 +6,7 @@
 -- ARGV[1] the parked job (must be the list's head)   ARGV[2] its dead entry
 -- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
 -- ARGV[4] seconds today's counter is kept (with KEYS[5])
+-- ARGV[5] dead_max_jobs, ARGV[6] dead_max_age (s): the dead set is trimmed to them
 -- Returns 1 if buried, 0 if the head is another job (someone else buried it first).
 -- Head only: the caller walks the list in order. Written before removed.
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
@@ -14,6 +15,7 @@ end
 local now = redis_now(ARGV[3])
 redis.call("ZADD", KEYS[2], now, ARGV[2])
 redis.call("LPOP", KEYS[1])
+trim_dead(KEYS[2], now, ARGV[5], ARGV[6])
 redis.pcall("INCR", KEYS[3])
 if KEYS[5] then
   redis.pcall("INCR", KEYS[5])

@@ -12,5 +12,5 @@ end
 redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
 redis.call("SADD", KEYS[3], ARGV[3])
 redis.call("LPUSH", KEYS[2], ARGV[5])
-redis.call("PUBLISH", ARGV[4], ARGV[3])
+wake(ARGV[4], ARGV[3])
 return 1

@@ -2,7 +2,8 @@
 -- KEYS[1] queue list                KEYS[2] set of queue names
 -- ARGV[1] queue name                ARGV[2] wake channel (pub/sub, not a key)
 -- ARGV[3..] raw jobs, oldest first
--- Returns the queue's length after the push.
+-- Returns {length after the push}, or {length, error} if the wake-up could not be
+-- published (the jobs are pushed all the same).
 -- Not idempotent (a second call pushes the jobs twice): callers never retry it blindly.
 -- An error (a key of the wrong type) means nothing was pushed: the name is recorded
 -- first, and the queue's type is checked (LLEN) before the first push.
@@ -13,5 +14,6 @@ local last = #ARGV
 for first = 3, last, 1000 do
   length = redis.call("LPUSH", KEYS[1], unpack(ARGV, first, math.min(first + 999, last)))
 end
-redis.call("PUBLISH", ARGV[2], ARGV[1])
-return length
+local refused = wake(ARGV[2], ARGV[1])
+if refused then return {length, refused} end
+return {length}

@@ -5,7 +5,8 @@
 -- ARGV[3] "now" (push on the queue), "at" (ARGV[4] is an epoch time) or "in" (ARGV[4]
 -- is a delay from Redis TIME)
 -- ARGV[5] queue name   ARGV[6] wake channel   ARGV[7] caller clock   ARGV[8] raw job
--- Returns 1 if pushed, 0 if another jid holds the lock (a duplicate: nothing written).
+-- Returns 1 if pushed, 0 if another jid holds the lock (a duplicate: nothing written);
+-- {1, error} if pushed but the wake-up could not be published.
 -- One step: a crash can never leave a lock without its job, nor a job without its lock.
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", tonumber(ARGV[2])) then
   return 0
@@ -13,7 +14,8 @@ end
 if ARGV[3] == "now" then
   redis.call("SADD", KEYS[3], ARGV[5])
   redis.call("LPUSH", KEYS[2], ARGV[8])
-  redis.call("PUBLISH", ARGV[6], ARGV[5])
+  local refused = wake(ARGV[6], ARGV[5])
+  if refused then return {1, refused} end
   return 1
 end
 local score = tonumber(ARGV[4])

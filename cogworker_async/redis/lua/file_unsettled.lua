@@ -2,6 +2,8 @@
 -- KEYS[1] unsettled list             KEYS[2] the record's destination zset
 -- ARGV[1] the record (must be the list's head)   ARGV[2] the entry to file
 -- ARGV[3] delay: score = Redis TIME + delay      ARGV[4] the caller's clock, if TIME is refused
+-- ARGV[5] dead_max_jobs, ARGV[6] dead_max_age (s): trim the destination if it is the dead
+-- set ("0": no trim)
 -- A delay that is not a finite number counts as 0: a corrupt record must not block the
 -- list (NaN is refused by ZADD) nor be filed where it never comes due (inf).
 -- Returns 1 if filed, 0 if the head is another record (filed by someone else first).
@@ -14,4 +16,5 @@ local delay = tonumber(ARGV[3])
 if not delay or delay ~= delay or delay == math.huge or delay == -math.huge then delay = 0 end
 redis.call("ZADD", KEYS[2], now + delay, ARGV[2])
 redis.call("LPOP", KEYS[1])
+trim_dead(KEYS[2], now, ARGV[5], ARGV[6])
 return 1

@@ -3,6 +3,8 @@
 -- KEYS[1] source zset                KEYS[2] destination zset
 -- ARGV[1] member as it stands        ARGV[2] entry to write in the destination
 -- ARGV[3] delay: score = Redis TIME + delay   ARGV[4] the caller's clock, if TIME is refused
+-- ARGV[5] dead_max_jobs, ARGV[6] dead_max_age (s): trim the destination if it is the dead
+-- set ("0": no trim)
 -- Returns 1 if moved, 0 if the member was gone. Written before removed; safe to run twice.
 -- The same entry moved within one zset only gets its new score (never removed).
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
@@ -13,4 +15,5 @@ redis.call("ZADD", KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
 if KEYS[1] ~= KEYS[2] or ARGV[1] ~= ARGV[2] then
   redis.call("ZREM", KEYS[1], ARGV[1])
 end
+trim_dead(KEYS[2], now, ARGV[5], ARGV[6])
 return 1

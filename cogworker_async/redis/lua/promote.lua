@@ -22,5 +22,5 @@ for i = 1, #KEYS - 2 do
     end
   end
 end
-if moved > 0 then redis.call("PUBLISH", ARGV[1], "due") end
+if moved > 0 then wake(ARGV[1], "due") end
 return moved

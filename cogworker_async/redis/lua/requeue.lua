@@ -111,6 +111,6 @@ if recovering and moved + parked > 0 then
   redis.pcall("SADD", KEYS[6], opts.identity) -- best effort: the jobs are already moved
 end
 if moved > 0 and opts.wake_channel then
-  redis.call("PUBLISH", opts.wake_channel, "requeued") -- idle workers fetch them now
+  wake(opts.wake_channel, "requeued") -- idle workers fetch them now
 end
 return {moved, looked, parked}

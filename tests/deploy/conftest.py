@@ -1,0 +1,94 @@
+"""Deployment harness: private servers set up as production ones are (ACL users, TLS),
+a worker subprocess running the real CLI as the user under test, and the server's
+default user (``admin_client``) to set up and to read what happened.
+
+Every server and worker a test starts is stopped by pid at teardown; a worker's log is
+printed, so a failing test shows what the worker said.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+import redis.asyncio
+
+from tests.deploy import deployapp
+from tests.servers import ServerProcess
+from tests.waiting import wait_until
+from tests.workerproc import WorkerProcess, worker_pool
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+DEPLOYMENT_DOC: Final = ROOT / "docs" / "deployment.md"
+WORK_TIMEOUT: Final = 15.0
+"""Seconds a worker may take to start and run a test's jobs (a busy 2-core machine)."""
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+@pytest.fixture
+def server() -> Iterator[ServerProcess]:
+    """A private server of this test's own: it gets users (and its ACL LOG) of its own."""
+    started = ServerProcess().start()
+    yield started
+    started.cleanup()
+
+
+@pytest.fixture
+async def admin_client(server: ServerProcess) -> AsyncIterator[redis.asyncio.Redis]:
+    """The server's default user: sets up users, reads outcomes (raw bytes)."""
+    client = redis.asyncio.Redis.from_url(server.url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def start_worker() -> Iterator[StartWorker]:
+    """``start_worker(url, record_url, periodic=False, **settings)``: a worker process
+    in namespace ``cogworker`` connecting with ``url``; its jobs record through
+    ``record_url``."""
+    with worker_pool() as workers:
+        def start(url: str, record_url: str, *, periodic: bool = False,
+                  **settings: object) -> WorkerProcess:
+            env = {deployapp.RECORD_URL_ENV: record_url,
+                   deployapp.PERIODIC_ENV: "1" if periodic else "0"}
+            worker = WorkerProcess(url, deployapp.NAMESPACE, dict(settings), [],
+                                   target=deployapp.TARGET, env=env)
+            workers.append(worker)
+            return worker.start()
+        yield start
+
+
+async def ran(client: redis.asyncio.Redis) -> list[str]:
+    """Tags of the finished runs, in order."""
+    return [tag.decode() for tag in await client.lrange(deployapp.RAN_KEY, 0, -1)]
+
+
+async def wait_ran(client: redis.asyncio.Redis, worker: WorkerProcess,
+                   wanted: Callable[[list[str]], bool]) -> None:
+    """Until ``wanted(ran)``; fails at once, with the worker's log, if the worker exits."""
+
+    async def check() -> bool:
+        assert worker.alive(), f"worker exited with {worker.returncode}:\n{worker.log()}"
+        return wanted(await ran(client))
+
+    try:
+        await wait_until(check, timeout=WORK_TIMEOUT)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; ran: {await ran(client)}") from None
+
+
+def documented_acl_lines() -> list[list[str]]:
+    """Every ``ACL SETUSER`` line of docs/deployment.md, split as a shell would."""
+    lines = DEPLOYMENT_DOC.read_text().splitlines()
+    return [shlex.split(line) for line in lines if line.startswith("ACL SETUSER ")]
+
+
+def credentials(acl_line: list[str]) -> tuple[str, str]:
+    """(user, password) an ``ACL SETUSER`` line creates."""
+    passwords = [word[1:] for word in acl_line if word.startswith(">")]
+    assert len(passwords) == 1, f"one password per documented user: {acl_line}"
+    return acl_line[2], passwords[0]
