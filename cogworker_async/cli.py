@@ -1,11 +1,31 @@
-"""The command line: ``cogworker-async run app:jobs``.
+"""The command line: ``cogworker-async run app:jobs``, ``web`` and the admin commands.
 
-``run`` works until SIGTERM or SIGINT, then shuts down gracefully (exit 0). A second
-signal stops at once: running jobs are cancelled and given back (exit 1).
+``run`` works until SIGTERM or SIGINT, then shuts down gracefully. A second signal stops
+at once: running jobs are cancelled and given back. A Redis that is not up yet when the
+worker starts (compose or Kubernetes start it second) is waited for, up to
+``--wait-for-redis`` seconds (default 30), said once; a wrong password or a missing
+permission is no reason to wait and ends the command at once.
+
+Errors reach a person as one ``error: ...`` line on stderr, never a traceback, with the
+password of any Redis URL masked (``urls.mask``). Exit codes, for every command:
+
+    0  done; ``run``: stopped cleanly (SIGTERM/SIGINT: jobs finished or were given back)
+    1  ``run``: stopped hard by a second signal (running jobs cancelled, given back);
+       admin commands: some named entry was gone or refused
+    2  usage or configuration error: a bad option or setting, an App module that fails
+       to import, a target that is not an App, an unsupported Redis URL, a server too
+       old for reliable fetch
+    3  Redis unreachable or refusing: connection refused or timed out (after
+       ``--wait-for-redis``), a wrong password, a user lacking a permission (NOPERM)
+
+The translation lives in two places: ``run`` knows its URL and says which server failed;
+``main`` is the boundary for everything else that escapes a command (the admin
+commands, registered from ``admin_cli``, included).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -14,22 +34,43 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Annotated, Any, Final
+import traceback
+from collections.abc import AsyncIterator, Iterator
+from typing import Annotated, Any, Final, NoReturn
 
 import anyio
+import redis.exceptions
 import typer
 
-from cogworker_async import admin_cli
+from cogworker_async import admin_cli, urls
 from cogworker_async.app import App
-from cogworker_async.errors import CogworkerError
+from cogworker_async.errors import CogworkerError, why
+from cogworker_async.redis.connection import connect, server_info
+from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
 from cogworker_async.worker.manager import Manager
 
 log = logging.getLogger("cogworker_async")
 
+EXIT_OK: Final = 0
+EXIT_HARD_STOP: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_REDIS: Final = 3
+
 THREAD_EXIT_GRACE: Final = 1.0
 """Seconds idle job threads get to end at exit before the CLI stops waiting for them."""
+WAIT_FOR_REDIS: Final = 30.0
+"""Default seconds ``run`` waits at start for a Redis that is not reachable yet."""
+REDIS_RETRY_PAUSE: Final = (0.1, 2.0)
+"""First and longest pause (seconds) between tries to reach Redis at start (doubling)."""
+
+# Redis saying no to this client: waiting would not change the answer.
+REFUSING: Final = (redis.exceptions.AuthenticationError,
+                   redis.exceptions.AuthorizationError,
+                   redis.exceptions.NoPermissionError)
+# Nobody answering (yet): refused, timed out, still loading its data.
+UNREACHABLE: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                      OSError)
 
 cli = typer.Typer(
     name="cogworker-async",
@@ -39,8 +80,17 @@ cli = typer.Typer(
 )
 
 
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
 def load_app(target: str) -> App:
-    """``"package.module:attribute"`` -> the App it names (from the current directory)."""
+    """``"package.module:attribute"`` -> the App it names (from the current directory).
+
+    Any failure is a ``typer.BadParameter`` in one line: the module's own exception
+    (whatever it is: a module that raises on import is a configuration error) and where
+    it was raised."""
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise typer.BadParameter(f"{target!r}: expected MODULE:ATTRIBUTE, e.g. app:jobs")
@@ -48,12 +98,63 @@ def load_app(target: str) -> App:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise typer.BadParameter(f"cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:
+        raise typer.BadParameter(
+            f"cannot import {module_name!r}: {why(exc)}{_raised_at(exc)} "
+            f"(python -c 'import {module_name}' shows the traceback)") from exc
     app = getattr(module, attribute, None)
     if not isinstance(app, App):
-        raise typer.BadParameter(f"{target!r} is not a cogworker_async.App")
+        found = "nothing" if app is None else f"an object of type {type(app).__name__}"
+        raise typer.BadParameter(f"{target!r} is not a cogworker_async.App (found {found})")
     return app
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (at path:line)`` of the user's code that raised ``exc``; "" when it was the
+    import machinery (a module that does not exist)."""
+    machinery = os.path.dirname(importlib.__file__) + os.sep
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(("<frozen", machinery)) and f.filename != __file__]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+# -- errors: which exit code, in which words ---------------------------------------------
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions inside task-group exception groups (or ``exc`` itself)."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+def explain(exc: BaseException, url: str | None = None) -> tuple[int, str] | None:
+    """``(exit code, message)`` for an error a person can act on; None for a bug."""
+    where = f"Redis at {urls.mask(url)}" if url else "Redis"
+    for leaf in _leaves(exc):
+        if isinstance(leaf, redis.exceptions.NoPermissionError):
+            return EXIT_REDIS, (f"{where}: the user lacks a permission the worker needs "
+                                f"({why(leaf)}); grant it (ACL SETUSER) or use another user")
+        if isinstance(leaf, REFUSING):
+            return EXIT_REDIS, (f"{where} refused this client ({why(leaf)}); check the "
+                                "user name and password in the Redis URL")
+        if isinstance(leaf, UNREACHABLE):
+            return EXIT_REDIS, (f"cannot reach {where} ({why(leaf)}); is it running, and "
+                                "is the URL right?")
+        if isinstance(leaf, redis.exceptions.RedisError):
+            return EXIT_REDIS, f"{where} refused: {why(leaf)}"
+        if isinstance(leaf, CogworkerError):
+            return EXIT_USAGE, str(leaf)
+    return None
+
+
+class NotReachable(Exception):
+    """Redis did not answer within ``--wait-for-redis`` seconds."""
+
+
+# -- run -----------------------------------------------------------------------------------
 
 
 async def _watch_signals(manager: Manager, signals: AsyncIterator[int]) -> None:
@@ -67,20 +168,111 @@ async def _watch_signals(manager: Manager, signals: AsyncIterator[int]) -> None:
             manager.hard_stop()
 
 
-async def _serve(app: App, overrides: dict[str, Any]) -> bool:
+async def _probe(url: str) -> None:
+    """Ask Redis what the worker asks first (INFO): reachable, let in, permitted."""
+    client = connect(url)
+    try:
+        await server_info(client)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
+
+
+async def _reach_redis(url: str, bound: float) -> None:
+    """Return once Redis answers. Not reachable: try again (backing off) for up to
+    ``bound`` seconds, saying so once, then ``NotReachable``. Refusing (a wrong password,
+    NOPERM): raised at once — waiting would not change the answer."""
+    began = anyio.current_time()
+    pause = REDIS_RETRY_PAUSE[0]
+    while True:
+        left = began + bound - anyio.current_time()
+        try:
+            with anyio.fail_after(max(left, REDIS_RETRY_PAUSE[0])):
+                await _probe(url)
+        except REFUSING:
+            raise
+        except UNREACHABLE as exc:  # fail_after's TimeoutError is an OSError
+            left = began + bound - anyio.current_time()
+            if left <= 0:
+                raise NotReachable(f"cannot reach Redis at {urls.mask(url)} ({why(exc)}), "
+                                   f"waited {bound:g}s; is it running, and is the URL "
+                                   "right? (--wait-for-redis sets how long to wait)") from exc
+            if pause == REDIS_RETRY_PAUSE[0]:
+                log.warning("Redis at %s is not reachable yet (%s); waiting up to %gs",
+                            urls.mask(url), why(exc), bound)
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, REDIS_RETRY_PAUSE[1])
+            continue
+        if pause != REDIS_RETRY_PAUSE[0]:
+            log.info("Redis at %s is up (after %.1fs)", urls.mask(url),
+                     anyio.current_time() - began)
+        return
+
+
+async def _until_reachable(url: str, bound: float, signals: AsyncIterator[int]) -> bool:
+    """``_reach_redis``, unless a signal comes first: then False (a clean stop)."""
+    stopped = False
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            nonlocal stopped
+            async for signum in signals:
+                log.info("%s: stopping before the worker started",
+                         signal.Signals(signum).name)
+                stopped = True
+                tg.cancel_scope.cancel()
+                return
+
+        tg.start_soon(stop_on_signal)
+        await _reach_redis(url, bound)
+        tg.cancel_scope.cancel()
+    return not stopped
+
+
+async def _serve(app: App, overrides: dict[str, Any], url: str, wait_for: float) -> bool:
     """Run a worker until a signal stops it; True if it stopped gracefully."""
-    # The handlers go in before the worker starts. Installed by the watcher task, they
-    # came a moment after the Manager had begun fetching: a SIGTERM in between killed the
-    # process outright (exit -15, no hand-over, fetched jobs left in progress). A signal
-    # that arrives while the worker starts now waits in the receiver and stops it as soon
-    # as it runs.
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with app.worker(**overrides) as manager, anyio.create_task_group() as tg:
-            tg.start_soon(_watch_signals, manager, signals)
-            await manager.wait_stopped()
-            tg.cancel_scope.cancel()
-        await app.close()
-    return not manager.stopped_hard
+    # The handlers go in before the worker starts (and before Redis is waited for): a
+    # SIGTERM while the worker starts waits in the receiver and stops it as soon as it
+    # runs, rather than killing the process with fetched jobs in progress.
+    try:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            if not await _until_reachable(url, wait_for, signals):
+                return True
+            async with app.worker(**overrides) as manager, anyio.create_task_group() as tg:
+                tg.start_soon(_watch_signals, manager, signals)
+                await manager.wait_stopped()
+                tg.cancel_scope.cancel()
+            return not manager.stopped_hard
+    finally:
+        with anyio.CancelScope(shield=True):
+            await app.close()
+
+
+def _log_level(text: str) -> int:
+    level = logging.getLevelName(text.upper())
+    if not isinstance(level, int):
+        fail(f"unknown log level {text!r}: use DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
+def _settings(app: App, overrides: dict[str, Any]) -> Settings:
+    """The worker's settings, checked before anything starts (a concurrency of 10**9 is
+    refused here, before a slot is made)."""
+    try:
+        return dataclasses.replace(app.settings, **overrides)
+    except (ValueError, TypeError) as exc:
+        fail(f"invalid settings: {exc}")
+
+
+def _redis_url(app: App, settings: Settings) -> str:
+    """The URL the worker will use, checked (an unsupported one is named, masked)."""
+    configured = settings.redis_url or os.environ.get("COGWORKER_REDIS_URL")
+    try:
+        if configured:
+            return urls.check(configured)
+        return app.redis_url()  # the embedded server, started now
+    except CogworkerError as exc:
+        fail(str(exc))
 
 
 @cli.command()
@@ -92,28 +284,48 @@ def run(
         typer.Option("--queue", "-q", help="Queue to work (repeatable, in order)."),
     ] = None,
     redis_url: Annotated[str | None, typer.Option(help="Redis URL (else the App's).")] = None,
+    wait_for_redis: Annotated[float, typer.Option(
+        min=0.0, help="Seconds to wait at start for a Redis that is not up yet.")]
+    = WAIT_FOR_REDIS,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
 ) -> None:
     """Work jobs until SIGTERM/SIGINT, then shut down gracefully."""
-    logging.basicConfig(level=log_level.upper(),
+    logging.basicConfig(level=_log_level(log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = load_app(target)
+    try:
+        app = load_app(target)
+    except typer.BadParameter as exc:
+        fail(exc.message)
     overrides: dict[str, Any] = {}
     if concurrency is not None:
         overrides["concurrency"] = concurrency
-    if queue:
+    if queue:  # [""] too: a named queue that cannot be one is refused, not ignored
         overrides["queues"] = tuple(queue)
     if redis_url:
         overrides["redis_url"] = redis_url
+    url = _redis_url(app, _settings(app, overrides))
+    if redis_url:
+        overrides["redis_url"] = url
     try:
         # uvloop (the ``speed`` extra) when installed: a good share less CPU per job.
         uvloop = importlib.util.find_spec("uvloop") is not None
-        graceful = anyio.run(_serve, app, overrides, backend_options={"use_uvloop": uvloop})
-    except CogworkerError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
-    _leave_abandoned_threads(0 if graceful else 1)
-    raise typer.Exit(0 if graceful else 1)
+        graceful = anyio.run(_serve, app, overrides, url, wait_for_redis,
+                             backend_options={"use_uvloop": uvloop})
+    except Exception as exc:
+        _fail_run(exc, url)
+    _leave_abandoned_threads(EXIT_OK if graceful else EXIT_HARD_STOP)
+    raise typer.Exit(EXIT_OK if graceful else EXIT_HARD_STOP)
+
+
+def _fail_run(exc: Exception, url: str) -> NoReturn:
+    for leaf in _leaves(exc):
+        if isinstance(leaf, NotReachable):
+            fail(str(leaf), EXIT_REDIS)
+    explained = explain(exc, url)
+    if explained is None:
+        raise exc
+    code, message = explained
+    fail(message, code)
 
 
 def _leave_abandoned_threads(status: int) -> None:
@@ -164,8 +376,7 @@ def web(
         serve(app, host=host, port=port, log_level=log_level.lower())
     except CogworkerError as exc:  # e.g. a malformed $COGWORKER_WEB_AUTH: refuse to
         # serve at all rather than serve without the protection that was asked for
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(exc), EXIT_USAGE)
 
 
 admin_cli.register(cli, load_app)  # stats, queues, scheduled, retries, dead, ...
@@ -178,4 +389,15 @@ def version() -> None:
 
 
 def main() -> None:
-    cli()
+    """The ``cogworker-async`` entry point, and the one boundary for errors that escape
+    a command: a Redis or configuration error is one line and its exit code (see the
+    module docstring); anything else is a bug and keeps its traceback."""
+    try:
+        cli()
+    except Exception as exc:
+        explained = explain(exc)
+        if explained is None:
+            raise
+        code, message = explained
+        typer.echo(f"error: {message}", err=True)
+        sys.exit(code)

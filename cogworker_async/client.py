@@ -24,7 +24,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from cogworker_async import job, unique
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
-from cogworker_async.redis.store import Store, dead_limits_of
+from cogworker_async.redis.store import RedisError, Store, dead_limits_of
 from cogworker_async.registry import Delay, JobDefinition, JobOptions, When
 from cogworker_async.settings import Settings
 
@@ -99,6 +99,7 @@ class Client:
         self._portal_lock = threading.Lock()
         self._portal: BlockingPortal | None = None
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
+        self._policy_checked = False
 
     def store(self) -> Store:
         """This event loop's Store (a pool is bound to the loop that made it)."""
@@ -166,6 +167,8 @@ class Client:
         if push is None:
             return None
         store = self.store()
+        if not self._policy_checked:
+            await self._warn_if_evicting(store)
         if push.unique is not None:
             digest, ttl = push.unique
             if not await store.enqueue_unique(digest, push.jid, ttl, push.queue, push.raw,
@@ -196,11 +199,28 @@ class Client:
             pushes.append(await self._prepare(definition, options, tuple(args), dict(kwargs)))
         plain = [p for p in pushes if p is not None and p.unique is None]
         locked = [p for p in pushes if p is not None and p.unique is not None]
-        taken = await self.store().push_batch(
+        store = self.store()
+        if not self._policy_checked:
+            await self._warn_if_evicting(store)
+        taken = await store.push_batch(
             options.queue, [p.raw for p in plain],
             [(p.unique[0], p.jid, p.unique[1], p.raw) for p in locked if p.unique])
         refused = {p.jid for p, ok in zip(locked, taken, strict=True) if not ok}
         return [p.jid if p is not None and p.jid not in refused else None for p in pushes]
+
+    async def _warn_if_evicting(self, store: Store) -> None:
+        """Once per client, at its first enqueue: Redis set to evict keys under memory
+        pressure drops queued jobs silently (only the worker said so before, and an
+        enqueuing process may never see a worker's log)."""
+        self._policy_checked = True
+        try:
+            policy = await store.eviction_policy()
+        except RedisError:  # never a reason to refuse the enqueue: the push says
+            return
+        if policy not in (None, "noeviction"):
+            log.warning("Redis maxmemory-policy is %r: under memory pressure Redis evicts "
+                        "keys, and queued jobs vanish without a trace. Set it to "
+                        "'noeviction'.", policy)
 
     def enqueue_sync(
         self,

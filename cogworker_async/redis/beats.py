@@ -17,6 +17,9 @@ from cogworker_async.redis.scripts import source
 
 ALIVE: Final = 1
 ZOMBIE: Final = 2
+"""Declared dead while paused: recovery took this process's jobs."""
+FORGOTTEN: Final = 3
+"""Its keys were gone (Redis lost them) without any recovery: re-registered, jobs kept."""
 
 
 class BeatWriter:
@@ -28,7 +31,7 @@ class BeatWriter:
         self._forget = self.client.register_script(source("forget"))
 
     def beat(self, info: Mapping[str, Any], ttl: float, *, first: bool) -> int:
-        """Write one beat; returns ALIVE, or ZOMBIE if this process had been declared dead."""
+        """Write one beat; returns ALIVE, ZOMBIE (declared dead) or FORGOTTEN."""
         keys = self.keys
         reply = self._beat(
             keys=[keys.process(self.identity), keys.last_beat, keys.in_progress_identities,

@@ -72,12 +72,12 @@ def connect_sync(url: str) -> redis.Redis:
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
     """What the start-up checks read. ``None``: not known, because the server refused to
-    say (a Redis user without ``+info``); ``skipped`` names each check that was not made
-    and why, for the one warning line ``check_server`` writes."""
+    say (a Redis user without ``+info``); ``skipped`` names the checks that could not be
+    made and why, for the one warning line ``check_server`` writes."""
 
     version: tuple[int, ...] | None
     maxmemory_policy: str | None
-    skipped: tuple[str, ...] = ()
+    skipped: str | None = None
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -96,11 +96,15 @@ def _refusal(command: str, exc: redis.exceptions.ResponseError) -> str:
     return f"{command} refused ({prefix}{exc})"
 
 
-async def _maxmemory_policy(client: redis.asyncio.Redis) -> tuple[str | None, str | None]:
-    """(policy, why it is unknown). ``INFO memory`` reports it without CONFIG, which a
-    least-privilege user should not have (CONFIG GET reads every setting); CONFIG GET
-    only for a server whose INFO leaves it out."""
-    memory = await client.info("memory")
+async def maxmemory_policy(client: redis.asyncio.Redis) -> tuple[str | None, str | None]:
+    """(``maxmemory-policy``, why it is unknown). ``INFO memory`` reports it (Redis >= 4,
+    Valkey), and is asked first: ``CONFIG GET`` reads every setting, ``requirepass``
+    included, so a least-privilege user is not given it, and each refusal is an entry
+    in the server's ACL LOG. CONFIG GET only for a server whose INFO leaves it out."""
+    try:
+        memory = await client.info("memory")
+    except redis.exceptions.ResponseError as exc:
+        return None, _refusal("INFO", exc)
     if "maxmemory_policy" in memory:
         return str(memory["maxmemory_policy"]), None
     try:
@@ -119,11 +123,12 @@ async def server_info(client: redis.asyncio.Redis) -> ServerInfo:
         info = await client.info("server")
     except redis.exceptions.ResponseError as exc:
         why = _refusal("INFO", exc)
-        return ServerInfo(None, None, skipped=(f"server version and maxmemory-policy: {why}",))
+        return ServerInfo(None, None, skipped=f"server version and maxmemory-policy: {why}; "
+                                              "grant the Redis user +info to have them made")
     # Valkey reports a frozen redis_version (7.2.4); either is new enough to compare.
     version = parse_version(str(info.get("valkey_version") or info.get("redis_version", "0")))
-    policy, unknown = await _maxmemory_policy(client)
-    skipped = (f"maxmemory-policy: {unknown}",) if unknown else ()
+    policy, unknown = await maxmemory_policy(client)
+    skipped = f"maxmemory-policy: {unknown}" if unknown else None
     return ServerInfo(version=version, maxmemory_policy=policy, skipped=skipped)
 
 
@@ -132,8 +137,9 @@ async def check_server(client: redis.asyncio.Redis, *, reliable: bool) -> Server
     one line which of these checks could not be made, and why."""
     info = await server_info(client)
     if info.skipped:
-        log.warning("Redis start-up check skipped: %s (grant the Redis user +info to have "
-                    "it made)", "; ".join(info.skipped))
+        # One line: the worker runs without these checks (they catch a misconfigured
+        # server, the queue does not need them), and says so once at start-up.
+        log.warning("Redis start-up check skipped: %s", info.skipped)
     if info.version is not None:
         _check_version(info.version, reliable=reliable)
     if info.maxmemory_policy not in (None, "noeviction"):

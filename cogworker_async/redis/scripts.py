@@ -28,6 +28,7 @@ SCRIPT_NAMES: Final = (
     "park_unsettled",
     "promote",
     "release_lock",
+    "relist",
     "requeue",
     "schedule",
     "take_lock",

@@ -20,7 +20,12 @@ import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
-from cogworker_async.redis.connection import ServerInfo, check_server, connect
+from cogworker_async.redis.connection import (
+    ServerInfo,
+    check_server,
+    connect,
+    maxmemory_policy,
+)
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
@@ -50,6 +55,10 @@ REQUEUE_BATCH: Final = 1000
 
 HISTORY_TTL: Final = 366 * 24 * 3600
 """Seconds a day's processed/failed counts are kept (a year of history)."""
+
+MAX_DECLARED: Final = 10_000
+"""Most identities kept in declared_dead (the marks that tell a paused process, when it
+wakes, that its jobs were recovered): identities are never reused, so it is bounded."""
 
 ORPHAN_TTL: Final = 7 * 24 * 3600
 """Seconds an orphan counter lives after its last bump."""
@@ -111,6 +120,11 @@ class Store:
     async def aclose(self) -> None:
         await self._lane.aclose()
         await self.client.aclose()
+
+    async def eviction_policy(self) -> str | None:
+        """Redis' ``maxmemory-policy``, or None when this user may not read it."""
+        policy, _ = await maxmemory_policy(self.client)
+        return policy
 
     async def check_server(self, *, reliable: bool) -> ServerInfo:
         return await check_server(self.client, reliable=reliable)
@@ -223,6 +237,7 @@ class Store:
                 "max_orphanings": max_orphanings,
                 "limit": max(1, min(REQUEUE_BATCH, budget)),
                 "wake_channel": self.keys.wake_channel,
+                "max_declared": MAX_DECLARED,
             }
             keys = [key, self.keys.process(identity), self.keys.last_beat,
                     self.keys.repeat_orphans, self.keys.queues, self.keys.declared_dead]
@@ -235,6 +250,19 @@ class Store:
             budget -= looked
             if looked < REQUEUE_BATCH or budget <= 0:
                 return result
+
+    async def relist(self, identity: str, raws: Sequence[bytes]) -> int:
+        """Put ``raws`` back on ``identity``'s in-progress list where missing."""
+        if not raws:
+            return 0
+        return int(await self._run("relist", [self.keys.in_progress(identity)], list(raws)))
+
+    async def unlist(self, identity: str, raws: Sequence[bytes]) -> None:
+        """Take ``raws`` off ``identity``'s in-progress list (settled meanwhile)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for raw in raws:
+                pipe.lrem(self.keys.in_progress(identity), 1, raw)  # type: ignore[arg-type]
+            await pipe.execute()
 
     async def in_progress(self, identity: str) -> list[bytes]:
         """Everything on ``identity``'s in-progress list, newest first."""

@@ -6,6 +6,12 @@ wakes, its next beat says so (``beat.lua`` reports a zombie). It must then stop 
 no longer on its own list and drop their unsettled outcomes: its late settles would
 change nothing, and its copies would keep running beside the recovered ones.
 
+Only positive evidence fences: recovery's mark in ``declared_dead``. Keys that are merely
+missing (Redis restarted without persistence, a failover to a replica that had not seen
+them) mean Redis lost them, not that another process took the jobs: the beat then
+re-registers the process, and ``relist`` puts its running and unsettled jobs back on its
+own list so that they finish, settle, and are recovered should it crash from now on.
+
 The news arrives on the heartbeat's thread; the fencing itself runs as a task of the
 worker's upkeep group, woken by an event.
 """
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, Collection, MutableMapping
 
 import anyio
 
@@ -29,7 +35,8 @@ log = logging.getLogger("cogworker_async")
 
 class Fence:
     def __init__(self, store: Store, identity: str, processor: Processor,
-                 pending: MutableMapping[bytes, Pending], *, retry_pause: float) -> None:
+                 pending: MutableMapping[bytes, Pending], *, retry_pause: float,
+                 in_flight: Callable[[], Collection[bytes]] = frozenset) -> None:
         self.store = store
         self.identity = identity
         self.processor = processor
@@ -37,6 +44,8 @@ class Fence:
         self.retry_pause = retry_pause
         self._loop = asyncio.get_running_loop()  # the worker's: made in it
         self._declared = anyio.Event()
+        self._forgotten = anyio.Event()
+        self._in_flight = in_flight
 
     def declared_dead_from_thread(self) -> None:
         """Called by the heartbeat thread when a beat reports this process a zombie."""
@@ -49,17 +58,48 @@ class Fence:
         # itself. Setting an event needs no task; ``run`` waits on it.
         self._declared.set()
 
+    def forgotten_from_thread(self) -> None:
+        """Called by the heartbeat thread when Redis had lost this process's keys."""
+        self._loop.call_soon_threadsafe(self._forgotten.set)
+
     async def run(self) -> None:
-        """Fence each time a beat reports this process declared dead (forever)."""
+        """Fence, or relist, each time a beat reports why (forever)."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._serve, lambda: self._declared, self._reset_declared, self.fence)
+            tg.start_soon(self._serve, lambda: self._forgotten, self._reset_forgotten,
+                          self.relist)
+
+    def _reset_declared(self) -> None:
+        self._declared = anyio.Event()
+
+    def _reset_forgotten(self) -> None:
+        self._forgotten = anyio.Event()
+
+    async def _serve(self, event: Callable[[], anyio.Event], reset: Callable[[], None],
+                     act: Callable[[], Awaitable[None]]) -> None:
         while True:
-            await self._declared.wait()
-            self._declared = anyio.Event()
+            await event().wait()
+            reset()
             try:
-                await self.fence()
+                await act()
             except Exception as exc:  # Redis away: try again; never stop the worker
-                log.error("fencing this declared-dead process failed (%s); retrying", why(exc))
+                log.error("%s failed (%s); retrying", act.__name__, why(exc))
                 await anyio.sleep(self.retry_pause)
-                self._declared.set()
+                event().set()
+
+    async def relist(self) -> None:
+        """Redis lost this process's keys: list its running and unsettled jobs again."""
+        raws = set(self._in_flight()) | set(self.pending)
+        listed = await self.store.relist(self.identity, list(raws))
+        # A job settled while the relist was on its way (its ack found nothing to remove)
+        # must not stay listed: reconcile would take it for a stray and run it again.
+        still = set(self._in_flight()) | set(self.pending)
+        settled = [raw for raw in raws if raw not in still]
+        if settled:
+            await self.store.unlist(self.identity, settled)
+        log.warning("worker %s: Redis had lost this process's keys (restarted without "
+                    "persistence?); registered again, %d running or unsettled job(s) "
+                    "listed again", self.identity, listed)
 
     async def fence(self) -> None:
         """Stop the jobs no longer ours (their requeued copies run elsewhere) and forget

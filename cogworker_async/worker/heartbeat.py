@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from cogworker_async.errors import why
-from cogworker_async.redis.beats import ZOMBIE, BeatWriter
+from cogworker_async.redis.beats import FORGOTTEN, ZOMBIE, BeatWriter
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger("cogworker_async")
@@ -69,6 +69,7 @@ class Heartbeat:
         describe: Callable[[], Mapping[str, Any]],
         running: Callable[[], Mapping[str, str]],
         on_zombie: Callable[[], None],
+        on_forgotten: Callable[[], None] = lambda: None,
     ) -> None:
         self.writer = writer
         self.interval = interval
@@ -76,6 +77,7 @@ class Heartbeat:
         self._describe = describe
         self._running = running
         self._on_zombie = on_zombie
+        self._on_forgotten = on_forgotten
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._beaten = False
@@ -100,6 +102,8 @@ class Heartbeat:
         self._beaten = True
         if status == ZOMBIE:
             self._on_zombie()
+        elif status == FORGOTTEN:
+            self._on_forgotten()
 
     def steady_for(self, seconds: float) -> bool:
         """No beat failed in the last ``seconds`` (read from the event loop)."""

@@ -160,6 +160,7 @@ class Manager:
             interval=settings.heartbeat_interval, ttl=settings.orphan_threshold,
             describe=self._describe, running=self._running_snapshot,
             on_zombie=lambda: self.fence.declared_dead_from_thread(),
+            on_forgotten=lambda: self.fence.forgotten_from_thread(),
         )
         default_queue = settings.queue_names[0]
         # No judging others dead until our own beats have succeeded for orphan_threshold
@@ -167,7 +168,8 @@ class Manager:
         self.recovery = Recovery(store, settings, self.identity, may_judge=lambda: (
             self.heartbeat.steady_for(settings.orphan_threshold)))
         self.fence = Fence(store, self.identity, self.processor, self.pending,
-                           retry_pause=settings.heartbeat_interval)
+                           retry_pause=settings.heartbeat_interval,
+                           in_flight=lambda: list(self.running))
         self.reconciler = Reconciler(store, self.settler, self.identity, default_queue,
                                      self.running, self.pending, lambda: self._fetching)
         self._fetching = False
@@ -177,6 +179,9 @@ class Manager:
         self._stopping = anyio.Event()
         self._hard = False
         self._drain_scope: anyio.CancelScope | None = None
+        self._settle_scope: anyio.CancelScope | None = None
+        self._stop_at: float | None = None
+        """``time.monotonic()`` of the first ``stop()``: shutdown_timeout counts from it."""
         self._finished = anyio.Event()
 
     @cached_property
@@ -197,6 +202,8 @@ class Manager:
 
     def stop(self) -> None:
         """Quiet: fetch nothing more; running jobs get ``shutdown_timeout`` to finish."""
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
         self._stopping.set()
         self.slots.nudge()
         if self._idle_scope is not None:
@@ -206,8 +213,9 @@ class Manager:
         """Stop now: running jobs are cancelled (and given back) without waiting."""
         self._hard = True
         self.stop()
-        if self._drain_scope is not None:
-            self._drain_scope.cancel()
+        for scope in (self._drain_scope, self._settle_scope):
+            if scope is not None:
+                scope.cancel()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Work until ``stop()``; ready (``task_status.started()``) once it can fetch."""
@@ -244,6 +252,7 @@ class Manager:
                 upkeep.cancel_scope.cancel()
         finally:
             self._upkeep = None
+            await self._settle_before_leaving()
             with anyio.move_on_after(HANDOVER_TIMEOUT, shield=True):
                 await self._hand_over()
             with anyio.CancelScope(shield=True):
@@ -418,6 +427,34 @@ class Manager:
         self.streaks.stats.succeeded()
         self.stats.processed -= processed
         self.stats.failed -= failed
+
+    async def _settle_before_leaving(self) -> None:
+        """Jobs that ran but are not settled in Redis (it is down) get what is left of
+        ``shutdown_timeout`` to settle, retried with backoff. Given up, they stay on this
+        process's list and recovery requeues them: they would run again. That is the one
+        window left, so it is worth the whole timeout (shielded; a second signal ends it).
+        """
+        if not self.fetcher.reliable or not self.pending or self._hard:
+            return
+        began = time.monotonic()
+        deadline = (self._stop_at or began) + self.settings.shutdown_timeout
+        log.warning("shutdown: %d finished job(s) not yet settled (Redis unreachable); "
+                    "trying for up to %.0fs", len(self.pending), max(0.0, deadline - began))
+        pause = FETCH_ERROR_PAUSE[0]
+        with anyio.CancelScope(shield=True) as self._settle_scope:
+            while self.pending and time.monotonic() < deadline:
+                with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                    if await self.reconciler.settle_pending() is None:
+                        break
+                    await anyio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(pause * 2, FETCH_ERROR_PAUSE[1])
+        self._settle_scope = None
+        if self.pending:
+            log.error("shutdown: gave up settling %d finished job(s) after %.1fs: they stay "
+                      "in progress, and run again once recovered", len(self.pending),
+                      time.monotonic() - began)
+        else:
+            log.info("shutdown: settled every finished job in %.1fs", time.monotonic() - began)
 
     async def _hand_over(self) -> None:
         """Shutdown: settle what can be settled, hand over what ran and failed, requeue

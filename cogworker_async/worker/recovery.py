@@ -144,9 +144,10 @@ class Recovery:
             await self._record(event)
         if result.parked:
             await self.bury_repeat_orphans(identity, info)
-        # Forgotten, it needs no declared_dead mark: a zombie beating again finds its
-        # stamp gone, which tells it the same (and the set stays bounded).
-        await self.store.forget(identity, declared_dead=False)
+        # The declared_dead mark stays once jobs were taken: it is the only evidence a
+        # paused process accepts, on waking, that its jobs run elsewhere (missing keys
+        # alone mean Redis lost them: see beat.lua).
+        await self.store.forget(identity, declared_dead=bool(result.moved or result.parked))
         return result.moved
 
     async def _record(self, event: dict[str, Any]) -> None:

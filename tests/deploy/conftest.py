@@ -8,16 +8,22 @@ printed, so a failing test shows what the worker said.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
+import subprocess
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlencode
 
 import pytest
+import redis
 import redis.asyncio
+import trustme
 
 from tests.deploy import deployapp
-from tests.servers import ServerProcess
+from tests.servers import START_TIMEOUT, ServerProcess, server_binary
 from tests.waiting import wait_until
 from tests.workerproc import WorkerProcess, worker_pool
 
@@ -92,3 +98,76 @@ def credentials(acl_line: list[str]) -> tuple[str, str]:
     passwords = [word[1:] for word in acl_line if word.startswith(">")]
     assert len(passwords) == 1, f"one password per documented user: {acl_line}"
     return acl_line[2], passwords[0]
+
+
+class TLSServer(ServerProcess):
+    """A private server that listens on TLS only (``--port 0``), on ``self.port``.
+
+    ``auth_clients``: ``"optional"`` (a client certificate is checked if given) or
+    ``"yes"`` (required). ``certs`` holds ``ca.pem``, ``server.pem`` and ``server.key``
+    (``make_certs``); ``client.pem`` and ``client.key`` are the client's."""
+
+    def __init__(self, certs: Path, *, auth_clients: str) -> None:
+        super().__init__()
+        self.certs = certs
+        self.auth_clients = auth_clients
+
+    @property
+    def url(self) -> str:
+        """``rediss://`` with the CA and, always, the client certificate (the server
+        asks for it only when it requires it)."""
+        return self.url_with(ssl_ca_certs=self.certs / "ca.pem",
+                             ssl_certfile=self.certs / "client.pem",
+                             ssl_keyfile=self.certs / "client.key")
+
+    def url_with(self, **query: object) -> str:
+        """``rediss://127.0.0.1:<port>/0`` with ``query`` (percent-encoded) as options."""
+        return f"rediss://127.0.0.1:{self.port}/0?" + urlencode(
+            {name: str(value) for name, value in query.items()})
+
+    def start(self) -> TLSServer:
+        certs = self.certs
+        args = [
+            server_binary(), "--port", "0", "--tls-port", str(self.port),
+            "--bind", "127.0.0.1", "--dir", str(self.dir), "--save", "",
+            "--appendonly", "no", "--daemonize", "no",
+            "--logfile", str(self.dir / "server.log"),
+            "--tls-cert-file", str(certs / "server.pem"),
+            "--tls-key-file", str(certs / "server.key"),
+            "--tls-ca-cert-file", str(certs / "ca.pem"),
+            "--tls-auth-clients", self.auth_clients,
+        ]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + START_TIMEOUT
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    log = (self.dir / "server.log").read_text(errors="replace")
+                    raise RuntimeError(f"TLS test server exited:\n{log}")
+                with contextlib.suppress(redis.exceptions.RedisError):
+                    if client.ping():
+                        return self
+                time.sleep(0.02)
+        finally:
+            client.close()
+        raise RuntimeError("TLS test server did not start in time")
+
+
+def make_certs(directory: Path) -> Path:
+    """A throwaway CA (trustme), a certificate for 127.0.0.1 and a client certificate."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+    server = ca.issue_cert("127.0.0.1")
+    server.private_key_pem.write_to_path(str(directory / "server.key"))
+    server.cert_chain_pems[0].write_to_path(str(directory / "server.pem"))
+    client = ca.issue_cert("client.example.org")
+    client.private_key_pem.write_to_path(str(directory / "client.key"))
+    client.cert_chain_pems[0].write_to_path(str(directory / "client.pem"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_certs(tmp_path_factory.mktemp("certs"))

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from cogworker_async.redis.beats import ALIVE, ZOMBIE, BeatWriter
+from cogworker_async.redis.beats import ALIVE, FORGOTTEN, ZOMBIE, BeatWriter
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Requeued, Store
 from tests.lua.helpers import (
@@ -189,15 +189,29 @@ async def test_a_later_beat_after_declared_dead_reports_a_zombie_once(
     assert await beat(writer, first=False) == ALIVE
 
 
-async def test_a_later_beat_after_being_forgotten_reports_a_zombie(
+async def test_keys_that_are_merely_gone_are_no_evidence_of_death(
     store: Store, keys: Keys, writer: BeatWriter
 ) -> None:
-    # Recovery found it dead with nothing to take and forgot it: marker and stamp gone.
+    # Marker and stamp gone without recovery's mark (Redis restarted without persistence,
+    # or recovery forgot it with nothing to take): its running jobs are still its own.
     await beat(writer, first=True, ttl=SHORT_TTL)
     await wait_until(lambda: marker_gone(store, keys), timeout=5)
     await store.client.hdel(keys.last_beat, IDENTITY)
 
-    assert await beat(writer, first=False) == ZOMBIE
+    assert await beat(writer, first=False) == FORGOTTEN
+    assert await beat(writer, first=False) == ALIVE  # re-registered by that beat
+    assert await store.client.sismember(keys.in_progress_identities, IDENTITY)
+
+
+async def test_after_a_flush_the_next_beat_re_registers_without_fencing(
+    store: Store, keys: Keys, writer: BeatWriter
+) -> None:
+    await beat(writer, first=True)
+    for key in await store.client.keys(f"{keys.namespace}:*"):
+        await store.client.delete(key)
+
+    assert await beat(writer, first=False) == FORGOTTEN
+    assert await store.client.exists(keys.process(IDENTITY)) == 1
 
 
 async def test_a_later_beat_after_only_the_marker_expired_is_alive(
@@ -288,17 +302,17 @@ async def test_a_process_found_alive_by_recovery_is_not_a_zombie(
     assert await store.in_progress(IDENTITY) == jobs
 
 
-async def test_a_process_forgotten_with_nothing_to_take_learns_it_is_a_zombie(
+async def test_a_process_forgotten_with_nothing_to_take_registers_again_unfenced(
     store: Store, keys: Keys, writer: BeatWriter
 ) -> None:
-    # Nothing was requeued, so it is not declared dead; but it left the registries and
-    # must register anew knowing it had been given up for dead.
+    # Nothing was requeued, so it is not declared dead: no job of its runs elsewhere, so
+    # it has nothing to fence; it registers anew (and lists again what it runs).
     await paused_past_the_threshold(store, keys, writer)
     assert await store.recover(IDENTITY, "default", dead_for=DEAD_FOR,
                                max_orphanings=3) == Requeued()
     assert await store.forget(IDENTITY, declared_dead=True) is True
     assert await declared_dead(store, keys) == set()
 
-    assert await beat(writer, first=False) == ZOMBIE
+    assert await beat(writer, first=False) == FORGOTTEN
 
     assert await store.registered_identities() == {IDENTITY}

@@ -7,7 +7,11 @@
 -- ARGV[4] the caller's clock (epoch s), used only if TIME is refused
 -- ARGV[5] "1" if this process has beaten before, else "0"
 -- Returns {status, now}: status 1 = alive, as expected; 2 = this process had been
--- declared dead (recovery took its jobs, or forgot it) while it was paused: a zombie.
+-- declared dead while it was paused (recovery took its jobs and left the mark in
+-- declared_dead): a zombie; 3 = its keys are gone but no recovery declared it dead (Redis
+-- restarted without persistence, or lost them in a failover): re-registered by this very
+-- beat, it keeps its running jobs and lists them again. Only the mark is evidence that
+-- the jobs run elsewhere: a missing key alone must never cancel them.
 -- A first beat is never a zombie, and clears a declared_dead entry left by an earlier
 -- process with the same identity.
 -- The stamp comes from Redis TIME: recovery compares it with the same clock.
@@ -20,7 +24,7 @@ local status = 1
 local declared = redis.pcall("SREM", KEYS[5], ARGV[1]) == 1
 if ARGV[5] == "1" then
   local forgotten = redis.call("EXISTS", KEYS[1]) == 0 and redis.call("HEXISTS", KEYS[2], ARGV[1]) == 0
-  if declared or forgotten then status = 2 end
+  if declared then status = 2 elseif forgotten then status = 3 end
 end
 redis.call("SET", KEYS[1], ARGV[2], "PX", tonumber(ARGV[3]))
 redis.call("HSET", KEYS[2], ARGV[1], string.format("%.6f", now))

@@ -8,7 +8,9 @@
 -- be read (wrong type): those are skipped, never a reason to stop fetching the rest.
 -- Each job is moved by LMOVE, so it is always on exactly one of the two lists.
 -- An in-progress key of the wrong type is an error (nothing moved): reported as what it
--- is, rather than as every queue being unreadable.
+-- is, rather than as every queue being unreadable. So is Redis refusing the move itself
+-- (OOM, READONLY, NOPERM): no fault of the queue, it is raised as what Redis said —
+-- unless jobs were already moved, which are then returned (they are on the list).
 local kind = redis.call("TYPE", KEYS[1]).ok
 if kind ~= "list" and kind ~= "none" then
   return redis.error_reply("WRONGTYPE in-progress list " .. KEYS[1] .. " is a " .. kind)
@@ -20,6 +22,10 @@ for i = 2, #KEYS do
   while got < want do
     local job = redis.pcall("LMOVE", KEYS[i], KEYS[1], "RIGHT", "LEFT")
     if type(job) == "table" and job.err then
+      if string.sub(job.err, 1, 9) ~= "WRONGTYPE" then
+        if got > 0 then return {jobs, bad} end
+        return redis.error_reply(job.err)
+      end
       table.insert(bad, i - 1)
       break
     end

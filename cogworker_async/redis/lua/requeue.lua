@@ -13,6 +13,7 @@
 --   orphan_prefix, orphan_ttl, max_orphanings   per-jid orphan counters (recovery only)
 --   limit                         the most entries to look at in this call
 --   wake_channel                  pub/sub channel to wake idle workers on (optional)
+--   max_declared                  bound on the declared_dead set (optional, 10000)
 -- ARGV[2] n, the number of jobs to drop: ARGV[3 .. n + 2] (they ran; only their ack
 -- failed, so dropping them is their ack). ARGV[n + 3 ..] jobs to keep on the list.
 -- Derived keys (named here for Cluster: they share the namespace's hash tag): queue
@@ -108,7 +109,15 @@ for _ = 1, limit do
   end
 end
 if recovering and moved + parked > 0 then
-  redis.pcall("SADD", KEYS[6], opts.identity) -- best effort: the jobs are already moved
+  -- best effort: the jobs are already moved. Bounded: an identity is never reused, so the
+  -- marks of processes that never beat again would pile up; past the bound, random old
+  -- ones go (a process paused that long, among that many deaths, is not fenced).
+  redis.pcall("SADD", KEYS[6], opts.identity)
+  local marks = redis.pcall("SCARD", KEYS[6])
+  local max_declared = tonumber(opts.max_declared) or 10000
+  if type(marks) == "number" and marks > max_declared then
+    redis.pcall("SPOP", KEYS[6], marks - max_declared)
+  end
 end
 if moved > 0 and opts.wake_channel then
   wake(opts.wake_channel, "requeued") -- idle workers fetch them now

@@ -1,0 +1,35 @@
+"""relist.lua: a process whose keys Redis lost lists its in-flight jobs again."""
+
+from __future__ import annotations
+
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.store import Store
+from tests.lua.helpers import NOT_UTF8, fetched, items, make_job
+
+IDENTITY = "host:1:abc"
+
+
+async def test_lists_again_only_what_is_missing(store: Store, keys: Keys) -> None:
+    [kept] = await fetched(store, IDENTITY, [make_job()])
+    lost = make_job()
+
+    assert await store.relist(IDENTITY, [kept, lost, NOT_UTF8]) == 2
+
+    assert sorted(await items(store, keys.in_progress(IDENTITY))) == sorted([kept, lost, NOT_UTF8])
+
+
+async def test_is_safe_to_run_twice(store: Store, keys: Keys) -> None:
+    jobs = [make_job(), make_job()]
+    await store.relist(IDENTITY, jobs)
+
+    assert await store.relist(IDENTITY, jobs) == 0
+    assert len(await items(store, keys.in_progress(IDENTITY))) == 2
+
+
+async def test_unlist_takes_off_what_settled_meanwhile(store: Store, keys: Keys) -> None:
+    settled, running = make_job(), make_job()
+    await store.relist(IDENTITY, [settled, running])
+
+    await store.unlist(IDENTITY, [settled])
+
+    assert await items(store, keys.in_progress(IDENTITY)) == [running]
