@@ -48,7 +48,9 @@ LoadApp = Callable[[str], App]
 EXIT_PARTIAL: Final = 1
 """Some named entry was gone or refused; the rest was done."""
 EXIT_USAGE: Final = 2
-"""Nothing was done: bad usage, or Redis could not be reached."""
+"""Nothing was done: bad usage."""
+EXIT_REDIS: Final = 3
+"""Nothing was done: Redis could not be reached, or refused (as for ``run``)."""
 TOKEN_DIGEST_LENGTH: Final = 16
 """Hex characters after the last ``:`` of a token (see ``JobRecord.token``)."""
 SETS: Final = ("scheduled", "retries", "dead")
@@ -78,9 +80,9 @@ Search = Annotated[str | None, typer.Option(help="Only entries whose JSON holds 
 # the command would die with a traceback halfway through its output.
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     typer.echo(printable(f"error: {message}"), err=True)
-    raise typer.Exit(EXIT_USAGE)
+    raise typer.Exit(code)
 
 
 def emit_json(value: Any) -> None:
@@ -104,7 +106,9 @@ def show(renderable: RenderableType) -> None:
         console = Console(width=PIPE_WIDTH, markup=False, emoji=False)
     with console.capture() as captured:  # rendered whole, then made printable
         console.print(renderable)
-    typer.echo(printable(captured.get()), nl=False)
+    # The colours rich chose (a terminal, FORCE_COLOR) are kept: echo would strip them
+    # on a pipe, where rich was told to colour all the same.
+    typer.echo(printable(captured.get()), nl=False, color=console.color_system is not None)
 
 
 # -- the boundary: App, event loop, errors ----------------------------------------------
@@ -134,9 +138,9 @@ def _run(app: App, work: Callable[[Inspector], Awaitable[T]]) -> T:
     try:
         return anyio.run(_within, app, work)
     except ConnectionLost as exc:
-        fail(f"cannot reach Redis at {mask(url)}: {exc}")
+        fail(f"cannot reach Redis at {mask(url)}: {exc}", EXIT_REDIS)
     except RedisError as exc:
-        fail(f"Redis refused: {type(exc).__name__}: {exc}")
+        fail(f"Redis at {mask(url)} refused: {type(exc).__name__}: {exc}", EXIT_REDIS)
     except (CogworkerError, ValueError) as exc:
         # The read model's answer to bad input (page bounds, queue names, tokens,
         # search terms) and the App's to bad settings: usage, not a crash.

@@ -164,10 +164,7 @@ class JobRecord:
 
     def stamp(self, name: str) -> float | None:
         """A time field (``enqueued_at``, ``created_at``, ``failed_at``) as epoch s."""
-        value = self._get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value) if math.isfinite(value) else None
-        return None
+        return _number(self._get(name))
 
     @property
     def runnable(self) -> bool:
@@ -210,7 +207,7 @@ class JobRecord:
     def read(cls, raw: bytes, *, score: float | None = None,
              position: int | None = None) -> JobRecord:
         try:
-            value = json.loads(raw)
+            value = json.loads(raw.decode("utf-8"))  # as the worker reads it (job.decode)
         except Exception:
             value = None
         return cls(raw=raw, payload=value if isinstance(value, dict) else None,
@@ -569,7 +566,7 @@ class JobSet:
         still = await self._inspector.admin().set_contains(self.target,
                                                            [r.raw for r in sent])
         return [f"{record.token}: its queue cannot be written (the key holds another "
-                "type); the entry stays here"
+                "type, or Redis is out of memory); the entry stays here"
                 for record, there in zip(sent, still, strict=True) if there]
 
     def _queue_of(self, payload: dict[str, Any]) -> str:
@@ -609,8 +606,8 @@ async def _take_lock(admin: Admin, record: JobRecord) -> bool:
     digest, ttl = payload.get("unique_digest"), payload.get("unique_ttl")
     if not isinstance(digest, str) or record.jid is None:
         return False
-    seconds = float(ttl) if isinstance(ttl, int | float) and not isinstance(ttl, bool) \
-        and math.isfinite(ttl) and ttl > 0 else unique.DEFAULT_TTL
+    stored = _number(ttl)
+    seconds = stored if stored is not None and stored > 0 else unique.DEFAULT_TTL
     try:
         return await admin.take_unique(digest, record.jid, seconds)
     except RedisError:
@@ -733,8 +730,13 @@ class ProcessSet:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
+    """A stored number as a finite float, or None (not a number, NaN, infinite, or an
+    int past a float's range: ``math.isfinite`` raises OverflowError on those)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(value) if math.isfinite(value) else None
+        except OverflowError:
+            return None
     return None
 
 

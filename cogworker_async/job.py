@@ -139,7 +139,9 @@ def decode(raw: bytes, max_bytes: int) -> Payload:
     if len(raw) > max_bytes:
         raise UnparseablePayload(f"payload of {len(raw)} bytes is over the limit of {max_bytes}")
     try:
-        payload = json.loads(raw)
+        # Decoded as UTF-8 first: json.loads(bytes) would also guess UTF-16/32, and let
+        # surrogates written as raw bytes through; a job is UTF-8 JSON or it is not one.
+        payload = json.loads(raw.decode("utf-8"))
     except Exception as exc:  # JSONDecodeError, UnicodeDecodeError, RecursionError, ...
         raise UnparseablePayload(f"not JSON: {type(exc).__name__}: {exc}"[:500]) from None
     if not isinstance(payload, dict):
@@ -147,11 +149,29 @@ def decode(raw: bytes, max_bytes: int) -> Payload:
     for field, kind in (("jid", str), ("class", str)):
         if not isinstance(payload.get(field), kind):
             raise UnparseablePayload(f"no {field!r} string in the payload")
+    for field in KEYED_FIELDS:
+        value = payload.get(field)
+        if isinstance(value, str) and not _is_text(value):
+            # A JSON escape can carry a lone surrogate ("\ud800"), which no key name
+            # can hold: the job's ack or lock release would fail on every try.
+            raise UnparseablePayload(f"{field!r} is not valid Unicode text")
     if not isinstance(payload.setdefault("args", []), list):
         raise UnparseablePayload("'args' is not a list")
     if not isinstance(payload.setdefault("kwargs", {}), dict):
         raise UnparseablePayload("'kwargs' is not an object")
     return payload
+
+
+KEYED_FIELDS: Final = ("jid", "class", "queue", "periodic", "unique_digest")
+"""Payload fields that end up in Redis key names (or log lines that name the job)."""
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def unparseable_entry(raw: bytes, *, queue: str, reason: str, now: float) -> Payload:

@@ -154,7 +154,7 @@ class Enqueuer(Generic[P]):
             changes["timeout"] = timeout
         return Enqueuer(self._client, self._definition, replace(self._options, **changes))
 
-    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+    async def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Enqueue one run now; returns its jid (None: a unique job's duplicate)."""
         return await self._client.enqueue(self._definition, self._options, args, kwargs)
 
@@ -175,7 +175,7 @@ class Enqueuer(Generic[P]):
         (None for a unique job's duplicate)."""
         return await self._client.enqueue_many(self._definition, self._options, calls)
 
-    def enqueue_sync(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+    def enqueue_sync(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """``enqueue`` for code that is not async (scripts, sync web frameworks)."""
         return self._client.enqueue_sync(self._definition, self._options, args, kwargs)
 
@@ -198,7 +198,7 @@ class JobFunction(Enqueuer[P], Generic[P, R]):
     def definition(self) -> JobDefinition:
         return self._definition
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, /, *args: P.args, **kwargs: P.kwargs) -> R:
         result: R = self._definition.func(*args, **kwargs)
         return result
 

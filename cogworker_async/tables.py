@@ -31,6 +31,8 @@ HOUR: Final = 3600.0
 DAY: Final = 86_400.0
 MIB: Final = 1024 * 1024
 NONE: Final = "-"
+NOT_AVAILABLE: Final = "n/a"
+"""What Redis would not tell (INFO or CONFIG refused to this user)."""
 
 
 # -- values -----------------------------------------------------------------------------
@@ -88,13 +90,24 @@ def stats(summary: dict[str, Any], server: dict[str, Any],
                        ("live processes", "processes"), ("busy", "busy"),
                        ("awaiting recovery", "awaiting_recovery")):
         totals.add_row(label, str(summary[key]))
-    totals.add_row("redis", f"{server['server']} {server['version']}, "
-                            f"{server['used_memory_human']} used")
+    totals.add_row("dead limits", f"{summary['dead_max_jobs']:,} jobs, "
+                                  f"{duration(summary['dead_max_age'])} each")
+    totals.add_row("redis", redis_line(server))
+    totals.add_row("maxmemory-policy", summary["maxmemory_policy"] or NOT_AVAILABLE)
     queues = [QueueInfo(q["name"], q["size"], q["latency"]) for q in summary["queues"]]
     parts: list[RenderableType] = [totals, Text(""), queue_table(queues)]
+    if summary["eviction_warning"]:
+        parts.insert(0, Text(f"warning: {summary['eviction_warning']}", style="bold red"))
     if history:
         parts += [Text(""), history_table(history)]
     return Group(*parts)
+
+
+def redis_line(server: dict[str, Any]) -> str:
+    """``redis 7.2.4, 1.2M used``; ``n/a`` where Redis refuses INFO (every field None)."""
+    if server["version"] is None:
+        return NOT_AVAILABLE
+    return f"{server['server']} {server['version']}, {server['used_memory_human']} used"
 
 
 def history_table(history: Sequence[DayTotals]) -> RenderableType:

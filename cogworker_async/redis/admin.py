@@ -96,23 +96,24 @@ class Admin:
     async def eviction_policy(self) -> str | None:
         """Redis' ``maxmemory-policy``, or None when it cannot be read.
 
-        ``CONFIG GET`` first, then ``INFO memory``: managed servers often refuse CONFIG
-        but report the policy in INFO; an ACL user may be refused both."""
+        ``INFO memory`` first: ``CONFIG GET`` reads every setting (``requirepass``
+        included), so a least-privilege user is not given it, and each refusal is an
+        entry in the server's ACL LOG; asked only when INFO is refused or silent."""
+        try:
+            info = await self.client.info("memory")
+        except ResponseError as exc:  # NOPERM, or renamed away
+            log.debug("INFO memory refused: %s", exc)
+        else:
+            if info.get("maxmemory_policy"):
+                return _text(info["maxmemory_policy"])
         try:
             reply = await self.client.config_get(MAXMEMORY_POLICY)
         except ResponseError as exc:
             log.debug("CONFIG GET %s refused: %s", MAXMEMORY_POLICY, exc)
-        else:
-            value = reply.get(MAXMEMORY_POLICY) or reply.get(MAXMEMORY_POLICY.encode())
-            if value:
-                return _text(value)
-        try:
-            info = await self.client.info("memory")
-        except ResponseError as exc:
-            log.debug("INFO memory refused: %s", exc)
             return None
-        value = info.get("maxmemory_policy")
-        return _text(value) if value else None
+        # keys and values are str or bytes, by redis-py version and protocol
+        found = [v for k, v in reply.items() if k and _text(k) == MAXMEMORY_POLICY]
+        return _text(found[0]) if found and found[0] else None
 
     async def now(self) -> float:
         """Redis' clock (epoch s): ages are judged by the clock the scripts use."""

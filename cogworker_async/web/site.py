@@ -128,7 +128,7 @@ class Site:
         headline = "Redis is unreachable" if unreachable else "Redis refuses the dashboard"
         log.warning("dashboard: %s (%s): %s", headline.lower(), where, said)
         if request.url.path.endswith(".json"):  # the live graph's poll: it shows the text
-            return JSONResponse({"error": f"{headline}: {said}"}, UNAVAILABLE,
+            return JSONResponse({"error": printable(f"{headline}: {said}")}, UNAVAILABLE,
                                 headers={**NO_STORE, **RETRY_AFTER})
         page = self.env.get_template("unavailable.html").render(
             url=functools.partial(self.url, request), title=self.title, headline=headline,

@@ -293,7 +293,7 @@ def test_unreachable_redis_is_a_clear_error_and_hides_the_password(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     result = invoke("stats", "--redis-url", f"redis://:secret@127.0.0.1:{port}")
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # Redis out of reach, as for `run` (README: exit codes)
     assert result.stderr.startswith(f"error: cannot reach Redis at redis://:***@127.0.0.1:{port}")
     assert "secret" not in result.output
     assert no_traceback(result.output)

@@ -340,7 +340,7 @@ async def test_one_call_looks_at_no_more_than_its_limit(store: Store, keys: Keys
     assert await store.client.llen(keys.queue("default")) == 1_000
 
 
-@pytest.mark.parametrize("queue", [None, "", 5, ["emails"], "a/b", "sp ace", "{tag}", "é",
+@pytest.mark.parametrize("queue", [None, "", 5, ["emails"], "a/b", "sp ace", "{tag}", "é", "a\n",
                                    "q" * 129])
 async def test_a_job_without_a_valid_queue_goes_to_the_default_queue(
     store: Store, keys: Keys, queue: object

@@ -3,8 +3,9 @@
 The ``ci`` profile (the default) keeps the whole directory well under a minute on a
 shared 2-core machine and draws the same examples on every run (``derandomize``), so a
 failure in CI is a failure on a laptop too. ``HYPOTHESIS_PROFILE=thorough`` draws ten
-times as many random examples for a hunt by hand. No example database: nothing is
-written into the checkout.
+times as many random examples for a hunt by hand; ``HYPOTHESIS_PROFILE=unshrunk`` reports
+a failure as drawn, at once, without minimising it. No example database: a run never
+replays examples saved by an earlier one, so every machine draws the same.
 """
 
 from __future__ import annotations
@@ -12,21 +13,28 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILE_ENV: Final = "HYPOTHESIS_PROFILE"
+PROFILE: Final = os.environ.get(PROFILE_ENV, "ci")
+THOROUGH_FACTOR: Final = 10
 
 # Fixtures (the App, its namespace, the HTTP client) are built once per test and shared
 # by its examples on purpose: each example clears what it wrote. Example data can be
 # large (deep nesting, long byte strings) by design.
-_SHARED: Final = {
-    "deadline": None,
-    "database": None,
-    "print_blob": True,
-    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                              HealthCheck.data_too_large, HealthCheck.large_base_example],
-}
+_SHARED: Final = settings(
+    deadline=None, database=None, print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                           HealthCheck.data_too_large, HealthCheck.large_base_example])
 
-settings.register_profile("ci", max_examples=100, derandomize=True, **_SHARED)
-settings.register_profile("thorough", max_examples=1000, **_SHARED)
-settings.load_profile(os.environ.get(PROFILE_ENV, "ci"))
+settings.register_profile("ci", _SHARED, max_examples=100, derandomize=True)
+settings.register_profile("thorough", _SHARED, max_examples=100 * THOROUGH_FACTOR)
+settings.register_profile("unshrunk", _SHARED, max_examples=100, derandomize=True,
+                          phases=[Phase.explicit, Phase.generate])
+settings.load_profile(PROFILE)
+
+
+def examples(count: int) -> int:
+    """``count`` examples for a slow property (one that starts a worker or renders
+    pages), scaled up with the ``thorough`` profile like every other property."""
+    return count * THOROUGH_FACTOR if PROFILE == "thorough" else count

@@ -27,13 +27,20 @@ PLAIN_TEXT: Final = st.text(max_size=12)
 """Any text without surrogates (Hypothesis' default alphabet leaves them out)."""
 ANY_TEXT: Final = st.text(st.one_of(st.characters(), SURROGATE), max_size=12)
 """Any text, lone surrogates included."""
-URL_TEXT: Final = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
+URL_TEXT: Final = st.text(st.characters(codec="utf-8"), max_size=30)
 """Text that can travel in a URL (httpx percent-encodes it as UTF-8)."""
 
+
+def _power_of_ten(digits: int, negative: bool, offset: int) -> int:
+    return (-1 if negative else 1) * int(10**digits) + offset
+
+
+# Built from small numbers: a strategy holding 10**400 itself would print 400 digits in
+# every repr of every strategy built on it.
 BIG_INTS: Final = st.one_of(
     st.integers(),
-    st.integers(min_value=-BIG, max_value=BIG),
-    st.sampled_from([BIG, -BIG, 2**63, -(2**63) - 1, 2**64]),
+    st.integers(-(2**65), 2**65),  # around the 64-bit edges
+    st.builds(_power_of_ten, st.integers(0, 400), st.booleans(), st.integers(-2, 2)),
 )
 
 
@@ -68,20 +75,27 @@ def deep_text(depth: int, kind: str) -> str:
     return '{"a":' * depth + "[]" + "}" * depth
 
 
-def job_payloads(values: st.SearchStrategy[Any], name: st.SearchStrategy[str],
-                 ) -> st.SearchStrategy[dict[str, Any]]:
-    """Job-shaped objects: the fields a worker writes, each holding anything, plus
-    fields of any name."""
-    fields = {
-        "jid": st.one_of(st.text(string.hexdigits, min_size=1, max_size=24), values),
-        "class": st.one_of(name, values),
-        "args": st.one_of(st.lists(values, max_size=4), values),
-        "kwargs": st.one_of(st.dictionaries(PLAIN_TEXT, values, max_size=4), values),
-    }
-    optional = {key: values for key in (
-        "queue", "retry", "created_at", "enqueued_at", "failed_at", "retried_at",
-        "retry_count", "error_class", "error_message", "error_backtrace",
-        "raw_payload_preview", "unique_digest", "unique_ttl")}
+OPTIONAL_FIELDS: Final = (
+    "queue", "retry", "created_at", "enqueued_at", "failed_at", "retried_at", "retry_count",
+    "error_class", "error_message", "error_backtrace", "raw_payload_preview",
+    "unique_digest", "unique_ttl")
+"""Fields a worker writes besides the four a job needs."""
+UNKNOWN_NAME: Final = st.just("no.such.job")
+
+
+def job_payloads(values: st.SearchStrategy[Any], name: st.SearchStrategy[str], *,
+                 well_formed: bool = False) -> st.SearchStrategy[dict[str, Any]]:
+    """Job-shaped objects: the fields a worker writes, each holding anything (or, when
+    ``well_formed``, the fields a job needs with their types), plus optional fields."""
+    jid = st.text(string.hexdigits, min_size=1, max_size=24)
+    args = st.lists(values, max_size=4)
+    kwargs = st.dictionaries(PLAIN_TEXT, values, max_size=4)
+    if well_formed:
+        fields = {"jid": jid, "class": name, "args": args, "kwargs": kwargs}
+    else:
+        fields = {"jid": st.one_of(jid, values), "class": st.one_of(name, values),
+                  "args": st.one_of(args, values), "kwargs": st.one_of(kwargs, values)}
+    optional = dict.fromkeys(OPTIONAL_FIELDS, values)
     return st.fixed_dictionaries(fields, optional=optional)
 
 
@@ -116,7 +130,7 @@ def mangled(draw: st.DrawFn, values: st.SearchStrategy[bytes]) -> bytes:
     return raw[:at] + bytes([draw(st.integers(0, 255))]) + raw[at + 1:]
 
 
-def stored_bytes(name: st.SearchStrategy[str] = st.just("no.such.job"),
+def stored_bytes(name: st.SearchStrategy[str] = UNKNOWN_NAME,
                  text: st.SearchStrategy[str] = ANY_TEXT) -> st.SearchStrategy[bytes]:
     """Anything a queue, a set or a list of jobs may hold."""
     values = json_values(text, nan=True, leaves=12)
@@ -125,6 +139,7 @@ def stored_bytes(name: st.SearchStrategy[str] = st.just("no.such.job"),
         st.binary(max_size=64),
         encodings(values),
         jobs,
+        encodings(job_payloads(values, name, well_formed=True)),
         mangled(jobs),
         deep_bytes(),
         st.sampled_from([b"", b"null", b"[]", b"{}", b'"\\ud800"', b"\xed\xa0\x80",

@@ -28,7 +28,7 @@ class Received:
 @dataclass
 class Bench:
     app: App
-    record: JobFunction[..., None]
+    record: JobFunction[..., Any]
     received: list[Received] = field(default_factory=list)
 
     def jids(self) -> list[str]:
@@ -47,7 +47,7 @@ def build_bench(app: App) -> Bench:
 
 async def wipe(store: Store) -> None:
     """Delete every key of the store's namespace: the next example starts empty."""
-    keys = [key async for key in store.client.scan_iter(match=f"{store.keys.prefix}*",
+    keys = [key async for key in store.client.scan_iter(match=f"{store.keys.namespace}:*",
                                                          count=1000)]
     if keys:
         await store.client.delete(*keys)
