@@ -66,7 +66,11 @@ def encode_new(payload: Mapping[str, Any], max_bytes: int) -> bytes:
     """Encode a job being enqueued: as ``encode``, and refuse arguments that JSON would
     not bring back as they were (the worker must receive exactly what was passed)."""
     raw = encode(payload, max_bytes)  # first: it refuses circular structures
-    problem = unfaithful(payload.get("args"), payload.get("kwargs"))
+    args, kwargs = payload.get("args"), payload.get("kwargs")
+    if type(args) is list and type(kwargs) is dict and _PLAIN.issuperset(map(type, args)) \
+            and _PLAIN.issuperset(map(type, kwargs.values())):
+        return raw  # the common case, flat scalar arguments, checked at C speed
+    problem = unfaithful(args, kwargs)
     if problem is not None:
         raise SerializationError(f"job arguments must come back from JSON unchanged: {problem}")
     return raw
