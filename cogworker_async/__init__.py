@@ -3,7 +3,8 @@
 A job, once enqueued, is never lost; a job that already ran is never silently run again.
 """
 
-from cogworker_async.app import App
+from cogworker_async.admin import Inspector
+from cogworker_async.app import App, Worker
 from cogworker_async.context import JobContext, current_job
 from cogworker_async.errors import (
     CogworkerError,
@@ -21,7 +22,6 @@ from cogworker_async.errors import (
 from cogworker_async.registry import Enqueuer, JobFunction
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
-from cogworker_async.worker.manager import Manager
 
 __all__ = [
     "App",
@@ -29,11 +29,11 @@ __all__ = [
     "ConfigurationError",
     "EmbeddedServerError",
     "Enqueuer",
+    "Inspector",
     "InvalidArguments",
     "JobContext",
     "JobFunction",
     "JobTimeout",
-    "Manager",
     "PayloadTooLarge",
     "ProcessDied",
     "Retry",
@@ -41,6 +41,7 @@ __all__ = [
     "Settings",
     "UnknownJob",
     "UnparseablePayload",
+    "Worker",
     "__version__",
     "current_job",
 ]

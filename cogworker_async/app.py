@@ -15,22 +15,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import tzinfo
-from typing import Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Final, ParamSpec, Protocol, TypeVar, overload
 
 import anyio
 
 from cogworker_async import urls
+from cogworker_async.admin.api import Inspector
 from cogworker_async.client import Client
+from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
+from cogworker_async.embedded import EmbeddedServer
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
 from cogworker_async.periodic import Periodic, parse_tz
-from cogworker_async.redis.embedded import EmbeddedServer
 from cogworker_async.redis.store import Store, dead_limits_of
-from cogworker_async.registry import JobDefinition, JobFunction, JobOptions, RetryIn
+from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
 from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
 from cogworker_async.unique import UniqueKey, UniquePolicy, policy_of
@@ -39,10 +40,49 @@ from cogworker_async.worker.manager import Manager
 P = ParamSpec("P")
 R = TypeVar("R")
 
+PERIODIC_FIELDS: Final = ("name", "schedule", "tz", "next_run", "last_run")
+"""What ``App.periodic_jobs`` tells of each periodic job (``Inspector.periodic`` tells
+more: its queue, and whether it runs now)."""
+
 class JobDecorator(Protocol):
     """What ``@jobs.job(...)`` returns: registers the function it is applied to."""
 
     def __call__(self, func: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+
+class Worker(Protocol):
+    """A running worker, as ``async with jobs.worker() as worker`` hands it out: what a
+    host (the CLI, a lifespan, a test) needs to stop it and to know how it stopped."""
+
+    @property
+    def identity(self) -> str:
+        """This process's name in Redis (its beats, its in-progress list)."""
+        ...
+
+    @property
+    def settings(self) -> Settings:
+        """The settings it runs with (the App's, with ``worker(**overrides)`` applied)."""
+        ...
+
+    @property
+    def stopping(self) -> bool:
+        """``stop()`` or ``hard_stop()`` was called."""
+        ...
+
+    @property
+    def stopped_hard(self) -> bool:
+        """It stopped at once (``hard_stop()``): running jobs were cancelled and given back."""
+        ...
+
+    def stop(self) -> None:
+        """Fetch nothing more; running jobs get ``shutdown_timeout`` seconds, then are
+        cancelled and given back."""
+
+    def hard_stop(self) -> None:
+        """Stop now: running jobs are cancelled and given back."""
+
+    async def wait_stopped(self) -> None:
+        """Return once it has stopped (after a stop and the hand-over of its jobs)."""
 
 
 class App:
@@ -115,7 +155,7 @@ class App:
         - ``retry_in(attempt, error)``: seconds before the next attempt (None: default);
         - ``discard_on``: exception types that send the job to dead at once.
         """
-        options = JobOptions(queue=queue or self._default_queue(), retry=retry,
+        options = JobOptions(queue=queue or self.settings.default_queue, retry=retry,
                              timeout=timeout, unique=policy_of(unique), unique_ttl=unique_ttl)
         for kind in discard_on:
             if not (isinstance(kind, type) and issubclass(kind, BaseException)):
@@ -175,18 +215,10 @@ class App:
         self.server_middleware.append(middleware)
 
     async def periodic_jobs(self) -> list[dict[str, Any]]:
-        """Each periodic job: name, schedule, timezone, next run and last run (epoch s)."""
-        claimed = await self._client.store().cron_claimed()
-        now = time.time()
-        return [
-            {"name": p.name, "schedule": p.schedule, "tz": str(p.tz),
-             "next_run": p.next_tick(now), "last_run": claimed.get(p.name)}
-            for p in self.periodics.values()
-        ]
-
-    def _default_queue(self) -> str:
-        names = self.settings.queue_names
-        return "default" if "default" in names else names[0]
+        """Each periodic job: name, schedule, timezone, next run and last run (epoch s;
+        last run None before the first tick). ``Inspector(app).periodic`` tells more."""
+        return [{name: getattr(info, name) for name in PERIODIC_FIELDS}
+                for info in await Inspector(self).periodic.all()]
 
     # -- enqueueing -------------------------------------------------------------------
 
@@ -215,6 +247,12 @@ class App:
             return self._embedded.start()
         return urls.check(url)
 
+    def store(self) -> Store:
+        """This event loop's Store: the Redis operations on this App's namespace, for
+        tools (the admin model, scripts, tests). Its pool is bound to the running event
+        loop and released by ``close()``; jobs are enqueued through the job functions."""
+        return self._client.store()
+
     async def close(self) -> None:
         """Release the connection pools (and stop the embedded server, if this process
         started it)."""
@@ -227,7 +265,7 @@ class App:
     # -- working ----------------------------------------------------------------------
 
     @asynccontextmanager
-    async def worker(self, **overrides: Any) -> AsyncIterator[Manager]:
+    async def worker(self, **overrides: Any) -> AsyncIterator[Worker]:
         """Run a worker for the duration of the block (a FastAPI/aiohttp lifespan).
 
         Leaving the block stops it gracefully: running jobs get ``shutdown_timeout``

@@ -20,7 +20,7 @@ password of any Redis URL masked (``urls.mask``). Exit codes, for every command:
 
 The translation lives in two places: ``run`` knows its URL and says which server failed;
 ``main`` is the boundary for everything else that escapes a command (the admin
-commands, registered from ``admin_cli``, included).
+commands, registered from ``admin.cli``, included).
 """
 
 from __future__ import annotations
@@ -42,15 +42,15 @@ import anyio
 import redis.exceptions
 import typer
 
-from cogworker_async import admin_cli, urls
-from cogworker_async.app import App
+from cogworker_async import urls
+from cogworker_async.admin import cli as admin_cli
+from cogworker_async.app import App, Worker
 from cogworker_async.errors import CogworkerError, why
 from cogworker_async.redis.connection import connect, server_info
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
-from cogworker_async.worker.manager import Manager
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 EXIT_OK: Final = 0
 EXIT_HARD_STOP: Final = 1
@@ -157,7 +157,7 @@ class NotReachable(Exception):
 # -- run -----------------------------------------------------------------------------------
 
 
-async def _watch_signals(manager: Manager, signals: AsyncIterator[int]) -> None:
+async def _watch_signals(manager: Worker, signals: AsyncIterator[int]) -> None:
     async for signum in signals:
         if not manager.stopping:
             log.info("%s: stopping (jobs get %.0fs; signal again to stop at once)",

@@ -23,12 +23,12 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from cogworker_async import job, unique
+from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
 from cogworker_async.redis.store import RedisError, Store, dead_limits_of
-from cogworker_async.registry import Delay, JobDefinition, JobOptions, When
 from cogworker_async.settings import Settings
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 
 def seconds_from(delay: Delay) -> float:

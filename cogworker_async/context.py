@@ -50,7 +50,3 @@ def current_job() -> JobContext:
         raise LookupError("current_job() is only available while a job runs") from None
 
 
-def attempt_of(payload: dict[str, Any]) -> int:
-    """1 + the number of failures so far (Sidekiq's retry_count is 0 after the first)."""
-    count = payload.get("retry_count")
-    return count + 2 if isinstance(count, int) and not isinstance(count, bool) else 1

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cogworker_async.context import JobContext
+from cogworker_async.definition import JobDefinition, JobOptions
 
 
 @dataclass(slots=True)
@@ -37,10 +38,10 @@ class Enqueue:
     name: str
     payload: dict[str, Any]
     """Mutable: what will be stored (it must stay JSON-serialisable)."""
-    options: Any
-    """The job's JobOptions (queue, retry, unique, ...)."""
-    definition: Any
-    """The registered JobDefinition."""
+    options: JobOptions
+    """The options this enqueue uses (queue, retry, unique, ...)."""
+    definition: JobDefinition
+    """The registered job."""
 
 
 EnqueueNext = Callable[[Enqueue], Awaitable[str | None]]

@@ -1,135 +1,21 @@
 """Registered jobs: what ``@jobs.job`` makes of a function, and its enqueue methods.
 
 A payload can only ever run a function registered here: the worker looks the payload's
-``class`` up in this registry and never imports anything a payload names.
+``class`` up in this registry and never imports anything a payload names. What a
+registered job is (``JobDefinition``, ``JobOptions``) lives in ``definition``.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Generic, ParamSpec, TypeVar
 
-from cogworker_async import unique as unique_module
-from cogworker_async.settings import check_queue_name
-from cogworker_async.unique import UniqueKey, UniquePolicy
-
-if TYPE_CHECKING:
-    from cogworker_async.client import Client
+from cogworker_async.client import Client
+from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-Delay = float | int | timedelta
-When = datetime | float | int
-
-
-def check_retry(retry: object) -> bool | int:
-    """``retry`` must be True, False or an int >= 0."""
-    if isinstance(retry, bool):
-        return retry
-    if not isinstance(retry, int):
-        raise TypeError(f"retry must be True, False or an int, not {type(retry).__name__}")
-    if retry < 0:
-        raise ValueError(f"retry must be >= 0, got {retry}")
-    return retry
-
-
-@dataclass(frozen=True, slots=True)
-class JobOptions:
-    """Per-job defaults, overridable per enqueue with ``.options(...)``."""
-
-    queue: str = "default"
-    retry: bool | int = True
-    timeout: float | None = None
-    """Seconds a run may take before it fails with JobTimeout (None: no limit)."""
-    unique: UniquePolicy | None = None
-    unique_ttl: float = unique_module.DEFAULT_TTL
-
-    def __post_init__(self) -> None:
-        check_queue_name(self.queue)
-        check_retry(self.retry)
-        if self.timeout is not None:
-            _seconds("timeout", self.timeout, MAX_TIMEOUT)
-        unique_module.policy_of(self.unique)
-        _seconds("unique_ttl", self.unique_ttl, unique_module.MAX_TTL)
-
-
-MAX_TIMEOUT: Final = 366 * 24 * 3600.0
-"""Longest job ``timeout`` (a year): anything longer is a typo, or no timeout (None)."""
-
-
-def _seconds(name: str, value: object, cap: float) -> None:
-    """A duration a job is declared with: a finite number of seconds in (0, cap]."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not 0 < value <= cap:  # False for NaN too
-        raise ValueError(f"{name} must be a number of seconds > 0 and <= {cap:,.0f}, "
-                         f"got {value!r}")
-
-
-RetryIn = Callable[[int, BaseException], float | None]
-"""``retry_in(attempt, error)``: seconds before the next attempt, or None for the default."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobDefinition:
-    """A registered job: its name, function and defaults."""
-
-    name: str
-    func: Callable[..., Any]
-    options: JobOptions
-    unique_key: UniqueKey | None = None
-    retry_in: RetryIn | None = None
-    discard_on: tuple[type[BaseException], ...] = ()
-    """Exceptions that send the job to dead at once, whatever its retries."""
-
-    @property
-    def is_async(self) -> bool:
-        return _is_async(self.func)
-
-    @property
-    def signature(self) -> inspect.Signature | None:
-        return _signature(self.func)
-
-    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """Raise TypeError if ``args``/``kwargs`` don't fit the function."""
-        # Whether arguments bind depends only on how many are positional and which
-        # names are given: a shape that bound once binds again (checked on every
-        # enqueue and every run, so remembered).
-        shape = (self.func, len(args), frozenset(kwargs))
-        if shape in _FITTING_SHAPES:
-            return
-        signature = self.signature
-        if signature is None:
-            return
-        try:
-            signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{self.name}: {exc}") from None
-        if len(_FITTING_SHAPES) < MAX_REMEMBERED_SHAPES:
-            _FITTING_SHAPES.add(shape)
-
-
-MAX_REMEMBERED_SHAPES: Final = 10_000
-_FITTING_SHAPES: set[tuple[Callable[..., Any], int, frozenset[str]]] = set()
-
-
-# Looked up on every enqueue and every run: computed once per function.
-@functools.cache
-def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
-    try:
-        return inspect.signature(func)
-    except (TypeError, ValueError):  # some builtins have none
-        return None
-
-
-@functools.cache
-def _is_async(func: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(func)
 
 
 class Enqueuer(Generic[P]):
@@ -204,6 +90,3 @@ class JobFunction(Enqueuer[P], Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<job {self.name} queue={self._options.queue!r} retry={self._options.retry!r}>"
-
-
-AsyncJob = JobFunction[P, Awaitable[R]]

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-DEFAULT_RETRIES: Final = 25
-"""What ``retry=True`` means: this many retries after the first failure (Sidekiq's)."""
+from cogworker_async.retries import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
 
 MAX_PAYLOAD_BYTES: Final = 512 * 1024
 """Default largest encoded job: enqueue refuses bigger, the worker files bigger in dead."""
@@ -151,6 +150,15 @@ class Settings:
         _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)
         if self.orphan_threshold <= self.heartbeat_interval:
             raise ValueError("orphan_threshold must be longer than heartbeat_interval")
+
+    @property
+    def default_queue(self) -> str:
+        """The one queue rule: where a job goes when nothing names its queue
+        (``@jobs.job()`` without ``queue=``), and where a stored job whose ``queue`` field
+        cannot be read is put back (recovery, the poller, an admin retry): "default" when
+        the queues include it, else the first."""
+        names = self.queue_names
+        return "default" if "default" in names else names[0]
 
     @property
     def queue_names(self) -> list[str]:

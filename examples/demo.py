@@ -14,6 +14,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cogworker_async import Inspector
 from examples.app import charge_card, import_feed, jobs, make_thumbnail
 
 THUMBNAILS = 300
@@ -21,22 +22,22 @@ ORDERS = 50
 BAR = 30
 
 
-async def counts() -> tuple[int, int, int, int]:
-    """(waiting, retrying, dead, processed) read from Redis."""
-    store = jobs._client.store()
-    r, k = store.client, store.keys
-    waiting = sum([int(await r.llen(k.queue(q))) for q in jobs.settings.queue_names])
-    return (waiting, int(await r.zcard(k.retry)), int(await r.zcard(k.dead)),
-            int(await r.get(k.stats_processed) or 0))
+async def counts(insp: Inspector) -> tuple[int, int, int, int]:
+    """(waiting, retrying, dead, processed) read from Redis, through the admin model."""
+    queues = await insp.queues.infos(jobs.settings.queue_names)
+    return (sum(q.size for q in queues), await insp.retries.size(), await insp.dead.size(),
+            (await insp.stats.totals()).processed)
 
 
 async def main() -> None:
     logging.basicConfig(level=logging.ERROR)
     print(f"Redis: {jobs.redis_url()}")
-    store = jobs._client.store()
-    await store.client.delete(*[store.keys.queue(q) for q in jobs.settings.queue_names],
-                              store.keys.retry, store.keys.dead, store.keys.stats_processed,
-                              store.keys.stats_failed)
+    insp = Inspector(jobs)
+    for queue in jobs.settings.queue_names:
+        await insp.queue(queue).clear()
+    await insp.retries.delete_all()
+    await insp.dead.delete_all()
+    await insp.stats.reset()
     started = time.monotonic()
     await make_thumbnail.enqueue_many([((i,), {"size": 256}) for i in range(THUMBNAILS)])
     for order in range(1, ORDERS + 1):
@@ -47,7 +48,7 @@ async def main() -> None:
           "feed import); working them with 20 concurrent processors...")
     async with jobs.worker():
         while True:
-            waiting, retrying, dead, processed = await counts()
+            waiting, retrying, dead, processed = await counts(insp)
             done = total - waiting - retrying
             filled = BAR * done // total
             print(f"\r[{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} settled, "
@@ -57,8 +58,8 @@ async def main() -> None:
             await anyio.sleep(0.2)
     print(f"\nDone in {time.monotonic() - started:.1f}s: every job ran; the declined payments "
           "succeeded on retry; the broken feed is in the dead set with its error:")
-    [entry] = await jobs._client.store().client.zrange(jobs._client.store().keys.dead, 0, 0)
-    print(f"  {entry.decode()[:160]}...")
+    [entry] = (await insp.dead.page(1, size=1)).items
+    print(f"  {entry.raw.decode()[:160]}...")
     await jobs.close()
 
 

@@ -30,7 +30,7 @@ def server_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
-    from cogworker_async.redis.embedded import find_binary
+    from cogworker_async.embedded import find_binary
 
     return find_binary()
 

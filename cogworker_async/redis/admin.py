@@ -18,16 +18,16 @@ from typing import Any, Final
 import redis
 from redis.exceptions import ResponseError
 
-from cogworker_async.redis.store import ConnectionLost, SetName, Store, _bytes
+from cogworker_async.redis.store import ConnectionLost, SetName, Store, as_bytes
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 RECOVERY_EVENTS_SHOWN: Final = 50
 MAXMEMORY_POLICY: Final = "maxmemory-policy"
 
 
 def _text(value: Any) -> str:
-    return _bytes(value).decode("utf-8", "replace")
+    return as_bytes(value).decode("utf-8", "replace")
 
 
 def unreachable(exc: BaseException) -> bool:
@@ -144,7 +144,7 @@ class Admin:
             if isinstance(length, Exception) or isinstance(oldest, Exception):
                 heads.append((0, None))
             else:
-                heads.append((int(length), _bytes(oldest) if oldest is not None else None))
+                heads.append((int(length), as_bytes(oldest) if oldest is not None else None))
         return heads
 
     async def queue_window(self, name: str, start: int, stop: int) -> list[bytes]:
@@ -157,7 +157,7 @@ class Admin:
             if not str(exc).startswith("WRONGTYPE"):
                 raise
             return []  # a key of another type reads as an empty queue, as in queue_heads
-        return [_bytes(raw) for raw in reversed(reply)]
+        return [as_bytes(raw) for raw in reversed(reply)]
 
     async def queue_remove(self, name: str, raw: bytes) -> bool:
         """Remove one job (exact bytes) from a queue; False if it is gone (it may have run)."""
@@ -177,7 +177,7 @@ class Admin:
     # -- sorted sets: schedule, retry, dead ----------------------------------------------
 
     def zset(self, target: SetName) -> str:
-        return self.store._zset(target)
+        return self.store.zset_key(target)
 
     async def set_size(self, target: SetName) -> int:
         try:
@@ -199,7 +199,7 @@ class Admin:
         except ResponseError as exc:  # of another type: an empty page, not a 500
             log.warning("the %s set is unreadable: %s", target, exc)
             return []
-        return [(_bytes(member), float(score)) for member, score in _pairs(reply)]
+        return [(as_bytes(member), float(score)) for member, score in _pairs(reply)]
 
     async def set_at_score(self, target: SetName, score: float, start: int,
                            count: int) -> list[bytes]:
@@ -207,7 +207,7 @@ class Admin:
         of them (how an entry is found again)."""
         reply = await self.client.zrangebyscore(self.zset(target), score, score,
                                                 start=start, num=count)
-        return [_bytes(member) for member in reply if isinstance(member, bytes | str)]
+        return [as_bytes(member) for member in reply if isinstance(member, bytes | str)]
 
     async def set_scan(
         self, target: SetName, pattern: str, cursor: int, count: int
@@ -215,7 +215,7 @@ class Admin:
         """One ZSCAN step with a MATCH pattern: (next cursor, matches). Cursor 0 = done."""
         cursor, reply = await self.client.zscan(self.zset(target), cursor, match=pattern,
                                                 count=count)
-        return int(cursor), [(_bytes(member), float(score)) for member, score in _pairs(reply)]
+        return int(cursor), [(as_bytes(member), float(score)) for member, score in _pairs(reply)]
 
     async def set_contains(self, target: SetName, members: Sequence[bytes]) -> list[bool]:
         """Whether each member is (still) in the set."""
@@ -327,7 +327,7 @@ class Admin:
 
 def _pairs(reply: Any) -> list[tuple[bytes, float]]:
     """``(member, score)`` pairs of a WITHSCORES reply."""
-    return [(_bytes(member), float(score)) for member, score in reply]
+    return [(as_bytes(member), float(score)) for member, score in reply]
 
 
 def _int(value: Any) -> int:

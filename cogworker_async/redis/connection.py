@@ -21,7 +21,7 @@ from redis.retry import Retry as SyncRetry
 
 from cogworker_async.errors import ConfigurationError
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 MIN_RELIABLE_VERSION: Final = (6, 2)
 """LMOVE and LPOS, which reliable fetch and the settle scripts need."""

@@ -65,11 +65,6 @@ class Keys:
         return self._key(f"process:{identity}")
 
     @property
-    def processes(self) -> str:
-        """Set of identities that have beaten (for the dashboard)."""
-        return self._key("processes")
-
-    @property
     def last_beat(self) -> str:
         """Hash identity -> epoch seconds of its last beat; no TTL."""
         return self._key("last_beat")

@@ -65,6 +65,9 @@ ORPHAN_TTL: Final = 7 * 24 * 3600
 
 RedisError = redis.exceptions.RedisError
 ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+LostReply = redis.exceptions.ConnectionError
+"""A call whose reply never came: it may or may not have run (retry only what is safe
+to run twice)."""
 
 
 @dataclass(slots=True)
@@ -83,7 +86,8 @@ class Fetched:
     bad_queues: list[str] = field(default_factory=list)
 
 
-def _bytes(value: bytes | str) -> bytes:
+def as_bytes(value: bytes | str) -> bytes:
+    """A reply's member or key as bytes (decoded replies come back as ``str``)."""
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
@@ -178,7 +182,7 @@ class Store:
         self, identity: str, raw: bytes, target: SetName, entry: bytes, delay: float
     ) -> bool:
         """File a failed job's ``entry`` in retry or dead, then take ``raw`` off the list."""
-        keys = [self.keys.in_progress(identity), self._zset(target)]
+        keys = [self.keys.in_progress(identity), self.zset_key(target)]
         args = [raw, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
         return int(await self._run("file_failure", keys, args)) == 1
 
@@ -266,7 +270,7 @@ class Store:
 
     async def in_progress(self, identity: str) -> list[bytes]:
         """Everything on ``identity``'s in-progress list, newest first."""
-        return [_bytes(raw) for raw in await self.client.lrange(self.keys.in_progress(identity),
+        return [as_bytes(raw) for raw in await self.client.lrange(self.keys.in_progress(identity),
                                                                  0, -1)]
 
     # -- liveness, recovery and hand-over --------------------------------------------
@@ -276,13 +280,13 @@ class Store:
 
     async def registered_identities(self) -> set[str]:
         members = await self.client.smembers(self.keys.in_progress_identities)
-        return {_bytes(m).decode("utf-8", "replace") for m in members}
+        return {as_bytes(m).decode("utf-8", "replace") for m in members}
 
     async def scanned_identities(self) -> set[str]:
         prefix = self.keys.in_progress_prefix
         found = set()
         async for key in self.client.scan_iter(match=prefix + "*", count=1000):
-            found.add(_bytes(key).decode("utf-8", "replace")[len(prefix):])
+            found.add(as_bytes(key).decode("utf-8", "replace")[len(prefix):])
         return found
 
     async def beat_info(self, identity: str) -> dict[str, Any] | None:
@@ -311,7 +315,7 @@ class Store:
         return int(reply) == 1
 
     async def list_head(self, key: str, count: int) -> list[bytes]:
-        return [_bytes(raw) for raw in await self.client.lrange(key, 0, count - 1)]
+        return [as_bytes(raw) for raw in await self.client.lrange(key, 0, count - 1)]
 
     async def bury_orphan(self, raw: bytes, entry: bytes, jid: str | None) -> bool:
         keys = self.keys
@@ -331,7 +335,7 @@ class Store:
     async def file_unsettled(
         self, record: bytes, target: SetName, entry: bytes, delay: float
     ) -> bool:
-        keys = [self.keys.unsettled, self._zset(target)]
+        keys = [self.keys.unsettled, self.zset_key(target)]
         args = [record, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
         return int(await self._run("file_unsettled", keys, args)) == 1
 
@@ -343,31 +347,32 @@ class Store:
         if not reply:
             return None
         key, raw = reply
-        name = _bytes(key).decode()[len(self.keys.queue_prefix):]
-        return name, _bytes(raw)
+        name = as_bytes(key).decode()[len(self.keys.queue_prefix):]
+        return name, as_bytes(raw)
 
     async def push_back(self, queue: str, raw: bytes) -> None:
         await self.client.rpush(self.keys.queue(queue), raw)
 
     async def file_entry(self, target: SetName, entry: bytes, delay: float) -> None:
         args = ["in", repr(float(delay)), repr(time.time()), *self._trim(target), entry]
-        await self._run("schedule", [self._zset(target)], args)
+        await self._run("schedule", [self.zset_key(target)], args)
 
     # -- scheduled and retry sets ----------------------------------------------------
 
-    def _zset(self, target: SetName) -> str:
+    def zset_key(self, target: SetName) -> str:
+        """The key of the ``schedule``, ``retry`` or ``dead`` set."""
         return {"retry": self.keys.retry, "dead": self.keys.dead,
                 "schedule": self.keys.schedule}[target]
 
     async def due(self, target: SetName, limit: int) -> list[bytes]:
-        reply = await self._run("due", [self._zset(target)], [repr(time.time()), limit])
+        reply = await self._run("due", [self.zset_key(target)], [repr(time.time()), limit])
         return [bytes(m) for m in _as_list(reply)]
 
     async def promote(self, target: SetName, items: Sequence[tuple[bytes, bytes, str]]) -> int:
         """Move due ``(member, job, queue)`` items from ``target`` onto their queues."""
         if not items:
             return 0
-        keys = [self._zset(target), self.keys.queues, *(self.keys.queue(q) for _, _, q in items)]
+        keys = [self.zset_key(target), self.keys.queues, *(self.keys.queue(q) for _, _, q in items)]
         args: list[Any] = [self.keys.wake_channel]
         for member, job, queue in items:
             args += [member, job, queue]
@@ -376,7 +381,7 @@ class Store:
     async def move_member(
         self, source: SetName, target: SetName, member: bytes, entry: bytes, delay: float = 0.0
     ) -> bool:
-        keys = [self._zset(source), self._zset(target)]
+        keys = [self.zset_key(source), self.zset_key(target)]
         args = [member, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
         return int(await self._run("move_member", keys, args)) == 1
 
@@ -460,7 +465,7 @@ class Store:
         items = _as_list(reply) or [reply]
         if len(items) > 1 and not self._wake_refused:
             self._wake_refused = True
-            refusal = _bytes(items[1]).decode("utf-8", "replace")
+            refusal = as_bytes(items[1]).decode("utf-8", "replace")
             log.warning("jobs are pushed, but Redis refused to publish the wake-up to idle "
                         "workers (%s): they find new jobs only at their fallback poll; "
                         "allow this user the channel %r", refusal, self.keys.wake_channel)
@@ -500,7 +505,7 @@ class Store:
         claimed = {}
         for name, value in (await self.client.hgetall(self.keys.cron_claimed)).items():
             try:
-                claimed[_bytes(name).decode()] = float(value)
+                claimed[as_bytes(name).decode()] = float(value)
             except ValueError:
                 continue
         return claimed

@@ -16,7 +16,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from cogworker_async.inspect import MAX_PAGE_SIZE, Done, JobSet
+from cogworker_async.admin.records import MAX_PAGE_SIZE, Done
+from cogworker_async.admin.sets import JobSet
 from cogworker_async.web.security import verified_form
 from cogworker_async.web.site import Site, outcome
 

@@ -16,7 +16,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from cogworker_async.inspect import JobRecord, JobSet, Queue
+from cogworker_async.admin.api import Queue
+from cogworker_async.admin.records import JobRecord
+from cogworker_async.admin.sets import JobSet
 from cogworker_async.web import actions, format
 from cogworker_async.web.site import NO_STORE, SET_KINDS, STATIC, Site
 

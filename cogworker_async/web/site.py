@@ -23,8 +23,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Router
 
+from cogworker_async.admin.api import Inspector
+from cogworker_async.admin.records import Done, printable
 from cogworker_async.errors import CogworkerError
-from cogworker_async.inspect import Done, Inspector, printable
 from cogworker_async.redis.admin import unreachable as redis_unreachable
 from cogworker_async.urls import mask
 from cogworker_async.web import format

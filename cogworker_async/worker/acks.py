@@ -3,9 +3,9 @@
 One script call per job would cap a worker near one round trip per job. Instead the
 first job to finish sends its ack at once, and the acks of the jobs that finish while
 that call is in flight go together in the next one (``ack.lua`` takes many). Nothing
-waits for a timer, so an idle worker's single ack is as fast as before. Each job still
-waits for its own ack to be recorded before its processor moves on, and a failed call
-fails every ack in it, which the settler then retries or remembers — as before.
+waits for a timer, so an idle worker's single ack is one round trip. Each job waits for
+its own ack to be recorded before its processor moves on, and a failed call fails every
+ack in it, which the settler then retries or remembers.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-import redis.exceptions
-
-from cogworker_async.redis.store import Store
+from cogworker_async.redis.store import LostReply, Store
 
 MAX_BATCH: Final = 500
 """Acks sent in one script call at most."""
@@ -55,7 +53,7 @@ class AckBatcher:
             # Cancelled or stopped mid-flight: whoever is still waiting must not wait
             # forever; as an uncertain reply, the settler retries (acks are idempotent).
             left, self._waiting = self._waiting, []
-            _settle_all(left, redis.exceptions.ConnectionError("ack flush interrupted"))
+            _settle_all(left, LostReply("ack flush interrupted"))
 
 
 def _settle_all(batch: list[_Waiting], exc: Exception | None) -> None:

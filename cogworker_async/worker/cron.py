@@ -10,24 +10,40 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import anyio
 
+from cogworker_async import job
+from cogworker_async.definition import JobDefinition
 from cogworker_async.periodic import Periodic, tick_to_claim
 from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.worker.streak import Streak
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 MAX_SLEEP: Final = 1.0
 """The ticker looks at the clock at least this often (seconds)."""
 TICK_GRACE: Final = 5.0
 """A schedule never claimed before claims a tick at most this old (else its next)."""
+MAX_PERIODIC_BYTES: Final = 64 * 1024
+"""Largest raw job a periodic tick enqueues (it has no arguments: far more than enough)."""
 
 BuildRaw = Callable[[Periodic, float], tuple[str, bytes]]
 """(periodic, tick) -> (queue, raw job) to enqueue for that tick."""
+
+
+def periodic_job(registry: Mapping[str, JobDefinition], periodic: Periodic,
+                 tick: float) -> tuple[str, bytes]:
+    """The job a periodic tick enqueues: its queue and raw payload."""
+    definition = registry[periodic.name]
+    options = definition.options
+    payload = job.build(definition.name, [], {}, queue=options.queue, retry=options.retry,
+                        now=time.time())
+    payload["periodic"] = periodic.name
+    payload["periodic_tick"] = tick
+    return options.queue, job.encode(payload, MAX_PERIODIC_BYTES)
 
 
 class CronTicker:

@@ -3,7 +3,7 @@ its timeout, in a thread if it is a plain function.
 
 A timed-out async job is cancelled. A plain function cannot be: its thread runs on, so
 the job is filed as a ``JobTimeout`` failure at once, but its slot stays busy until the
-thread returns (``Running.thread_done``) — the docs say so, rather than pretend.
+thread returns (``Leftover.thread_done``) — the docs say so, rather than pretend.
 """
 
 from __future__ import annotations
@@ -16,17 +16,18 @@ from typing import Any
 
 import anyio
 
-from cogworker_async.context import JobContext, _current, attempt_of
+from cogworker_async.context import JobContext, _current
+from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
-from cogworker_async.registry import JobDefinition
+from cogworker_async.retries import attempt_of
 
-_this_run: ContextVar[tuple[JobDefinition, dict[str, Any], Running]] = ContextVar(
+_this_run: ContextVar[tuple[JobDefinition, dict[str, Any], Leftover]] = ContextVar(
     "cogworker_this_run")
 
 
 @dataclass(slots=True)
-class Counts:
+class Counters:
     """Processed/failed totals, kept in memory, flushed to Redis by the Manager."""
 
     processed: int = 0
@@ -45,8 +46,8 @@ class Counts:
 
 
 @dataclass(slots=True)
-class Running:
-    """What the executor leaves behind after a run."""
+class Leftover:
+    """What a run may leave behind: a plain function's thread that outlived it."""
 
     thread_done: anyio.Event | None = field(default=None)
     """Set when a timed-out plain function's thread finally returns (its slot is busy
@@ -56,18 +57,18 @@ class Running:
 class Executor:
     def __init__(
         self,
-        counts: Counts,
+        counters: Counters,
         middleware: Sequence[ServerMiddleware],
         limiter: anyio.CapacityLimiter,
         orphanings: Callable[[str], Awaitable[int]],
     ) -> None:
-        self.counts = counts
+        self.counters = counters
         self.middleware = list(middleware)
         self.limiter = limiter
         self.orphanings = orphanings
         # The chain is built once, not per run; each run finds its own parts in a
         # context variable (per task: concurrent runs never see each other's).
-        self._chain = server_chain([counts.middleware, *self.middleware], self._innermost)
+        self._chain = server_chain([counters.middleware, *self.middleware], self._innermost)
 
     def context(self, definition: JobDefinition, payload: dict[str, Any],
                 queue: str) -> JobContext:
@@ -80,11 +81,11 @@ class Executor:
         )
 
     async def run(self, definition: JobDefinition, payload: dict[str, Any], queue: str,
-                  running: Running) -> None:
+                  leftover: Leftover) -> None:
         """Run the job; raises whatever the job (or a middleware) raised."""
         context = self.context(definition, payload, queue)
         token = _current.set(context)
-        parts = _this_run.set((definition, payload, running))
+        parts = _this_run.set((definition, payload, leftover))
         try:
             await self._chain(context)
         finally:
@@ -92,11 +93,11 @@ class Executor:
             _current.reset(token)
 
     async def _innermost(self, job: JobContext) -> None:
-        definition, payload, running = _this_run.get()
-        await self._call(definition, payload, running)
+        definition, payload, leftover = _this_run.get()
+        await self._call(definition, payload, leftover)
 
     async def _call(self, definition: JobDefinition, payload: dict[str, Any],
-                    running: Running) -> None:
+                    leftover: Leftover) -> None:
         call = partial(definition.func, *payload["args"], **payload["kwargs"])
         timeout = definition.options.timeout
         if definition.is_async:
@@ -111,7 +112,7 @@ class Executor:
                     from None
             return
         done = anyio.Event()
-        running.thread_done = done
+        leftover.thread_done = done
 
         def in_thread() -> Any:
             try:
@@ -127,7 +128,7 @@ class Executor:
         if scope.cancelled_caught:
             raise JobTimeout(f"{definition.name} ran over its timeout of {timeout}s (it is "
                              "a plain function: its thread runs on until it returns)")
-        running.thread_done = None
+        leftover.thread_done = None
 
 
 def _number(value: object) -> float | None:

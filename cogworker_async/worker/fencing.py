@@ -20,42 +20,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, MutableMapping
+from collections.abc import Awaitable, Callable
 
 import anyio
 
 from cogworker_async import job
 from cogworker_async.errors import why
 from cogworker_async.redis.store import Store
-from cogworker_async.worker.processor import Processor
-from cogworker_async.worker.settlement import Pending
+from cogworker_async.worker.ledger import Ledger
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 
 class Fence:
-    def __init__(self, store: Store, identity: str, processor: Processor,
-                 pending: MutableMapping[bytes, Pending], *, retry_pause: float,
-                 in_flight: Callable[[], Collection[bytes]] = frozenset) -> None:
+    def __init__(self, store: Store, identity: str, ledger: Ledger, *,
+                 retry_pause: float) -> None:
         self.store = store
         self.identity = identity
-        self.processor = processor
-        self.pending = pending
+        self.ledger = ledger
         self.retry_pause = retry_pause
         self._loop = asyncio.get_running_loop()  # the worker's: made in it
         self._declared = anyio.Event()
         self._forgotten = anyio.Event()
-        self._in_flight = in_flight
 
     def declared_dead_from_thread(self) -> None:
         """Called by the heartbeat thread when a beat reports this process a zombie."""
         self._loop.call_soon_threadsafe(self._declared_dead)
 
     def _declared_dead(self) -> None:
-        # Runs as a plain loop callback (call_soon_threadsafe), outside any task: anyio
-        # cannot tell its backend there, so ``start_soon`` from here raised
-        # NoEventLoopError (logged by asyncio, swallowed) and a zombie never fenced
-        # itself. Setting an event needs no task; ``run`` waits on it.
+        # Runs as a plain loop callback (call_soon_threadsafe), outside any task, where
+        # anyio cannot tell its backend (``start_soon`` would raise NoEventLoopError,
+        # swallowed by asyncio): so it only sets an event, which needs no task, and
+        # ``run`` does the fencing (tests/chaos/processes/test_zombie.py).
         self._declared.set()
 
     def forgotten_from_thread(self) -> None:
@@ -89,11 +85,11 @@ class Fence:
 
     async def relist(self) -> None:
         """Redis lost this process's keys: list its running and unsettled jobs again."""
-        raws = set(self._in_flight()) | set(self.pending)
+        raws = self.ledger.in_flight()
         listed = await self.store.relist(self.identity, list(raws))
         # A job settled while the relist was on its way (its ack found nothing to remove)
         # must not stay listed: reconcile would take it for a stray and run it again.
-        still = set(self._in_flight()) | set(self.pending)
+        still = self.ledger.in_flight()
         settled = [raw for raw in raws if raw not in still]
         if settled:
             await self.store.unlist(self.identity, settled)
@@ -105,12 +101,13 @@ class Fence:
         """Stop the jobs no longer ours (their requeued copies run elsewhere) and forget
         their outcomes."""
         listed = set(await self.store.in_progress(self.identity))
-        cancelled = self.processor.cancel_unlisted(listed)
-        stale = [raw for raw in self.pending if raw not in listed]
-        for raw in stale:
-            self.pending.pop(raw, None)
+        not_ours = self.ledger.not_ours(listed)
+        for scope in not_ours.scopes:
+            scope.cancel()
+        for raw in not_ours.stale:
+            self.ledger.forget(raw)
             log.error("jid=%s finished here, but was recovered by another process while "
                       "this one was paused: it may run again", job.jid_of(raw))
         log.error("worker %s was declared dead (paused past orphan_threshold?): its jobs "
                   "were recovered elsewhere; %d running job(s) cancelled here",
-                  self.identity, cancelled)
+                  self.identity, len(not_ours.scopes))

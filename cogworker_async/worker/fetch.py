@@ -20,7 +20,7 @@ import anyio
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 BASIC_POP_TIMEOUT: Final = 1.0
 """Seconds one BRPOP blocks: how long a basic-fetch worker takes to notice a stop."""

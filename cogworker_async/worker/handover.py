@@ -8,29 +8,43 @@ Decided by ``plan`` (pure), applied by ``hand_over``:
 - what cannot even be handed over stays on the list (orphan recovery requeues it once
   this process is gone; it may then run again — the one window left, and logged);
 - everything else never finished, and goes back to its queue.
+
+Before the hand-over, the outcomes not yet settled (Redis was down when their jobs
+finished) get what is left of ``shutdown_timeout`` to settle (``settle_pending_until``).
+Given up, they stay on this process's list and recovery requeues them: they would run
+again. That is the one window left, so it is worth the whole timeout.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, MutableMapping
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
 
 from cogworker_async import job
 from cogworker_async.errors import why
 from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.worker.fetch import Work
-from cogworker_async.worker.outcome import Ack, File
-from cogworker_async.worker.settlement import Pending, Settler
+from cogworker_async.worker.ledger import Ledger, Pending
+from cogworker_async.worker.outcome import Ack, Filing
+from cogworker_async.worker.recovery import Reconciler
+from cogworker_async.worker.settlement import Settler
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
+
+SETTLE_RETRY_PAUSE: Final = (0.1, 2.0)
+"""First and longest pause (seconds) between tries to settle at shutdown (doubling)."""
 
 
 @dataclass(slots=True)
 class Plan:
     drop: list[bytes] = field(default_factory=list)
     """Ran and succeeded: dropped from the list (their ack)."""
-    hand_over: list[tuple[bytes, File]] = field(default_factory=list)
+    hand_over: list[tuple[bytes, Filing]] = field(default_factory=list)
     """Ran and failed, not yet filed: handed over to ``unsettled``."""
 
 
@@ -44,17 +58,17 @@ def plan(pending: Mapping[bytes, Pending]) -> Plan:
     return result
 
 
-async def hand_over(store: Store, settler: Settler, pending: MutableMapping[bytes, Pending],
-                    identity: str, default_queue: str) -> None:
+async def hand_over(store: Store, settler: Settler, ledger: Ledger, identity: str,
+                    default_queue: str) -> None:
     """Apply the plan to this process's list: hand over failures, drop acked jobs,
     requeue everything else."""
-    decided = plan(pending)
+    decided = plan(ledger.pending)
     keep: list[bytes] = []
     for raw, filed in decided.hand_over:
         try:
             record = settler.record(Work("", raw), filed)
             await store.park_unsettled(identity, raw, record)
-            pending.pop(raw, None)
+            ledger.settled(raw)
         except RedisError as exc:
             keep.append(raw)
             log.error("shutdown: couldn't hand over the failure of jid=%s (%s): left "
@@ -66,6 +80,27 @@ async def hand_over(store: Store, settler: Settler, pending: MutableMapping[byte
                   "orphan recovery will, once this process is gone", why(exc))
         return
     for raw in decided.drop:
-        pending.pop(raw, None)
+        ledger.settled(raw)
     if moved:
         log.warning("shutdown: requeued %d unfinished job(s)", moved)
+
+
+async def settle_pending_until(reconciler: Reconciler, ledger: Ledger, deadline: float) -> None:
+    """Retry the pending settlements, with backoff, until none is left or ``deadline``
+    (``time.monotonic()``) has passed."""
+    began = time.monotonic()
+    log.warning("shutdown: %d finished job(s) not yet settled (Redis unreachable); "
+                "trying for up to %.0fs", len(ledger.pending), max(0.0, deadline - began))
+    pause = SETTLE_RETRY_PAUSE[0]
+    while ledger.pending and time.monotonic() < deadline:
+        with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+            if await reconciler.settle_pending() is None:
+                break
+            await anyio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, SETTLE_RETRY_PAUSE[1])
+    if ledger.pending:
+        log.error("shutdown: gave up settling %d finished job(s) after %.1fs: they stay "
+                  "in progress, and run again once recovered", len(ledger.pending),
+                  time.monotonic() - began)
+    else:
+        log.info("shutdown: settled every finished job in %.1fs", time.monotonic() - began)

@@ -12,20 +12,22 @@ Each beat also tells whether this process had been declared dead meanwhile (paus
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from cogworker_async.errors import why
 from cogworker_async.redis.beats import FORGOTTEN, ZOMBIE, BeatWriter
+from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.streak import Streak
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 LAG_PROBE_INTERVAL: Final = 0.25
 """Seconds between the loop-lag probe's ticks."""
@@ -59,6 +61,21 @@ def rss_bytes() -> int | None:
         return None
 
 
+def workers_entries(works: Iterable[Work]) -> dict[str, str]:
+    """jid -> what it is (JSON), for the workers hash (the dashboard's "running now");
+    a job that cannot be read is left out."""
+    entries = {}
+    for work in works:
+        try:
+            payload = json.loads(work.raw)
+            jid, name = str(payload["jid"]), str(payload["class"])
+        except Exception:
+            continue
+        entries[jid] = json.dumps({"queue": work.queue, "class": name,
+                                   "run_at": work.fetched_at})
+    return entries
+
+
 class Heartbeat:
     def __init__(
         self,
@@ -67,7 +84,7 @@ class Heartbeat:
         interval: float,
         ttl: float,
         describe: Callable[[], Mapping[str, Any]],
-        running: Callable[[], Mapping[str, str]],
+        current_jobs: Callable[[], Iterable[Work]],
         on_zombie: Callable[[], None],
         on_forgotten: Callable[[], None] = lambda: None,
     ) -> None:
@@ -75,7 +92,8 @@ class Heartbeat:
         self.interval = interval
         self.ttl = ttl
         self._describe = describe
-        self._running = running
+        self._current_jobs = current_jobs
+        """Thread-safe: called from the heartbeat thread (``Ledger.snapshot``)."""
         self._on_zombie = on_zombie
         self._on_forgotten = on_forgotten
         self._stop = threading.Event()
@@ -130,6 +148,6 @@ class Heartbeat:
                 continue
             self.streak.succeeded()
             try:
-                self.writer.write_workers(self._running())
+                self.writer.write_workers(workers_entries(self._current_jobs()))
             except Exception as exc:  # dashboard only
                 log.debug("couldn't write the workers hash: %s", why(exc))

@@ -16,9 +16,9 @@ from typing import Any
 from cogworker_async.errors import why
 from cogworker_async.periodic import RUNNING_LOCK_TTL
 from cogworker_async.redis.store import Store
-from cogworker_async.worker.outcome import Ack, Disposition, File
+from cogworker_async.worker.outcome import Ack, Disposition, Filing
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 
 class JobLocks:
@@ -51,10 +51,10 @@ class JobLocks:
             await self._release(self.store.keys.periodic_running(periodic), payload)
         if payload.get("unique_policy") != "until_executed":
             return
-        if isinstance(disposition, Ack) or (isinstance(disposition, File) and
+        if isinstance(disposition, Ack) or (isinstance(disposition, Filing) and
                                             disposition.terminal):
             await self._release_unique(payload)
-        elif isinstance(disposition, File):
+        elif isinstance(disposition, Filing):
             # Kept over the retry delay: the retry is the same job, still unique.
             ttl = disposition.delay + float(payload.get("unique_ttl") or RUNNING_LOCK_TTL)
             try:
@@ -80,5 +80,5 @@ class JobLocks:
 async def release_for_dead(store: Store, payload: Mapping[str, Any]) -> None:
     """A job buried in dead by recovery releases what it held, like any terminal failure."""
     locks = JobLocks(store)
-    await locks.after_settle(payload, File("dead", dict(payload), 0.0, terminal=True),
+    await locks.after_settle(payload, Filing("dead", dict(payload), 0.0, terminal=True),
                              ran=True)

@@ -1,11 +1,11 @@
 """Manager: one worker process's task group and lifecycle.
 
-It owns the shared state — what is running (``running``), outcomes not yet settled in
-Redis (``pending``), free slots, in-memory stats — and the tasks: the dispatcher that
-fetches while slots are free, one task per running job, the poller, the wake-up
-listener, orphan recovery and reconcile (``recovery.run_upkeep``), the loop-lag probe
-and the stats flusher; plus the heartbeat on its own thread. The first beat is written
-before the first fetch.
+It builds the worker's parts around one ``Ledger`` (what runs, outcomes not yet settled
+in Redis, free slots: see ``ledger.py``) and owns the tasks: the dispatcher that
+fetches while slots are free, the processors that run what it fetched, the poller, the
+cron ticker, the wake-up listener, orphan recovery and reconcile
+(``recovery.run_upkeep``), fencing, the loop-lag probe and the counters' flusher; plus
+the heartbeat on its own thread. The first beat is written before the first fetch.
 
 Shutdown, in Sidekiq's phases:
 1. quiet — ``stop()``: fetch nothing more (a job fetched meanwhile is given back);
@@ -20,7 +20,6 @@ Shutdown, in Sidekiq's phases:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import secrets
@@ -34,28 +33,29 @@ from typing import Final
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from cogworker_async import job
+from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import why
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.periodic import Periodic
 from cogworker_async.redis.beats import BeatWriter
 from cogworker_async.redis.store import RedisError, Store
-from cogworker_async.registry import JobDefinition
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
 from cogworker_async.worker import handover
-from cogworker_async.worker.cron import CronTicker
+from cogworker_async.worker.cron import CronTicker, periodic_job
+from cogworker_async.worker.execute import Counters
 from cogworker_async.worker.fencing import Fence
 from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch, Work
 from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
+from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.outcome import GiveBack
 from cogworker_async.worker.poller import Poller
-from cogworker_async.worker.processor import Processor, Stats
+from cogworker_async.worker.processor import Processor
 from cogworker_async.worker.recovery import Reconciler, Recovery, run_upkeep
-from cogworker_async.worker.settlement import Pending, Settler
+from cogworker_async.worker.settlement import Settler
 from cogworker_async.worker.streak import Streak
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 HANDOVER_TIMEOUT: Final = 10.0
 """Seconds the final hand-over may take at shutdown, even when cancelled."""
@@ -63,52 +63,11 @@ STATS_FLUSH_INTERVAL: Final = 1.0
 FETCH_ERROR_PAUSE: Final = (0.1, 2.0)
 """First and longest pause after a failed fetch (doubling in between)."""
 WAKE_RETRY_PAUSE: Final = 1.0
-MAX_PERIODIC_BYTES: Final = 64 * 1024
-PENDING_PER_SLOT: Final = 10
-"""Outcomes awaiting settlement per slot before fetching stops (back-pressure)."""
 
 
 def new_identity() -> str:
     """host:pid:random — unique per process start, readable in the dashboard."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-
-
-def periodic_job(registry: Mapping[str, JobDefinition], periodic: Periodic,
-                 tick: float) -> tuple[str, bytes]:
-    """The job a periodic tick enqueues: its queue and raw payload."""
-    definition = registry[periodic.name]
-    options = definition.options
-    payload = job.build(definition.name, [], {}, queue=options.queue, retry=options.retry,
-                        now=time.time())
-    payload["periodic"] = periodic.name
-    payload["periodic_tick"] = tick
-    return options.queue, job.encode(payload, MAX_PERIODIC_BYTES)
-
-
-class Slots:
-    """Free processor slots, and a nudge that wakes the dispatcher."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.free = total
-        self._nudge = anyio.Event()
-
-    def fresh_nudge(self) -> anyio.Event:
-        """An event set by the next nudge (take it *before* looking, to miss none)."""
-        if self._nudge.is_set():
-            self._nudge = anyio.Event()
-        return self._nudge
-
-    def nudge(self) -> None:
-        self._nudge.set()
-
-    def release(self) -> None:
-        self.free += 1
-        self._nudge.set()
-
-    @property
-    def idle(self) -> bool:
-        return self.free == self.total
 
 
 @dataclass(slots=True)
@@ -136,43 +95,39 @@ class Manager:
         self.settings = settings
         self.store = store
         self.identity = settings.identity or new_identity()
-        self.running: dict[bytes, Work] = {}
-        self.pending: dict[bytes, Pending] = {}
-        self.stats = Stats()
         reliable = settings.fetch == "reliable"
         # Reliable fetch may hold ``prefetch`` fetched jobs beyond the running ones (safe:
         # they are on this process's in-progress list), so a processor need not wait a
         # round trip for its next job — at the price of those jobs waiting here while
         # another process may be idle. Off by default.
-        self.slots = Slots(settings.concurrency + (settings.prefetch if reliable else 0))
+        self.ledger = Ledger(settings.concurrency + (settings.prefetch if reliable else 0),
+                             settings.concurrency)
+        self.counters = Counters()
         self.fetcher: Fetcher = (
             ReliableFetch(store, settings, self.identity) if reliable
             else BasicFetch(store, settings)
         )
-        self.settler = Settler(store, self.identity, reliable=reliable, pending=self.pending)
-        self.processor = Processor(registry, settings, self.settler, self.stats, self.running,
-                                   self.slots.release, store=store, middleware=middleware)
+        self.settler = Settler(store, self.identity, reliable=reliable, ledger=self.ledger)
+        self.processor = Processor(registry, settings, self.settler, self.counters,
+                                   self.ledger, store=store, middleware=middleware)
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
         self.poller = Poller(store, settings)
         self.lag = LoopLag()
+        self.fence = Fence(store, self.identity, self.ledger,
+                           retry_pause=settings.heartbeat_interval)
         self.heartbeat = Heartbeat(
             BeatWriter(url, store.keys, self.identity),
             interval=settings.heartbeat_interval, ttl=settings.orphan_threshold,
-            describe=self._describe, running=self._running_snapshot,
-            on_zombie=lambda: self.fence.declared_dead_from_thread(),
-            on_forgotten=lambda: self.fence.forgotten_from_thread(),
+            describe=self._describe, current_jobs=self.ledger.snapshot,
+            on_zombie=self.fence.declared_dead_from_thread,
+            on_forgotten=self.fence.forgotten_from_thread,
         )
-        default_queue = settings.queue_names[0]
         # No judging others dead until our own beats have succeeded for orphan_threshold
         # (see Recovery.recover_orphans): after a Redis outage every stamp is stale.
-        self.recovery = Recovery(store, settings, self.identity, may_judge=lambda: (
-            self.heartbeat.steady_for(settings.orphan_threshold)))
-        self.fence = Fence(store, self.identity, self.processor, self.pending,
-                           retry_pause=settings.heartbeat_interval,
-                           in_flight=lambda: list(self.running))
-        self.reconciler = Reconciler(store, self.settler, self.identity, default_queue,
-                                     self.running, self.pending, lambda: self._fetching)
-        self._fetching = False
+        self.recovery = Recovery(store, settings, self.identity, may_judge=partial(
+            self.heartbeat.steady_for, settings.orphan_threshold))
+        self.reconciler = Reconciler(store, self.settler, self.identity,
+                                     settings.default_queue, self.ledger)
         self._upkeep: TaskGroup | None = None
         self._inbox: asyncio.Queue[Work] = asyncio.Queue()
         self._idle_scope: anyio.CancelScope | None = None
@@ -205,7 +160,7 @@ class Manager:
         if self._stop_at is None:
             self._stop_at = time.monotonic()
         self._stopping.set()
-        self.slots.nudge()
+        self.ledger.slots.nudge()
         if self._idle_scope is not None:
             self._idle_scope.cancel()
 
@@ -261,31 +216,30 @@ class Manager:
             log.info("worker %s stopped", self.identity)
 
     async def _dispatch(self, jobs: TaskGroup) -> None:
-        """Fetch while slots are free, start a task per job; return once stopping."""
+        """Fetch while slots are free, hand each job to a processor; return once stopping."""
+        ledger, slots = self.ledger, self.ledger.slots
         pause = FETCH_ERROR_PAUSE[0]
         while not self.stopping:
-            nudge = self.slots.fresh_nudge()
-            if self.slots.free == 0 or self._backpressure():
+            nudge = slots.fresh_nudge()
+            if slots.free == 0 or ledger.backpressure:
                 with anyio.move_on_after(self.settings.idle_fetch_interval):
                     await nudge.wait()
                 continue
             try:
-                self._fetching = True
-                works = await self.fetcher.fetch(self.slots.free)
+                ledger.fetching = True
+                works = await self.fetcher.fetch(slots.free)
             except RedisError as exc:
                 # The reply may be lost after the script ran: its jobs are then on our
-                # list with nobody running them; reconcile requeues such strays.
-                # Not "fetching" during the pause: the flag once covered it too, so while
-                # fetches kept failing (a flapping link) reconcile skipped every pass and
-                # the strays waited for the link to heal (chaos test 7a, flapping).
-                self._fetching = False
+                # list with nobody running them; reconcile requeues such strays. Not
+                # "fetching" during the pause (see ``Ledger.fetching``).
+                ledger.fetching = False
                 self.streaks.fetch.failed(exc)
                 with anyio.move_on_after(pause):
                     await self._stopping.wait()
                 pause = min(pause * 2, FETCH_ERROR_PAUSE[1])
                 continue
             finally:
-                self._fetching = False
+                ledger.fetching = False
             self.streaks.fetch.succeeded()
             pause = FETCH_ERROR_PAUSE[0]
             if not works:
@@ -296,8 +250,7 @@ class Manager:
                 if self.stopping:  # fetched while stopping: it never started
                     jobs.start_soon(self.settler.settle, work, GiveBack())
                     continue
-                self.slots.free -= 1
-                self.running[work.raw] = work  # before a processor takes it: never a stray
+                ledger.admit(work)
                 self._inbox.put_nowait(work)
 
     async def _wait_idle(self, nudge: anyio.Event) -> list[Work]:
@@ -324,27 +277,24 @@ class Manager:
         while True:
             work = await inbox.get()
             if self.stopping:  # quiet: a job that has not started is not started now
-                self.running.pop(work.raw, None)
+                self.ledger.finish(work)
                 with anyio.CancelScope(shield=True):
                     await self.settler.settle(work, GiveBack())
-                self.slots.release()
+                self.ledger.slots.release()
                 continue
             await process(work)
-
-    def _backpressure(self) -> bool:
-        """Too many outcomes not yet settled in Redis: stop fetching until they are."""
-        return len(self.pending) >= self.settings.concurrency * PENDING_PER_SLOT
 
     async def _drain(self) -> None:
         if self._hard:
             return
+        slots = self.ledger.slots
         with anyio.move_on_after(self.settings.shutdown_timeout) as scope:
             self._drain_scope = scope
-            while not self.slots.idle:
-                await self.slots.fresh_nudge().wait()
-        if not self.slots.idle:
+            while not slots.idle:
+                await slots.fresh_nudge().wait()
+        if not slots.idle:
             log.warning("shutdown: cancelling %d job(s) still running after %.0fs",
-                        self.slots.total - self.slots.free, self.settings.shutdown_timeout)
+                        slots.total - slots.free, self.settings.shutdown_timeout)
 
     async def _listen_for_wake_ups(self, *, task_status: TaskStatus[None]) -> None:
         """Each enqueue publishes a wake-up: an idle worker fetches within a round trip."""
@@ -357,9 +307,9 @@ class Manager:
                     if not started:
                         started = True
                         task_status.started()
-                    self.slots.nudge()
+                    self.ledger.slots.nudge()
                     async for _ in messages:
-                        self.slots.nudge()
+                        self.ledger.slots.nudge()
             except Exception as exc:  # lost connection: idle fetches poll until it is back
                 if not started:
                     started = True
@@ -381,34 +331,12 @@ class Manager:
             "identity": self.identity,
             "queues": self.settings.queue_names,
             "concurrency": self.settings.concurrency,
-            "busy": len(self.processor.scopes),
-            "pending": len(self.pending),
+            "busy": self.ledger.busy,
+            "pending": len(self.ledger.pending),
             "fetch": self.settings.fetch,
             "lag_ms": round(self.lag.take() * 1000, 1),
             "version": __version__,
         }
-
-    def _running_snapshot(self) -> dict[str, str]:
-        """jid -> what it is (JSON), for the workers hash. Read from another thread: the
-        dict may change while it is copied, so try again."""
-        for _ in range(3):
-            try:
-                works = list(self.running.values())
-                break
-            except RuntimeError:
-                continue
-        else:
-            return {}
-        snapshot = {}
-        for work in works:
-            try:
-                payload = json.loads(work.raw)
-                jid, name = str(payload["jid"]), str(payload["class"])
-            except Exception:
-                continue
-            snapshot[jid] = json.dumps({"queue": work.queue, "class": name,
-                                        "run_at": work.fetched_at})
-        return snapshot
 
     async def _flush_stats_forever(self) -> None:
         while True:
@@ -416,7 +344,7 @@ class Manager:
             await self._flush_stats()
 
     async def _flush_stats(self) -> None:
-        processed, failed = self.stats.processed, self.stats.failed
+        processed, failed = self.counters.processed, self.counters.failed
         if not processed and not failed:
             return
         try:
@@ -425,36 +353,19 @@ class Manager:
             self.streaks.stats.failed(exc)
             return
         self.streaks.stats.succeeded()
-        self.stats.processed -= processed
-        self.stats.failed -= failed
+        self.counters.processed -= processed
+        self.counters.failed -= failed
 
     async def _settle_before_leaving(self) -> None:
         """Jobs that ran but are not settled in Redis (it is down) get what is left of
-        ``shutdown_timeout`` to settle, retried with backoff. Given up, they stay on this
-        process's list and recovery requeues them: they would run again. That is the one
-        window left, so it is worth the whole timeout (shielded; a second signal ends it).
-        """
-        if not self.fetcher.reliable or not self.pending or self._hard:
+        ``shutdown_timeout`` to settle (``handover.settle_pending_until``), shielded: a
+        second signal (``hard_stop``) ends it."""
+        if not self.fetcher.reliable or not self.ledger.pending or self._hard:
             return
-        began = time.monotonic()
-        deadline = (self._stop_at or began) + self.settings.shutdown_timeout
-        log.warning("shutdown: %d finished job(s) not yet settled (Redis unreachable); "
-                    "trying for up to %.0fs", len(self.pending), max(0.0, deadline - began))
-        pause = FETCH_ERROR_PAUSE[0]
+        deadline = (self._stop_at or time.monotonic()) + self.settings.shutdown_timeout
         with anyio.CancelScope(shield=True) as self._settle_scope:
-            while self.pending and time.monotonic() < deadline:
-                with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
-                    if await self.reconciler.settle_pending() is None:
-                        break
-                    await anyio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-                pause = min(pause * 2, FETCH_ERROR_PAUSE[1])
+            await handover.settle_pending_until(self.reconciler, self.ledger, deadline)
         self._settle_scope = None
-        if self.pending:
-            log.error("shutdown: gave up settling %d finished job(s) after %.1fs: they stay "
-                      "in progress, and run again once recovered", len(self.pending),
-                      time.monotonic() - began)
-        else:
-            log.info("shutdown: settled every finished job in %.1fs", time.monotonic() - began)
 
     async def _hand_over(self) -> None:
         """Shutdown: settle what can be settled, hand over what ran and failed, requeue
@@ -463,8 +374,8 @@ class Manager:
         if self.fetcher.reliable:
             with anyio.move_on_after(HANDOVER_TIMEOUT / 2):
                 await self.reconciler.settle_pending()  # a last try: Redis may be back
-            await handover.hand_over(self.store, self.settler, self.pending, self.identity,
-                                     self.settings.queue_names[0])
+            await handover.hand_over(self.store, self.settler, self.ledger, self.identity,
+                                     self.settings.default_queue)
 
     def _retire(self) -> None:
         """Stop beating; leave the registries if nothing is left in progress."""

@@ -8,14 +8,13 @@ give-back (and so into a second run).
 
 from __future__ import annotations
 
-import math
 import random
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from cogworker_async import backoff, job
+from cogworker_async import job, retries
 from cogworker_async.job import Payload
 
 MAX_ERROR_MESSAGE: Final = 10_000
@@ -30,8 +29,8 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
-class File:
-    """File ``entry`` in ``target`` (retry or dead), due ``delay`` seconds from now."""
+class Filing:
+    """To file: ``entry`` in ``target`` (retry or dead), due ``delay`` seconds from now."""
 
     target: Literal["retry", "dead"]
     entry: Payload
@@ -45,7 +44,7 @@ class GiveBack:
     """It never started (the process is stopping): back to the front of its queue."""
 
 
-Disposition = Ack | File | GiveBack
+Disposition = Ack | Filing | GiveBack
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +69,7 @@ def after_failure(
     terminal: bool = False,
     delay: Callable[[], float | None] | None = None,
     rng: random.Random | None = None,
-) -> File:
+) -> Filing:
     """Retry with backoff (or after what ``delay()`` says, if the job asks for a delay)
     while retries are left; else, or if ``terminal``, dead.
 
@@ -78,8 +77,7 @@ def after_failure(
     runs after the first.
     """
     error_class, message, backtrace = describe(error)
-    previous = payload.get("retry_count")
-    count = previous + 1 if isinstance(previous, int) and not isinstance(previous, bool) else 0
+    count = retries.next_count(payload)
     entry = dict(payload)
     entry.update(
         retry_count=count,
@@ -88,28 +86,19 @@ def after_failure(
         error_backtrace=backtrace,
     )
     entry["retried_at" if "failed_at" in payload else "failed_at"] = now
-    if terminal or count >= backoff.max_retries(payload.get("retry")):
-        return File("dead", entry, 0.0, terminal=True)
+    if terminal or retries.exhausted(payload, count):
+        return Filing("dead", entry, 0.0, terminal=True)
     wanted = delay() if delay is not None else None  # asked only when it will retry
-    wait = asked_delay(wanted) if wanted is not None and not math.isnan(wanted) else \
-        backoff.delay(count, base=policy.base_delay, cap=policy.max_delay, rng=rng)
-    return File("retry", entry, wait, terminal=False)
+    asked = retries.asked_delay(wanted) if wanted is not None else None
+    wait = asked if asked is not None else \
+        retries.delay(count, base=policy.base_delay, cap=policy.max_delay, rng=rng)
+    return Filing("retry", entry, wait, terminal=False)
 
 
-MAX_ASKED_DELAY: Final = 366 * 24 * 3600.0
-"""Longest delay a job may ask for (``Retry(in_=...)``, ``retry_in``): a year. An infinite
-one would give the retry entry a score no poller ever reaches: the job would be lost."""
-
-
-def asked_delay(wanted: float) -> float:
-    """A delay the job asked for, within [0, MAX_ASKED_DELAY]."""
-    return min(max(0.0, wanted), MAX_ASKED_DELAY)
-
-
-def unparseable(raw: bytes, *, queue: str, reason: str, now: float) -> File:
+def unparseable(raw: bytes, *, queue: str, reason: str, now: float) -> Filing:
     """A raw job that could not be read goes to dead, its bytes kept in the entry."""
-    return File("dead", job.unparseable_entry(raw, queue=queue, reason=reason, now=now), 0.0,
-                terminal=True)
+    return Filing("dead", job.unparseable_entry(raw, queue=queue, reason=reason, now=now), 0.0,
+                  terminal=True)
 
 
 MAX_INTERRUPTS: Final = 3
@@ -118,7 +107,7 @@ INTERRUPT_DELAY: Final = 10.0
 """Seconds per interruption before such a job is retried (10, 20, 30)."""
 
 
-def interrupt(raw: bytes, error: BaseException, *, now: float) -> File:
+def interrupt(raw: bytes, error: BaseException, *, now: float) -> Filing:
     """Recording a failure itself failed (a bug in the bookkeeping): re-file the job from
     its payload *as fetched*, not from whatever the failed attempt had built.
 
@@ -132,14 +121,13 @@ def interrupt(raw: bytes, error: BaseException, *, now: float) -> File:
         return unparseable(raw, queue="", reason=f"{exc} (while recording {error!r})", now=now)
     error_class, message, backtrace = describe(error)
     count = _int(payload.get("interrupted_count")) + 1
-    previous = payload.get("retry_count")
-    attempt = _int(previous) + 1 if previous is not None else 0
+    attempt = retries.next_count(payload)
     entry = dict(payload)
     entry.update(interrupted_count=count, retry_count=attempt, error_class=error_class,
                  error_message=message, error_backtrace=backtrace, failed_at=now)
-    if attempt >= backoff.max_retries(payload.get("retry")) or count > MAX_INTERRUPTS:
-        return File("dead", entry, 0.0, terminal=True)
-    return File("retry", entry, INTERRUPT_DELAY * count, terminal=False)
+    if retries.exhausted(payload, attempt) or count > MAX_INTERRUPTS:
+        return Filing("dead", entry, 0.0, terminal=True)
+    return Filing("retry", entry, INTERRUPT_DELAY * count, terminal=False)
 
 
 def _int(value: object) -> int:

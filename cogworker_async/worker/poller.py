@@ -21,7 +21,7 @@ from cogworker_async.redis.store import RedisError, SetName, Store
 from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.streak import Streak
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 BATCH: Final = 100
 """Due entries moved per round trip."""
@@ -33,7 +33,7 @@ class Poller:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
-        self.default_queue = settings.queue_names[0]
+        self.default_queue = settings.default_queue
         self.streak = Streak("poller: moving due jobs")
 
     async def run(self) -> None:

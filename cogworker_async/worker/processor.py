@@ -10,29 +10,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from cogworker_async import job
-from cogworker_async.context import attempt_of
+from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import InvalidArguments, Retry, UnknownJob, UnparseablePayload
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.redis.store import Store
-from cogworker_async.registry import JobDefinition
+from cogworker_async.retries import attempt_of
 from cogworker_async.settings import Settings
 from cogworker_async.worker import outcome
-from cogworker_async.worker.execute import Counts, Executor, Running
+from cogworker_async.worker.execute import Counters, Executor, Leftover
 from cogworker_async.worker.fetch import Work
+from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import JobLocks
 from cogworker_async.worker.outcome import Ack, Disposition, GiveBack, RetryPolicy
 from cogworker_async.worker.settlement import Settler
 
-log = logging.getLogger("cogworker_async")
-
-Stats = Counts
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -44,7 +43,7 @@ class Attempt:
     error: BaseException | None = None
     disposition: Disposition | None = None
     payload: dict[str, Any] | None = None
-    running: Running = field(default_factory=Running)
+    leftover: Leftover = field(default_factory=Leftover)
     started: float = field(default_factory=time.monotonic)
 
     def fallback(self) -> Disposition:
@@ -62,9 +61,8 @@ class Processor:
         registry: Mapping[str, JobDefinition],
         settings: Settings,
         settler: Settler,
-        stats: Counts,
-        running: dict[bytes, Work],
-        on_done: Callable[[], None],
+        counters: Counters,
+        ledger: Ledger,
         *,
         store: Store,
         middleware: Sequence[ServerMiddleware] = (),
@@ -72,34 +70,33 @@ class Processor:
         self.registry = registry
         self.settings = settings
         self.settler = settler
-        self.stats = stats
-        self.running = running
-        self.on_done = on_done
+        self.counters = counters
+        self.ledger = ledger
         self.policy = RetryPolicy(settings.retry_base_delay, settings.retry_max_delay)
-        self.scopes: dict[bytes, anyio.CancelScope] = {}
         self.locks = JobLocks(store)
-        self.executor = Executor(stats, middleware, anyio.CapacityLimiter(settings.sync_threads),
+        self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
                                  store.orphan_count)
 
     async def process(self, work: Work) -> None:
-        """Run ``work`` and settle it; on cancellation, settle what it got to."""
+        """Run ``work`` (admitted to the ledger) and settle it; on cancellation, settle
+        what it got to. Its slot is released once its thread, if any, has returned."""
         attempt = Attempt(work)
-        self.running[work.raw] = work
+        ledger = self.ledger
         try:
             with anyio.CancelScope() as scope:
-                self.scopes[work.raw] = scope
+                ledger.start(work, scope)
                 await self._attempt(attempt)
         finally:
-            self.scopes.pop(work.raw, None)
+            ledger.stop(work)
             # Shielded: a job that ran must be settled even while the worker is being
             # cancelled (each Redis call is bounded by the socket timeout).
             with anyio.CancelScope(shield=True):
                 await self._settle(attempt)
-            self.running.pop(work.raw, None)
-            thread_done = attempt.running.thread_done
+            ledger.finish(work)  # after the settle: settled or pending, never a stray
+            thread_done = attempt.leftover.thread_done
             if thread_done is not None and not thread_done.is_set():
                 await self._hold_slot_for(thread_done)
-            self.on_done()
+            ledger.slots.release()
 
     async def _settle(self, attempt: Attempt) -> None:
         try:
@@ -118,16 +115,6 @@ class Processor:
                     "it returns")
         await thread_done.wait()
 
-    def cancel_unlisted(self, listed: set[bytes]) -> int:
-        """Cancel the jobs no longer on this process's in-progress list (recovered by
-        another process while this one was paused); returns how many."""
-        cancelled = 0
-        for raw, scope in list(self.scopes.items()):
-            if raw not in listed:
-                scope.cancel()
-                cancelled += 1
-        return cancelled
-
     async def _attempt(self, attempt: Attempt) -> None:
         work = attempt.work
         try:
@@ -137,8 +124,8 @@ class Processor:
             attempt.ran = True
             attempt.disposition = outcome.unparseable(work.raw, queue=work.queue,
                                                       reason=str(exc), now=time.time())
-            self.stats.processed += 1
-            self.stats.failed += 1
+            self.counters.processed += 1
+            self.counters.failed += 1
             return
         work.jid = payload["jid"]
         definition = self.registry.get(payload["class"])
@@ -146,8 +133,8 @@ class Processor:
         if problem is not None or definition is None:
             attempt.ran = True
             attempt.error = problem
-            self.stats.processed += 1
-            self.stats.failed += 1
+            self.counters.processed += 1
+            self.counters.failed += 1
             self._failed(attempt, payload, None, problem or UnknownJob(), terminal=True)
             return
         if not await self.locks.before_run(payload):
@@ -155,7 +142,7 @@ class Processor:
             return
         attempt.payload = payload
         try:
-            await self.executor.run(definition, payload, work.queue, attempt.running)
+            await self.executor.run(definition, payload, work.queue, attempt.leftover)
         except (Exception, SystemExit) as exc:  # the job failed; the worker goes on
             attempt.ran, attempt.error = True, exc
             self._failed(attempt, payload, definition, exc,

@@ -36,11 +36,12 @@ from cogworker_async.errors import UnparseablePayload, why
 from cogworker_async.redis.store import ConnectionLost, RedisError, Store
 from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.fetch import Work
+from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import release_for_dead
-from cogworker_async.worker.settlement import MAX_ENTRY_BYTES, Pending, Settler
+from cogworker_async.worker.settlement import MAX_ENTRY_BYTES, Settler
 from cogworker_async.worker.streak import Streak
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 RECENT_RECOVERIES: Final = 100
 """Recovery events kept for the dashboard."""
@@ -79,7 +80,7 @@ class Recovery:
         self.store = store
         self.settings = settings
         self.identity = identity
-        self.default_queue = settings.queue_names[0]
+        self.default_queue = settings.default_queue
         self.may_judge = may_judge
         """False while this process may not declare others dead (see recover_orphans)."""
 
@@ -215,35 +216,24 @@ class Recovery:
 class Reconciler:
     """Keeps this process's own in-progress list in line with what it is doing."""
 
-    def __init__(
-        self,
-        store: Store,
-        settler: Settler,
-        identity: str,
-        default_queue: str,
-        running: Mapping[bytes, Work],
-        pending: dict[bytes, Pending],
-        fetching: Callable[[], bool],
-    ) -> None:
+    def __init__(self, store: Store, settler: Settler, identity: str, default_queue: str,
+                 ledger: Ledger) -> None:
         self.store = store
         self.settler = settler
         self.identity = identity
         self.default_queue = default_queue
-        self.running = running
-        self.pending = pending
-        self.fetching = fetching
-        self._strays: set[bytes] = set()
+        self.ledger = ledger
 
     async def settle_pending(self) -> RedisError | None:
         """Finish remembered outcomes through the same scripts; stop at the first failure
         and return it (logged at debug only: the caller's streak reports it once)."""
-        for raw, disposition in list(self.pending.items()):
+        for raw, disposition in list(self.ledger.pending.items()):
             try:
                 await self.settler.apply(Work("", raw), disposition)
             except RedisError as exc:
                 log.debug("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
                 return exc
-            self.pending.pop(raw, None)
+            self.ledger.settled(raw)
             log.info("settled jid=%s late (it was not run again)", job.jid_of(raw))
         return None
 
@@ -257,18 +247,16 @@ class Reconciler:
         return requeued
 
     async def _requeue_strays(self) -> int:
-        if self.fetching():  # a fetch in flight: its jobs are listed but not yet running
+        if self.ledger.fetching:  # a fetch in flight: its jobs are listed but not yet running
             return 0
         listed = await self.store.in_progress(self.identity)
-        strays = {raw for raw in listed if raw not in self.running and raw not in self.pending}
         requeued = 0
-        for raw in strays & self._strays:
+        for raw in self.ledger.strays(listed):
             queue = queue_of(raw, self.default_queue)
             if await self.store.give_back(self.identity, queue, raw):
                 requeued += 1
                 log.warning("requeued stray in-progress job jid=%s (a lost fetch reply?)",
                             job.jid_of(raw))
-        self._strays = strays - self._strays
         return requeued
 
 

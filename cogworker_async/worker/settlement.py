@@ -2,7 +2,7 @@
 
 Every settle script is idempotent (an LPOS guard, or LREM), so a settle is retried a few
 times on a connection error. If it still fails, the outcome is remembered in the
-Manager's ``pending`` map (``raw -> Ack | File``) and never mistaken for a job to run
+ledger's ``pending`` (``raw -> Ack | Filing``) and never mistaken for a job to run
 again: on shutdown a pending ack is dropped from the in-progress list (that is its ack).
 """
 
@@ -22,9 +22,10 @@ from cogworker_async.redis.store import RedisError, SetName, Store
 from cogworker_async.worker import outcome
 from cogworker_async.worker.acks import AckBatcher
 from cogworker_async.worker.fetch import Work
-from cogworker_async.worker.outcome import Ack, Disposition, File, GiveBack
+from cogworker_async.worker.ledger import Ledger
+from cogworker_async.worker.outcome import Ack, Disposition, Filing, GiveBack
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 ATTEMPTS: Final = 3
 RETRY_PAUSE: Final = 0.1
@@ -33,17 +34,13 @@ RETRY_PAUSE: Final = 0.1
 MAX_ENTRY_BYTES: Final = 64 * 1024 * 1024
 """A dead or retry entry is never refused for size: the job already ran."""
 
-Pending = Ack | File
-
 
 class Settler:
-    def __init__(
-        self, store: Store, identity: str, *, reliable: bool, pending: dict[bytes, Pending]
-    ) -> None:
+    def __init__(self, store: Store, identity: str, *, reliable: bool, ledger: Ledger) -> None:
         self.store = store
         self.identity = identity
         self.reliable = reliable
-        self.pending = pending
+        self.ledger = ledger
         self.acks = AckBatcher(store, identity)
 
     async def settle(self, work: Work, disposition: Disposition) -> None:
@@ -62,7 +59,7 @@ class Settler:
                 await anyio.sleep(RETRY_PAUSE * attempt)
             except Exception as exc:  # a bug, not Redis: don't retry the same thing
                 log.exception("settling jid=%s failed", job.jid_of(work.raw))
-                if isinstance(disposition, File):
+                if isinstance(disposition, Filing):
                     # The simplest possible entry (the bytes as fetched) cannot fail
                     # the same way: file that instead, never leave a stray to re-run.
                     disposition = outcome.unparseable(
@@ -73,7 +70,7 @@ class Settler:
                     self._remember(work, disposition, exc)
                 return
 
-    def record(self, work: Work, disposition: File) -> bytes:
+    def record(self, work: Work, disposition: Filing) -> bytes:
         """The hand-over record of a failure that could not be filed (``unsettled``)."""
         target, entry, delay = self._encoded(work, disposition)
         return json.dumps({"set": target, "delay": delay,
@@ -84,7 +81,7 @@ class Settler:
         if isinstance(disposition, Ack):
             if self.reliable:
                 await store.ack(identity, [(work.raw, job.jid_of(work.raw))])
-        elif isinstance(disposition, File):
+        elif isinstance(disposition, Filing):
             target, entry, delay = self._encoded(work, disposition)
             if self.reliable:
                 await store.file_failure(identity, work.raw, target, entry, delay)
@@ -96,14 +93,14 @@ class Settler:
             await store.push_back(work.queue, work.raw)
 
     @staticmethod
-    def _encoded(work: Work, disposition: File) -> tuple[SetName, bytes, float]:
+    def _encoded(work: Work, disposition: Filing) -> tuple[SetName, bytes, float]:
         """The entry to file, as bytes: where it goes, the entry, the delay.
 
         An entry that cannot be written back as JSON goes to dead with the job's bytes
         as fetched. Python's parser reads ``NaN``, ``Infinity`` and ``1e999``, which
-        ``job.encode`` refuses; before this fallback the SerializationError escaped the
-        processor and stopped the whole worker (exit 1), and the job, requeued by the
-        hand-over, then stopped every worker that fetched it.
+        ``job.encode`` refuses: escaping, that error would stop the worker, and the job,
+        requeued by the hand-over, every worker that fetched it
+        (tests/worker/units/test_settler.py::test_an_entry_that_is_not_json_still_reaches_dead).
         """
         try:
             entry = job.encode(disposition.entry, MAX_ENTRY_BYTES)
@@ -131,5 +128,5 @@ class Settler:
         if not self.reliable:
             log.error("couldn't settle jid=%s (basic fetch: outcome lost): %s", jid, why(exc))
             return
-        self.pending[work.raw] = disposition
+        self.ledger.remember(work.raw, disposition)
         log.error("couldn't settle jid=%s, will retry (it is not run again): %s", jid, why(exc))

@@ -20,7 +20,7 @@ from typing import Final
 
 from cogworker_async.errors import why
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 FAILED: Final = "%s failed (%s); retrying (said again only once it recovers)"
 RECOVERED: Final = "%s recovered after %.1fs (%d failed tries)"

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from cogworker_async import App
-from cogworker_async.inspect import Done, Inspector, JobRecord, glob_pattern
+from cogworker_async.admin import Done, Inspector, JobRecord
+from cogworker_async.admin.records import glob_pattern
 from cogworker_async.redis.admin import Admin
 from cogworker_async.redis.store import Store
 from tests.waiting import wait_until
@@ -285,6 +286,30 @@ async def test_periodic_jobs_show_schedule_next_and_last_run(
     assert info.next_run % 300 == 0
 
 
+async def test_the_apps_periodic_jobs_are_the_admin_models_as_the_documented_dicts(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+
+    @jobs.periodic("*/5 * * * *", name="report", tz="Europe/Paris")
+    async def report() -> None: ...
+
+    @jobs.periodic("0 * * * *", name="never-ran")
+    async def hourly() -> None: ...
+
+    await store.client.hset(store.keys.cron_claimed, "report", 1_700_000_000)
+    listed = {entry["name"]: entry for entry in await jobs.periodic_jobs()}
+    assert set(listed) == {"report", "never-ran"}
+    assert all(set(entry) == {"name", "schedule", "tz", "next_run", "last_run"}
+               for entry in listed.values())
+    report_entry, hourly_entry = listed["report"], listed["never-ran"]
+    assert (report_entry["schedule"], report_entry["tz"], report_entry["last_run"]) == (
+        "*/5 * * * *", "Europe/Paris", 1_700_000_000.0)
+    assert (hourly_entry["tz"], hourly_entry["last_run"]) == ("UTC", None)
+    assert report_entry["next_run"] > time.time()
+    assert report_entry["next_run"] % 300 == 0
+
+
 def test_a_record_that_is_not_json_is_shown_not_run() -> None:
     record = JobRecord.read(b"\xff\xfe<script>", score=1.0)
     assert record.payload is None
@@ -361,7 +386,7 @@ async def test_retry_all_does_not_retry_again_a_job_that_failed_again_meanwhile(
         return moved
 
     monkeypatch.setattr(Admin, "set_to_queues", fails_at_once)
-    monkeypatch.setattr("cogworker_async.inspect.BULK_BATCH", 1)
+    monkeypatch.setattr("cogworker_async.admin.sets.BULK_BATCH", 1)
     result = await insp.retries.retry_all()
     assert result.done == 3
     assert sorted(runs) == ["j0", "j1", "j2"]  # each retried (and run) once

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 import redis.asyncio
 
-from cogworker_async.inspect import Inspector
+from cogworker_async.admin import Inspector
 from tests.browser import jobsapp
 from tests.browser.webproc import WebProcess
 from tests.waiting import wait_until

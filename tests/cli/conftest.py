@@ -19,8 +19,8 @@ import anyio
 import pytest
 from typer.testing import CliRunner, Result
 
+from cogworker_async.admin import Inspector
 from cogworker_async.cli import cli
-from cogworker_async.inspect import Inspector
 from tests.cli import adminapp
 from tests.waiting import wait_until
 

@@ -19,8 +19,8 @@ import redis.asyncio
 from typer.testing import CliRunner
 
 from cogworker_async import App
+from cogworker_async.admin import Inspector
 from cogworker_async.cli import cli
-from cogworker_async.inspect import Inspector
 from cogworker_async.web import create_dashboard
 from tests.deploy import deployapp
 from tests.deploy.conftest import (

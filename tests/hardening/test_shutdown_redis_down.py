@@ -59,7 +59,7 @@ async def test_settlements_wait_for_redis_through_the_shutdown(server: ServerPro
             await wait_until(all_listed, timeout=10)
             server.stop()
             gate.set()
-            await wait_until(lambda: len(manager.pending) == JOBS, timeout=15)
+            await wait_until(lambda: len(manager.ledger.pending) == JOBS, timeout=15)
 
             async def bring_redis_back() -> None:
                 await anyio.sleep(1.0)  # the stop below must begin with Redis down
@@ -89,10 +89,10 @@ async def test_the_limit_redis_down_for_the_whole_timeout(server: ServerProcess)
         async with jobs.worker() as manager:
             for n in range(JOBS):
                 await jobs.enqueue("counted", n)
-            await wait_until(lambda: len(manager.running) == JOBS, timeout=10)
+            await wait_until(lambda: len(manager.ledger.running) == JOBS, timeout=10)
             server.stop()
             gate.set()
-            await wait_until(lambda: len(manager.pending) == JOBS, timeout=15)
+            await wait_until(lambda: len(manager.ledger.pending) == JOBS, timeout=15)
         # stopped: Redis was down for the whole shutdown_timeout
         server.start()
         await jobs.close()

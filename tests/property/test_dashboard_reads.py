@@ -21,7 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cogworker_async import App
-from cogworker_async.inspect import Inspector, JobRecord, JobSet
+from cogworker_async.admin import Inspector, JobRecord, JobSet
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import check_queue_name
 from cogworker_async.web import create_dashboard

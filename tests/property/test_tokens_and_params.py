@@ -23,7 +23,9 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from cogworker_async import App
-from cogworker_async.inspect import QUEUE_FIND_WINDOW, Inspector, digest
+from cogworker_async.admin import Inspector
+from cogworker_async.admin.api import QUEUE_FIND_WINDOW
+from cogworker_async.admin.records import digest
 from cogworker_async.redis.store import Store
 from cogworker_async.web import create_dashboard
 from cogworker_async.web.security import CSRF_COOKIE

@@ -1,9 +1,9 @@
 from cogworker_async.worker import handover
-from cogworker_async.worker.outcome import Ack, File
+from cogworker_async.worker.outcome import Ack, Filing
 
 
 def test_acks_are_dropped_and_failures_handed_over() -> None:
-    filed = File("dead", {"jid": "b"}, 0.0, terminal=True)
+    filed = Filing("dead", {"jid": "b"}, 0.0, terminal=True)
     result = handover.plan({b"a": Ack(), b"b": filed})
     assert result.drop == [b"a"]
     assert result.hand_over == [(b"b", filed)]

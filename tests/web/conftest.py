@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from cogworker_async import App
-from cogworker_async.inspect import Inspector
+from cogworker_async.admin import Inspector
 from cogworker_async.registry import JobFunction
 from cogworker_async.web import create_dashboard
 from tests.waiting import wait_until

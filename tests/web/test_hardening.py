@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from cogworker_async import App
+from cogworker_async.admin import Inspector
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.inspect import Inspector
 from cogworker_async.redis.keys import Keys
 from cogworker_async.web import AUTH_ENV, create_dashboard, env_basic_auth
 from tests.conftest import FAST

@@ -1,4 +1,4 @@
-"""Harness of the Redis-fault chaos tests (research/reliability.md §3.2).
+"""Harness of the Redis-fault chaos tests (docs/design.md, "Fault injection").
 
 Each test starts its own private redis-server (``servers(...)``): it restarts it, puts
 a fault proxy in front of it, or plants bad keys in it. Jobs record their runs on a

@@ -1,4 +1,4 @@
-"""A small asyncio TCP proxy that loses chosen replies (research/reliability.md §3.2 R6).
+"""A small asyncio TCP proxy that loses chosen replies (docs/design.md, rule 1).
 
 It sits on 127.0.0.1 between a worker and its Redis and passes bytes both ways, reading
 the RESP stream so it knows which reply answers which request. A ``DropReply`` rule

@@ -2,7 +2,7 @@
 
 A fault proxy between the worker process and its private server forwards a chosen
 script call, lets it run, then drops its reply and closes the connection: the worker
-cannot know whether the script ran. DESIGN.md lessons 1 and 2: no blind client retries
+cannot know whether the script ran. docs/design.md, rules 1 and 2: no blind client retries
 on moves; settle scripts are idempotent, so the worker's own retry is a no-op.
 
 (a) the fetch (``fetch.lua``) — the moved jobs become ghosts on the worker's list; the

@@ -37,7 +37,7 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.timeout(180 if FULL else 60)
 
 RECOVERY_BOUND = SETTINGS["orphan_threshold"] + SETTINGS["recovery_interval"] + 2.0
-"""DESIGN.md lesson 4: a dead process's jobs are back within threshold + interval + 2 s."""
+"""docs/design.md, rule 4: a dead process's jobs are back within threshold + interval + 2 s."""
 
 
 async def forgotten(r: redis.asyncio.Redis, keys: Keys, identity: str) -> bool:

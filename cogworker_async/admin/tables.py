@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cogworker_async.inspect import (
+from cogworker_async.admin.records import (
     DayTotals,
     JobRecord,
     Page,

@@ -47,7 +47,7 @@ from typing import IO, Final, TypeVar
 
 from cogworker_async.errors import EmbeddedServerError
 
-log = logging.getLogger("cogworker_async")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -24,20 +24,21 @@ import anyio
 import typer
 from rich.console import Console, RenderableType
 
-from cogworker_async import tables
-from cogworker_async.app import App
-from cogworker_async.errors import CogworkerError
-from cogworker_async.inspect import (
+from cogworker_async.admin import tables
+from cogworker_async.admin.api import Inspector
+from cogworker_async.admin.records import (
     MAX_PAGE_SIZE,
     PAGE_SIZE,
+    TOKEN_DIGEST_LENGTH,
     DayTotals,
     Done,
-    Inspector,
     JobRecord,
-    JobSet,
     Page,
     printable,
 )
+from cogworker_async.admin.sets import JobSet
+from cogworker_async.app import App
+from cogworker_async.errors import CogworkerError
 from cogworker_async.redis.store import ConnectionLost, RedisError
 from cogworker_async.settings import check_queue_name
 from cogworker_async.urls import mask
@@ -51,8 +52,6 @@ EXIT_USAGE: Final = 2
 """Nothing was done: bad usage."""
 EXIT_REDIS: Final = 3
 """Nothing was done: Redis could not be reached, or refused (as for ``run``)."""
-TOKEN_DIGEST_LENGTH: Final = 16
-"""Hex characters after the last ``:`` of a token (see ``JobRecord.token``)."""
 SETS: Final = ("scheduled", "retries", "dead")
 
 Target = Annotated[str, typer.Argument(help="The App, as MODULE:ATTRIBUTE.")]

@@ -1,0 +1,296 @@
+"""The admin model (Sidekiq's ``api.rb``): one class per Redis structure, shared by the
+dashboard and the admin CLI, and the documented way to script an admin task.
+
+    insp = Inspector(jobs)
+    (await insp.stats.totals()).processed
+    page = await insp.dead.page(1)                  # newest first, 25 a page
+    await insp.dead.retry([page.items[0].token])    # back on its queue, one more attempt
+
+Every read is bounded (a page, a window, one scan budget): no call loads a whole queue
+or set. Entries are named by a ``token`` (their score or position and a digest of their
+bytes), so an action finds exactly the entry the user saw, or reports it gone (it ran,
+another process moved it) — never touches a different one. Moves go through the
+worker's scripts: a job is written to its destination before it leaves its source.
+The values it returns are in ``records``; the sorted sets in ``sets``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from cogworker_async.admin.records import (
+    PAGE_SIZE,
+    SERVER_FIELDS,
+    DayTotals,
+    Done,
+    JobRecord,
+    Page,
+    PeriodicInfo,
+    ProcessInfo,
+    QueueInfo,
+    Totals,
+    digest,
+    eviction_warning,
+    finite_number,
+    page_bounds,
+    process_info,
+    split_token,
+    vars_of,
+)
+from cogworker_async.admin.sets import DeadSet, JobSet, RetrySet, ScheduledSet, release_lock
+from cogworker_async.redis.admin import Admin
+from cogworker_async.settings import check_queue_name
+
+if TYPE_CHECKING:
+    from cogworker_async.app import App
+
+QUEUE_FIND_WINDOW: Final = 100
+"""How far from where the user saw it a queued job is looked for (the queue moves)."""
+HISTORY_DAYS: Final = 30
+"""Days the history covers unless asked otherwise."""
+MAX_HISTORY_DAYS: Final = 366
+"""Days the history covers at most (a year, leap day included)."""
+BURIALS_LOOKED_AT: Final = 200
+"""Newest dead entries the Busy view reads to list recent ProcessDied burials."""
+MAX_POSITION: Final = 2**62
+"""The furthest queue position a token may name (far past any real queue)."""
+
+
+class Stats:
+    """Processed and failed totals (what workers have flushed so far)."""
+
+    def __init__(self, inspector: Inspector) -> None:
+        self._inspector = inspector
+
+    async def totals(self) -> Totals:
+        admin = self._inspector.admin()
+        processed, failed = await admin.totals()
+        return Totals(processed=processed, failed=failed, at=time.time())
+
+    async def reset(self) -> None:
+        await self._inspector.admin().reset_totals()
+
+    async def history(self, days: int = HISTORY_DAYS) -> list[DayTotals]:
+        """Processed and failed per day (UTC), the last ``days`` days, oldest first."""
+        if (isinstance(days, bool) or not isinstance(days, int)
+                or not 1 <= days <= MAX_HISTORY_DAYS):
+            raise ValueError(f"history covers 1..{MAX_HISTORY_DAYS} days, got {days!r}")
+        today = datetime.now(UTC).date()
+        names = [(today - timedelta(days=back)).isoformat() for back in range(days - 1, -1, -1)]
+        counts = await self._inspector.admin().daily(names)
+        return [DayTotals(day, processed, failed)
+                for day, (processed, failed) in zip(names, counts, strict=True)]
+
+
+
+class Queue:
+    """One queue (a list): size, latency, pages of jobs in run order, delete, clear."""
+
+    def __init__(self, inspector: Inspector, name: str) -> None:
+        self._inspector = inspector
+        self.name = check_queue_name(name)
+
+    async def info(self) -> QueueInfo:
+        return (await self._inspector.queues.infos([self.name]))[0]
+
+    async def page(self, number: int = 1, size: int = PAGE_SIZE) -> Page[JobRecord]:
+        start, stop, size = page_bounds(number, size)
+        admin = self._inspector.admin()
+        total = (await admin.queue_heads([self.name]))[0][0]
+        raws = await admin.queue_window(self.name, start, stop)
+        items = [JobRecord.read(raw, position=start + i) for i, raw in enumerate(raws)]
+        return Page(items, number, size, total)
+
+    @staticmethod
+    def _parse(token: str) -> tuple[int, str]:
+        where, hashed = split_token(token)
+        try:
+            position = int(where)
+        except ValueError:
+            raise ValueError(f"not a queue entry token: {token!r}") from None
+        if not 0 <= position <= MAX_POSITION:  # Redis refuses list indexes past 64 bits
+            raise ValueError(f"not a queue entry token: {token!r}")
+        return position, hashed
+
+    async def find(self, token: str) -> JobRecord | None:
+        """The job a token names, looked for around where it was seen."""
+        position, hashed = self._parse(token)
+        start = max(0, position - QUEUE_FIND_WINDOW)
+        raws = await self._inspector.admin().queue_window(self.name, start,
+                                                          position + QUEUE_FIND_WINDOW)
+        for raw in raws:
+            if digest(raw) == hashed:
+                return JobRecord.read(raw, position=position)
+        return None
+
+    async def delete(self, tokens: Iterable[str]) -> Done:
+        # Each token once: named twice, it would find and remove a second job with the
+        # same bytes (a duplicate push), which nobody asked to delete.
+        tokens = list(dict.fromkeys(tokens))
+        for token in tokens:  # all checked before any is acted on
+            self._parse(token)
+        done = missing = 0
+        for token in tokens:
+            record = await self.find(token)
+            admin = self._inspector.admin()
+            if record is not None and await admin.queue_remove(self.name, record.raw):
+                await release_lock(admin, record)
+                done += 1
+            else:
+                missing += 1
+        return Done(done, missing)
+
+    async def clear(self) -> int:
+        """Delete every job on the queue; returns how many there were."""
+        return await self._inspector.admin().queue_clear(self.name)
+
+
+class Queues:
+    def __init__(self, inspector: Inspector) -> None:
+        self._inspector = inspector
+
+    async def names(self) -> list[str]:
+        return await self._inspector.admin().queue_names()
+
+    async def infos(self, names: Sequence[str] | None = None) -> list[QueueInfo]:
+        admin = self._inspector.admin()
+        if names is None:
+            names = await admin.queue_names()
+        heads = await admin.queue_heads(names)
+        now = await admin.now()
+        infos = []
+        for name, (size, oldest) in zip(names, heads, strict=True):
+            latency = 0.0
+            if oldest is not None:
+                enqueued = JobRecord.read(oldest).stamp("enqueued_at")
+                latency = max(0.0, now - enqueued) if enqueued is not None else 0.0
+            infos.append(QueueInfo(name, size, latency))
+        return infos
+
+
+
+class ProcessSet:
+    """Worker processes (alive, and dead ones not yet forgotten by recovery), recent
+    recoveries, and recent poison burials (ProcessDied)."""
+
+    def __init__(self, inspector: Inspector) -> None:
+        self._inspector = inspector
+
+    async def all(self) -> list[ProcessInfo]:
+        admin = self._inspector.admin()
+        identities = await admin.identities()
+        found = await admin.processes(identities)
+        now = await admin.now()
+        return [process_info(entry, now) for entry in found]
+
+    async def recoveries(self) -> list[dict[str, Any]]:
+        """Recent recovery events, newest first; ``at`` is epoch seconds or None (an
+        event is shown whatever else it holds)."""
+        events = await self._inspector.admin().recoveries()
+        return [{**event, "at": finite_number(event.get("at"))} for event in events]
+
+    async def burials(self) -> list[JobRecord]:
+        """Recent jobs buried in dead as ProcessDied (each killed its process too often)."""
+        window = await self._inspector.admin().set_window("dead", 0, BURIALS_LOOKED_AT - 1,
+                                                          newest_first=True)
+        records = [JobRecord.read(raw, score=score) for raw, score in window]
+        return [r for r in records if r.error_class == "ProcessDied"]
+
+
+
+class PeriodicJobs:
+    """The App's periodic jobs: schedule, next run, last run, running now."""
+
+    def __init__(self, inspector: Inspector) -> None:
+        self._inspector = inspector
+
+    async def all(self) -> list[PeriodicInfo]:
+        app = self._inspector.app
+        periodics = list(app.periodics.values())
+        state = await self._inspector.admin().periodic_state([p.name for p in periodics])
+        now = time.time()
+        infos = []
+        for p in periodics:
+            last, running = state[p.name]
+            definition = app.registry.get(p.name)
+            queue = definition.options.queue if definition is not None else "?"
+            infos.append(PeriodicInfo(name=p.name, schedule=p.schedule, tz=str(p.tz),
+                                      queue=queue, next_run=p.next_tick(now), last_run=last,
+                                      running=running))
+        return infos
+
+
+class Inspector:
+    """Everything the dashboard and the admin CLI read and do, for one App: ``stats``,
+    ``queues`` (and ``queue(name)``), ``scheduled``, ``retries``, ``dead``, ``processes``
+    and ``periodic``.
+
+    It holds no connection of its own: each call uses the App's pool for the running
+    event loop (closed by ``App.close()``).
+    """
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.stats = Stats(self)
+        self.queues = Queues(self)
+        self.scheduled = ScheduledSet(self)
+        self.retries = RetrySet(self)
+        self.dead = DeadSet(self)
+        self.processes = ProcessSet(self)
+        self.periodic = PeriodicJobs(self)
+
+    @property
+    def default_queue(self) -> str:
+        """Where a job whose ``queue`` field cannot be read goes (``Settings.default_queue``)."""
+        return self.app.settings.default_queue
+
+    def admin(self) -> Admin:
+        """The Redis reads and moves behind every call, on this event loop's pool."""
+        return Admin(self.app.store())
+
+    def queue(self, name: str) -> Queue:
+        return Queue(self, name)
+
+    def job_set(self, name: str) -> JobSet:
+        """``"scheduled"``, ``"retries"`` or ``"dead"`` (also ``schedule``/``retry``)."""
+        sets = {"scheduled": self.scheduled, "schedule": self.scheduled,
+                "retries": self.retries, "retry": self.retries, "dead": self.dead}
+        if name not in sets:
+            raise ValueError(f"no job set named {name!r}: use scheduled, retries or dead")
+        return sets[name]
+
+    async def server(self) -> dict[str, Any]:
+        """The Redis server: name, version, memory, clients, uptime. Every field is None
+        when the server refuses INFO (shown as "n/a")."""
+        info = await self.admin().server_info()
+        return info if info is not None else dict.fromkeys(SERVER_FIELDS)
+
+    async def summary(self) -> dict[str, Any]:
+        """Totals and sizes for the dashboard's header and ``stats``, the dead set's
+        limits, and the eviction warning (None when Redis keeps every key)."""
+        admin = self.admin()
+        totals = await self.stats.totals()
+        queues = await self.queues.infos()
+        processes = await self.processes.all()
+        policy = await admin.eviction_policy()
+        settings = self.app.settings
+        return {
+            "processed": totals.processed,
+            "failed": totals.failed,
+            "enqueued": sum(q.size for q in queues),
+            "scheduled": await admin.set_size("schedule"),
+            "retries": await admin.set_size("retry"),
+            "dead": await admin.set_size("dead"),
+            "processes": sum(1 for p in processes if p.alive),
+            "busy": sum(p.busy for p in processes if p.alive),
+            "awaiting_recovery": sum(1 for p in processes if p.awaiting_recovery),
+            "queues": [vars_of(q) for q in queues],
+            "dead_max_jobs": settings.dead_max_jobs,
+            "dead_max_age": settings.dead_max_age,
+            "maxmemory_policy": policy,
+            "eviction_warning": eviction_warning(policy),
+            "at": totals.at,
+        }

@@ -1,0 +1,381 @@
+"""The admin model's values: what ``Inspector`` reads, as plain immutable records, and
+the tokens that name an entry for an action.
+
+A token is where an entry was seen (its score in a set, or its position in a queue) and
+a digest of its exact bytes: an action takes the entry with those bytes, or reports it
+gone, and never touches a different one. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+from cogworker_async import job
+
+PAGE_SIZE: Final = 25
+MAX_PAGE_SIZE: Final = 500
+TOKEN_DIGEST_LENGTH: Final = 16
+"""Hex characters of a token's digest (after its last ``:``)."""
+
+T = TypeVar("T")
+
+
+# -- text ------------------------------------------------------------------------------
+
+
+SERVER_FIELDS: Final = ("server", "version", "used_memory", "used_memory_human",
+                        "maxmemory", "connected_clients", "uptime_in_seconds")
+"""What ``Inspector.server`` tells (each None when Redis refuses INFO)."""
+NO_EVICTION: Final = "noeviction"
+
+# A lone surrogate (U+D800..U+DFFF) is what JSON's "\ud800" escape decodes to: valid
+# JSON, not valid Unicode, so UTF-8 output (a page, a terminal, --json) cannot encode
+# it and would fail the whole view.
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+REPLACEMENT: Final = "\ufffd"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character UTF-8 cannot encode replaced by U+FFFD: the same
+    mark that stored bytes which are not UTF-8 decode to, so a view shows anything a
+    job, beat or event holds and says the same thing wherever the text was broken."""
+    return _SURROGATE.sub(REPLACEMENT, text)
+
+
+def eviction_warning(policy: str | None) -> str | None:
+    """What to tell an admin about Redis' ``maxmemory-policy`` (None: nothing to say,
+    or the policy could not be read)."""
+    if policy is None or policy == NO_EVICTION:
+        return None
+    return (f"Redis' maxmemory-policy is {policy}: when Redis reaches its memory limit it "
+            f"can evict keys, and with them queued, scheduled and retrying jobs. Set "
+            f"maxmemory-policy to {NO_EVICTION}.")
+
+
+# -- entries and tokens ----------------------------------------------------------------
+
+
+def digest(raw: bytes) -> str:
+    """The digest half of a token: names an entry's exact bytes."""
+    return hashlib.sha1(raw, usedforsecurity=False).hexdigest()[:TOKEN_DIGEST_LENGTH]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRecord:
+    """One stored job as an admin sees it: the exact bytes and what they say."""
+
+    raw: bytes
+    payload: dict[str, Any] | None
+    """The decoded JSON object, or None if the bytes are not one."""
+    score: float | None = None
+    """Its score in a set: when it is due (schedule, retry) or died (dead)."""
+    position: int | None = None
+    """Its place in a queue: 0 runs next."""
+
+    @property
+    def token(self) -> str:
+        """Names this entry for an action: where it was seen, and a digest of its bytes."""
+        where = repr(self.score) if self.score is not None else str(self.position)
+        return f"{where}:{digest(self.raw)}"
+
+    def _get(self, name: str) -> Any:
+        return self.payload.get(name) if self.payload is not None else None
+
+    @property
+    def jid(self) -> str | None:
+        value = self._get("jid")
+        return value if isinstance(value, str) else None
+
+    @property
+    def name(self) -> str:
+        """The job's registered name; ``"?"`` for an entry that is not a job."""
+        value = self._get("class")
+        return value if isinstance(value, str) else "?"
+
+    @property
+    def queue(self) -> str | None:
+        value = self._get("queue")
+        return value if isinstance(value, str) else None
+
+    @property
+    def args(self) -> list[Any]:
+        value = self._get("args")
+        return value if isinstance(value, list) else []
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        value = self._get("kwargs")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def error_class(self) -> str | None:
+        value = self._get("error_class")
+        return str(value) if value is not None else None
+
+    @property
+    def error_message(self) -> str | None:
+        value = self._get("error_message")
+        return str(value) if value is not None else None
+
+    @property
+    def backtrace(self) -> list[str]:
+        value = self._get("error_backtrace")
+        return [str(line) for line in value] if isinstance(value, list) else []
+
+    @property
+    def retry_count(self) -> int | None:
+        value = self._get("retry_count")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def stamp(self, name: str) -> float | None:
+        """A time field (``enqueued_at``, ``created_at``, ``failed_at``) as epoch s."""
+        return finite_number(self._get(name))
+
+    @property
+    def runnable(self) -> bool:
+        """Can it be put back on a queue? (an unparseable entry cannot: it would fail
+        the same way; its bytes stay in dead for a person to look at). Nor can one
+        holding NaN or Infinity, which Python's JSON reads but a job may not carry: it
+        could not be encoded again to be pushed."""
+        try:
+            job.encode(job.decode(self.raw, 2**31), 2**31)
+        except Exception:
+            return False
+        return True
+
+    def display_args(self, limit: int = 200) -> str:
+        """Arguments as one line of JSON, cut at ``limit`` characters."""
+        if self.payload is None:
+            text = self.raw[:limit * 4].decode("utf-8", "replace")
+        elif self._get("raw_payload_preview") is not None:
+            text = str(self._get("raw_payload_preview"))
+        else:
+            parts = [json.dumps(arg, ensure_ascii=False) for arg in self.args]
+            parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in self.kwargs.items()]
+            text = ", ".join(parts)
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (for ``--json``)."""
+        described: dict[str, Any] = {
+            "token": self.token, "jid": self.jid, "class": self.name, "queue": self.queue,
+            "args": self.args, "kwargs": self.kwargs, "score": self.score,
+            "position": self.position, "retry_count": self.retry_count,
+            "error_class": self.error_class, "error_message": self.error_message,
+            "enqueued_at": self.stamp("enqueued_at"), "failed_at": self.stamp("failed_at"),
+        }
+        if self.payload is None:
+            described["raw_base64"] = base64.b64encode(self.raw).decode("ascii")
+        return described
+
+    @classmethod
+    def read(cls, raw: bytes, *, score: float | None = None,
+             position: int | None = None) -> JobRecord:
+        try:
+            value = json.loads(raw.decode("utf-8"))  # as the worker reads it (job.decode)
+        except Exception:
+            value = None
+        return cls(raw=raw, payload=value if isinstance(value, dict) else None,
+                   score=score, position=position)
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    number: int
+    size: int
+    total: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, math.ceil(self.total / self.size))
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a search found: at most ``limit`` matches, and whether it looked at all."""
+
+    items: list[JobRecord]
+    complete: bool
+    """False if the search stopped early (enough matches, or its budget spent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """What an admin action did: entries acted on, and entries that were gone or could
+    not be acted on (with why)."""
+
+    done: int = 0
+    missing: int = 0
+    refused: list[str] = field(default_factory=list)
+
+
+def page_bounds(number: int, size: int) -> tuple[int, int, int]:
+    """Page ``number`` (from 1) of ``size`` entries: its first and last index, and size."""
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ValueError(f"page numbers start at 1, got {number!r}")
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_PAGE_SIZE:
+        raise ValueError(f"page size must be 1..{MAX_PAGE_SIZE}, got {size!r}")
+    start = (number - 1) * size
+    return start, start + size - 1, size
+
+
+def split_token(token: str) -> tuple[str, str]:
+    """A token's two halves: where the entry was seen, and the digest of its bytes."""
+    where, sep, hashed = str(token).rpartition(":")
+    if not sep or len(hashed) != TOKEN_DIGEST_LENGTH or not where:
+        raise ValueError(f"not an entry token: {token!r}")
+    return where, hashed
+
+
+def glob_pattern(term: str) -> str:
+    """A ZSCAN MATCH pattern finding ``term`` anywhere, ignoring ASCII case."""
+    out = []
+    for char in term:
+        if char.isascii() and char.isalpha():
+            out.append(f"[{char.lower()}{char.upper()}]")
+        elif char in "*?[]\\^-":
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "*" + "".join(out) + "*"
+
+
+# -- what the views read ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DayTotals:
+    day: str
+    """``YYYY-MM-DD``, UTC."""
+    processed: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    processed: int
+    failed: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    name: str
+    size: int
+    latency: float
+    """Seconds the oldest job has waited (0 for an empty queue)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningJob:
+    jid: str
+    name: str
+    queue: str | None
+    started_at: float | None
+    runtime: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProcessInfo:
+    """A worker process as its beats describe it."""
+
+    identity: str
+    alive: bool
+    hostname: str | None
+    pid: int | None
+    started_at: float | None
+    last_beat: float | None
+    beat_age: float | None
+    """Seconds since its last beat, by Redis' clock."""
+    lag_ms: float | None
+    concurrency: int | None
+    busy: int
+    queues: list[str]
+    rss_bytes: int | None
+    version: str | None
+    in_progress: int
+    """Jobs on its in-progress list (fetched, not settled)."""
+    running: list[RunningJob]
+
+    @property
+    def awaiting_recovery(self) -> bool:
+        """Stopped beating with jobs still on its list: recovery will requeue them."""
+        return not self.alive and self.in_progress > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        described = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        described["running"] = [vars_of(r) for r in self.running]
+        described["awaiting_recovery"] = self.awaiting_recovery
+        return described
+
+
+def vars_of(value: Any) -> dict[str, Any]:
+    """A record's fields as a dict (for ``--json`` and the dashboard's JSON)."""
+    return {name: getattr(value, name) for name in value.__dataclass_fields__}
+
+
+def finite_number(value: Any) -> float | None:
+    """A stored number as a finite float, or None (not a number, NaN, infinite, or an
+    int past a float's range: ``math.isfinite`` raises OverflowError on those)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(value) if math.isfinite(value) else None
+        except OverflowError:
+            return None
+    return None
+
+
+def _text(value: Any) -> str | None:
+    """A string a beat should hold, or None (a beat is shown whatever it holds)."""
+    return value if isinstance(value, str) else None
+
+
+def process_info(entry: dict[str, Any], now: float) -> ProcessInfo:
+    """What ``Admin.processes`` read of one identity, as a view shows it (``now`` by
+    Redis' clock)."""
+    info = entry["info"] or {}
+    last = entry["last_beat"]
+    running = []
+    for jid, what in sorted(entry["running"].items()):
+        started = finite_number(what.get("run_at"))
+        running.append(RunningJob(
+            jid=jid, name=str(what.get("class", "?")), queue=_text(what.get("queue")),
+            started_at=started, runtime=max(0.0, now - started) if started else None))
+    pid, concurrency = finite_number(info.get("pid")), finite_number(info.get("concurrency"))
+    rss = finite_number(info.get("rss_bytes"))
+    queues = info.get("queues")
+    return ProcessInfo(
+        identity=entry["identity"], alive=entry["alive"],
+        hostname=_text(info.get("hostname")), pid=int(pid) if pid is not None else None,
+        started_at=finite_number(info.get("started_at")), last_beat=last,
+        beat_age=max(0.0, now - last) if last is not None else None,
+        lag_ms=finite_number(info.get("lag_ms")),
+        concurrency=int(concurrency) if concurrency is not None else None,
+        busy=len(running) if not entry["alive"] else int(finite_number(info.get("busy")) or 0),
+        queues=[str(q) for q in queues] if isinstance(queues, list) else [],
+        rss_bytes=int(rss) if rss is not None else None,
+        version=str(info["version"]) if "version" in info else None,
+        in_progress=entry["in_progress"], running=running,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeriodicInfo:
+    """A periodic job: its schedule, queue, next run (epoch s), last claimed tick, and
+    whether a run holds its lock now."""
+
+    name: str
+    schedule: str
+    tz: str
+    queue: str
+    next_run: float
+    last_run: float | None
+    running: bool
+

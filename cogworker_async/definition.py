@@ -1,0 +1,119 @@
+"""Job definitions: what ``@jobs.job`` records about a function (its name, its options,
+its signature), with no I/O and no client.
+
+Below both the client (which checks and builds a payload from a definition) and the
+registry (whose enqueue methods call the client), so neither imports the other's half.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from cogworker_async import unique as unique_module
+from cogworker_async.retries import check_retry
+from cogworker_async.settings import check_queue_name
+from cogworker_async.unique import UniqueKey, UniquePolicy
+
+Delay = float | int | timedelta
+"""How long from now: seconds, or a timedelta."""
+When = datetime | float | int
+"""A moment: an aware datetime, or epoch seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobOptions:
+    """Per-job defaults, overridable per enqueue with ``.options(...)``."""
+
+    queue: str = "default"
+    retry: bool | int = True
+    timeout: float | None = None
+    """Seconds a run may take before it fails with JobTimeout (None: no limit)."""
+    unique: UniquePolicy | None = None
+    unique_ttl: float = unique_module.DEFAULT_TTL
+
+    def __post_init__(self) -> None:
+        check_queue_name(self.queue)
+        check_retry(self.retry)
+        if self.timeout is not None:
+            _seconds("timeout", self.timeout, MAX_TIMEOUT)
+        unique_module.policy_of(self.unique)
+        _seconds("unique_ttl", self.unique_ttl, unique_module.MAX_TTL)
+
+
+MAX_TIMEOUT: Final = 366 * 24 * 3600.0
+"""Longest job ``timeout`` (a year): anything longer is a typo, or no timeout (None)."""
+
+
+def _seconds(name: str, value: object, cap: float) -> None:
+    """A duration a job is declared with: a finite number of seconds in (0, cap]."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not 0 < value <= cap:  # False for NaN too
+        raise ValueError(f"{name} must be a number of seconds > 0 and <= {cap:,.0f}, "
+                         f"got {value!r}")
+
+
+RetryIn = Callable[[int, BaseException], float | None]
+"""``retry_in(attempt, error)``: seconds before the next attempt, or None for the default."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobDefinition:
+    """A registered job: its name, function and defaults."""
+
+    name: str
+    func: Callable[..., Any]
+    options: JobOptions
+    unique_key: UniqueKey | None = None
+    retry_in: RetryIn | None = None
+    discard_on: tuple[type[BaseException], ...] = ()
+    """Exceptions that send the job to dead at once, whatever its retries."""
+
+    @property
+    def is_async(self) -> bool:
+        return _is_async(self.func)
+
+    @property
+    def signature(self) -> inspect.Signature | None:
+        return _signature(self.func)
+
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raise TypeError if ``args``/``kwargs`` don't fit the function."""
+        # Whether arguments bind depends only on how many are positional and which
+        # names are given: a shape that bound once binds again (checked on every
+        # enqueue and every run, so remembered).
+        shape = (self.func, len(args), frozenset(kwargs))
+        if shape in _FITTING_SHAPES:
+            return
+        signature = self.signature
+        if signature is None:
+            return
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}: {exc}") from None
+        if len(_FITTING_SHAPES) < MAX_REMEMBERED_SHAPES:
+            _FITTING_SHAPES.add(shape)
+
+
+MAX_REMEMBERED_SHAPES: Final = 10_000
+_FITTING_SHAPES: set[tuple[Callable[..., Any], int, frozenset[str]]] = set()
+
+
+# Looked up on every enqueue and every run: computed once per function.
+@functools.cache
+def _signature(func: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(func)
+    except (TypeError, ValueError):  # some builtins have none
+        return None
+
+
+@functools.cache
+def _is_async(func: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(func)

@@ -1,0 +1,89 @@
+"""Reconciler on its own: this process's list kept in line with its ledger — strays
+requeued after two passes and not one, running and pending jobs left alone, pending
+outcomes settled late and not run again."""
+
+from __future__ import annotations
+
+import pytest
+
+from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.worker.fetch import Work
+from cogworker_async.worker.ledger import Ledger
+from cogworker_async.worker.outcome import Ack, Filing
+from cogworker_async.worker.recovery import Reconciler
+from cogworker_async.worker.settlement import Settler
+from tests.worker.units.conftest import IDENTITY, listed, put_in_progress, raw_job
+
+
+def reconciler(store: Store, ledger: Ledger) -> Reconciler:
+    settler = Settler(store, IDENTITY, reliable=True, ledger=ledger)
+    return Reconciler(store, settler, IDENTITY, "default", ledger)
+
+
+async def test_a_stray_is_requeued_after_two_passes_not_one(store: Store,
+                                                            ledger: Ledger) -> None:
+    ghost = raw_job(1, queue="mail")
+    await put_in_progress(store, ghost)
+    passes = reconciler(store, ledger)
+    assert await passes.reconcile() == 0
+    assert await listed(store) == [ghost]
+    assert await passes.reconcile() == 1
+    assert await listed(store) == []
+    assert await store.client.lrange(store.keys.queue("mail"), 0, -1) == [ghost]
+
+
+async def test_a_stray_with_an_unreadable_queue_goes_to_the_default(store: Store,
+                                                                   ledger: Ledger) -> None:
+    ghost = raw_job(1, queue="no spaces allowed")
+    await put_in_progress(store, ghost)
+    passes = reconciler(store, ledger)
+    await passes.reconcile()
+    assert await passes.reconcile() == 1
+    assert await store.client.lrange(store.keys.queue("default"), 0, -1) == [ghost]
+
+
+async def test_running_jobs_are_never_requeued(store: Store, ledger: Ledger) -> None:
+    running = Work("default", raw_job(1))
+    await put_in_progress(store, running.raw)
+    ledger.admit(running)
+    passes = reconciler(store, ledger)
+    assert [await passes.reconcile() for _ in range(3)] == [0, 0, 0]
+    assert await listed(store) == [running.raw]
+
+
+async def test_nothing_is_requeued_while_a_fetch_is_in_flight(store: Store,
+                                                              ledger: Ledger) -> None:
+    """Its jobs are listed but not yet admitted."""
+    fetched = raw_job(1)
+    await put_in_progress(store, fetched)
+    passes = reconciler(store, ledger)
+    ledger.fetching = True
+    assert [await passes.reconcile() for _ in range(3)] == [0, 0, 0]
+    assert await listed(store) == [fetched]
+
+
+async def test_pending_outcomes_are_settled_late_and_not_run_again(
+    store: Store, ledger: Ledger
+) -> None:
+    acked, failed = raw_job(1), raw_job(2)
+    await put_in_progress(store, acked, failed)
+    ledger.remember(acked, Ack())
+    ledger.remember(failed, Filing("dead", {"jid": "j2", "class": "x"}, 0.0, terminal=True))
+    assert await reconciler(store, ledger).reconcile() == 0
+    assert ledger.pending == {}
+    assert await listed(store) == []
+    assert await store.client.llen(store.keys.queue("default")) == 0
+    assert await store.client.zcard(store.keys.dead) == 1
+
+
+async def test_settling_stops_at_the_first_failure_and_keeps_the_rest(
+    unreachable: Store, ledger: Ledger
+) -> None:
+    ledger.remember(raw_job(1), Ack())
+    ledger.remember(raw_job(2), Ack())
+    passes = reconciler(unreachable, ledger)
+    assert isinstance(await passes.settle_pending(), RedisError)
+    assert len(ledger.pending) == 2
+    with pytest.raises(RedisError):
+        await passes.reconcile()
+    assert len(ledger.pending) == 2
