@@ -332,8 +332,9 @@ def _leave_abandoned_threads(status: int) -> None:
     """Exit now if a plain-function job's thread still runs after the worker stopped.
 
     Such a thread was abandoned at the shutdown deadline and its job given back (see
-    ``Processor._call``); a normal exit would join it, holding the process for as long
-    as the function runs, past ``shutdown_timeout`` and past a second signal. Idle
+    ``Executor._call`` in ``worker/execute.py``); a normal exit would join it, holding
+    the process for as long as the function runs, past ``shutdown_timeout`` and past a
+    second signal. Idle
     threads get ``THREAD_EXIT_GRACE`` to end first.
     """
     deadline = time.monotonic() + THREAD_EXIT_GRACE

@@ -98,8 +98,8 @@ PIPE_WIDTH: Final = 160
 
 def show(renderable: RenderableType) -> None:
     # No markup and no emoji codes: the tables hold stored text (arguments, errors,
-    # class names), which must print as it is — ``[/x]`` in a job's arguments made
-    # rich raise MarkupError, and ``:thumbs_up:`` would have shown as an emoji.
+    # class names), which prints as it is — ``[/x]`` is not markup, ``:thumbs_up:`` not
+    # an emoji (tests/cli/test_bad_data.py).
     console = Console(markup=False, emoji=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=PIPE_WIDTH, markup=False, emoji=False)

@@ -1,6 +1,7 @@
 """Every Redis key name cogworker-async uses, and the only place one is formatted.
 
-Names follow the reference gem (``cogworker:`` prefix, a configurable namespace).
+Every name is ``<namespace>:<what>`` (namespace ``cogworker`` unless configured); the
+README's keys table lists them all with their types and bounds.
 On Redis Cluster, give the namespace a hash tag (``"{cogworker}"``) so that every key
 of one app shares a slot: each script touches several of them at once.
 """

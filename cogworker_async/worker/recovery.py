@@ -90,10 +90,10 @@ class Recovery:
         Nobody is judged dead while ``may_judge()`` is false: the Manager makes it false
         for ``orphan_threshold`` after one of this process's own beats failed. When this
         process could not beat (Redis down, restarted, unreachable), neither could the
-        others: once Redis is back every stamp is stale, and the live processes looked
-        dead to whichever one ran recovery first — their running and finished-but-unacked
-        jobs were requeued and ran twice (chaos test 6b: Redis down longer than
-        orphan_threshold). Waiting out the threshold lets the live ones beat first.
+        others: once Redis is back every stamp is stale, and the live processes would
+        look dead to whichever one ran recovery first, their running and
+        finished-but-unacked jobs requeued to run twice. Waiting out the threshold lets
+        the live ones beat first (tests/chaos/redisfaults/test_redis_restarts.py, 6b).
         """
         candidates = await self._candidates(scan) if self.may_judge() else set()
         candidates.discard(self.identity)

@@ -8,9 +8,9 @@
 -- paused process, if it ever beats again, learns it was declared dead), else "0"
 -- Returns 1 if forgotten, 0 if it still has jobs in progress or is alive.
 -- beats and declared_dead are best effort, as in beat.lua: one of the wrong type must not
--- fail the call halfway (the registry already left) — before, a declared_dead planted
--- as a string made every clean stop log "couldn't deregister" and every recovery log
--- "orphan recovery skipped" for identities that were in fact forgotten.
+-- fail the call halfway (the registry already left), or every clean stop and every
+-- recovery of a forgotten identity would report a failure
+-- (tests/chaos/redisfaults/test_wrong_types.py).
 if redis.call("LLEN", KEYS[1]) > 0 or redis.call("EXISTS", KEYS[6]) == 1 then
   return 0
 end
