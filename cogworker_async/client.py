@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -71,7 +71,7 @@ async def mark_unique(enqueue: Enqueue, call_next: EnqueueNext) -> str | None:
     (the worker releases the lock from them, even in a process without the registry)."""
     options: JobOptions = enqueue.options
     if options.unique is not None:
-        payload = enqueue.payload
+        payload = _fields(enqueue)
         definition: JobDefinition = enqueue.definition
         payload["unique_digest"] = unique.digest(definition.name, options.queue,
                                                  payload["args"], payload["kwargs"],
@@ -79,6 +79,13 @@ async def mark_unique(enqueue: Enqueue, call_next: EnqueueNext) -> str | None:
         payload["unique_policy"] = options.unique
         payload["unique_ttl"] = options.unique_ttl
     return await call_next(enqueue)
+
+
+def _fields(enqueue: Enqueue) -> job.Payload:
+    """The payload a middleware passed on, seen as the job it was built as (middleware
+    sees a plain dict: it may add fields of its own, and ``encode_new`` refuses what
+    is not JSON)."""
+    return cast(job.Payload, enqueue.payload)
 
 
 class Client:
@@ -129,16 +136,17 @@ class Client:
         prepared: list[_Push] = []
 
         async def accept(enqueue: Enqueue) -> str | None:
-            body = enqueue.payload
+            body = _fields(enqueue)
             raw = job.encode_new(body, self.settings.max_payload_bytes)
-            digest = body.get("unique_digest")
-            lock = (str(digest), float(body.get("unique_ttl") or unique.DEFAULT_TTL)) \
+            digest = job.value(body, "unique_digest")
+            lock = (str(digest), float(job.value(body, "unique_ttl") or unique.DEFAULT_TTL)) \
                 if digest else None
             prepared.append(_Push(options.queue, raw, body["jid"], lock))
             return str(body["jid"])
 
         chain = client_chain([*self.middleware, mark_unique], accept)
-        await chain(Enqueue(definition.name, payload, options, definition))
+        await chain(Enqueue(definition.name, cast("dict[str, Any]", payload), options,
+                            definition))
         return prepared[0] if prepared else None
 
     @staticmethod

@@ -9,13 +9,79 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal, Required, TypedDict
 
 from cogworker_async.errors import PayloadTooLarge, SerializationError, UnparseablePayload
+from cogworker_async.settings import check_queue_name
+from cogworker_async.unique import UniquePolicy
 
-Payload = dict[str, Any]
+Payload = TypedDict("Payload", {
+    # job.py's: every job has them (``build``); ``queue`` and ``enqueued_at`` are
+    # written again when a job goes back on a queue (worker/poller.py, admin/sets.py):
+    "jid": Required[str],
+    "class": Required[str],
+    "args": Required[list[Any]],
+    "kwargs": Required[dict[str, Any]],
+    "queue": str,
+    "created_at": float | None,
+    "enqueued_at": float | None,
+    # retries.py's: the retries a job has, and how many it used:
+    "retry": bool | int,
+    "retry_count": int,
+    # worker/outcome.py's: its last failure (``after_failure``, ``interrupt``):
+    "error_class": str,
+    "error_message": str,
+    "error_backtrace": list[str],
+    "failed_at": float,
+    "retried_at": float,
+    "interrupted_count": int,
+    # unique.py's: client.mark_unique writes them, worker/locks.py reads them:
+    "unique_digest": str,
+    "unique_policy": UniquePolicy,
+    "unique_ttl": float,
+    # periodic.py's: worker/cron.py writes them, worker/locks.py reads ``periodic``:
+    "periodic": str,
+    "periodic_tick": float,
+    # A dead entry's: the bytes of what was not a job (``unparseable_entry``), and the
+    # process that kept dying with it (worker/recovery.py, ``process_died_entry``):
+    "raw_payload_base64": str,
+    "raw_payload_preview": str,
+    "orphaned_from": str,
+    "orphaned_process": dict[str, Any],
+}, total=False)
+"""A job as stored: a JSON object (the README's "Where jobs live" documents it). Each
+group of fields above names the module that owns it: the one that says what the field
+means (and the modules that write and read it).
+
+Only for the type checker (a TypedDict is a plain dict at run time: a payload is
+never copied or validated field by field on the hot path), so that a misspelt field
+name is a mypy error. The types are what this package writes. What is read back from
+Redis may hold anything: ``decode`` checks ``jid``, ``class``, ``args`` and ``kwargs``
+only, so every other field is read through the accessors below (``text``, ``number``,
+``count``, ``queue_of``...), which check the type at run time.
+
+Middleware may add fields of its own (``enqueue.payload["tenant"] = "acme"``): the
+middleware's ``Enqueue.payload`` and the job's ``JobContext.payload`` stay
+``dict[str, Any]``, and the client and the executor cast at that boundary.
+"""
+
+Field = Literal[
+    "jid", "class", "args", "kwargs", "queue", "created_at", "enqueued_at", "retry",
+    "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
+    "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
+    "periodic", "periodic_tick", "raw_payload_base64", "raw_payload_preview",
+    "orphaned_from", "orphaned_process",
+]
+"""The name of a ``Payload`` field: what the accessors take, so that mypy checks it
+(tests/unit/test_job.py::test_field_names_are_the_payload_keys pins it to ``Payload``)."""
+
+NO_SIZE_LIMIT: Final = sys.maxsize
+"""``max_bytes`` for an ``encode``/``decode`` that must never refuse for size (a job
+that is already stored: Redis' own 512 MB string limit bounds it)."""
 
 PREVIEW_CHARS: Final = 2000
 """How much of an unparseable payload its dead entry shows as text."""
@@ -145,7 +211,8 @@ def decode(raw: bytes, max_bytes: int) -> Payload:
     try:
         # Decoded as UTF-8 first: json.loads(bytes) would also guess UTF-16/32, and let
         # surrogates written as raw bytes through; a job is UTF-8 JSON or it is not one.
-        payload = json.loads(raw.decode("utf-8"))
+        # Typed as the job it should be, checked as the anything it may be.
+        payload: Payload = json.loads(raw.decode("utf-8"))
     except Exception as exc:  # JSONDecodeError, UnicodeDecodeError, RecursionError, ...
         raise UnparseablePayload(f"not JSON: {type(exc).__name__}: {exc}"[:500]) from None
     if not isinstance(payload, dict):
@@ -154,8 +221,8 @@ def decode(raw: bytes, max_bytes: int) -> Payload:
         if not isinstance(payload.get(field), kind):
             raise UnparseablePayload(f"no {field!r} string in the payload")
     for field in KEYED_FIELDS:
-        value = payload.get(field)
-        if isinstance(value, str) and not _is_text(value):
+        found = payload.get(field)
+        if isinstance(found, str) and not _is_text(found):
             # A JSON escape can carry a lone surrogate ("\ud800"), which no key name
             # can hold: the job's ack or lock release would fail on every try.
             raise UnparseablePayload(f"{field!r} is not valid Unicode text")
@@ -166,13 +233,13 @@ def decode(raw: bytes, max_bytes: int) -> Payload:
     return payload
 
 
-KEYED_FIELDS: Final = ("jid", "class", "queue", "periodic", "unique_digest")
+KEYED_FIELDS: Final[tuple[Field, ...]] = ("jid", "class", "queue", "periodic", "unique_digest")
 """Payload fields that end up in Redis key names (or log lines that name the job)."""
 
 
-def _is_text(value: str) -> bool:
+def _is_text(string: str) -> bool:
     try:
-        value.encode("utf-8")
+        string.encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True
@@ -186,7 +253,9 @@ def unparseable_entry(raw: bytes, *, queue: str, reason: str, now: float) -> Pay
     preview = raw[: PREVIEW_CHARS * 4].decode("utf-8", "replace")[:PREVIEW_CHARS]
     return {
         "jid": new_jid(),
-        "class": None,
+        # No class: what is not a job names none, and so can never run (``decode``
+        # refuses it, and an admin's retry with it: ``JobRecord.runnable``).
+        "class": None,  # type: ignore[typeddict-item]
         "args": [],
         "kwargs": {},
         "queue": queue,
@@ -199,6 +268,82 @@ def unparseable_entry(raw: bytes, *, queue: str, reason: str, now: float) -> Pay
         "raw_payload_base64": base64.b64encode(raw).decode("ascii"),
         "raw_payload_preview": preview,
     }
+
+
+# -- reading fields -----------------------------------------------------------------
+# A stored payload may hold anything in any field (bad data, another version, a
+# person's hand): these read one field as the type it should have, or None.
+
+
+def value(payload: Mapping[str, Any], field: Field, default: Any = None) -> Any:
+    """A field as stored, whatever it holds (``default`` if absent)."""
+    return payload.get(field, default)
+
+
+def has(payload: Mapping[str, Any], field: Field) -> bool:
+    return field in payload
+
+
+def text(payload: Mapping[str, Any], field: Field) -> str | None:
+    """A field that should hold a string, or None."""
+    found = payload.get(field)
+    return found if isinstance(found, str) else None
+
+
+def jid(payload: Mapping[str, Any]) -> str | None:
+    """The payload's jid, or None (``jid_of`` reads it from raw bytes)."""
+    return text(payload, "jid")
+
+
+def name(payload: Mapping[str, Any]) -> str | None:
+    """The registered name of the job (its ``class``), or None."""
+    return text(payload, "class")
+
+
+def count(payload: Mapping[str, Any], field: Field) -> int | None:
+    """A field that should hold an int (``retry_count``...): a bool is not one."""
+    found = payload.get(field)
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+def number(payload: Mapping[str, Any], field: Field) -> float | None:
+    """A field that should hold a number (``enqueued_at``, ``unique_ttl``...), as a
+    finite float, or None."""
+    return finite_number(payload.get(field))
+
+
+def finite_number(found: object) -> float | None:
+    """A stored number as a finite float, or None (not a number, a bool, NaN, infinite,
+    or an int past a float's range: ``math.isfinite`` raises OverflowError on those)."""
+    if type(found) is float:  # first, the common case: a stamp as JSON reads it
+        return found if math.isfinite(found) else None
+    if isinstance(found, int | float) and not isinstance(found, bool):
+        try:
+            return float(found) if math.isfinite(found) else None
+        except OverflowError:
+            return None
+    return None
+
+
+def args_of(payload: Mapping[str, Any]) -> list[Any]:
+    found = payload.get("args")
+    return found if isinstance(found, list) else []
+
+
+def kwargs_of(payload: Mapping[str, Any]) -> dict[str, Any]:
+    found = payload.get("kwargs")
+    return found if isinstance(found, dict) else {}
+
+
+def queue_of(payload: Mapping[str, Any] | None, fallback: str) -> str:
+    """The queue a stored job belongs on: its ``queue`` field if that is a valid queue
+    name, else ``fallback`` (callers pass ``Settings.default_queue``). The one rule for
+    recovery, the poller and an admin's retry; ``requeue.lua`` has its Lua copy
+    (tests/lua/test_queue_of.py runs both over the same cases)."""
+    try:
+        return check_queue_name(payload.get("queue") if payload is not None else None)
+    except (TypeError, ValueError):
+        return fallback
 
 
 def jid_of(raw: bytes) -> str | None:

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, MutableMapping
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:  # job imports settings, which imports this module
+    from cogworker_async.job import Payload
 
 DEFAULT_RETRIES: Final = 25
 """What ``retry=True`` means: this many retries after the first failure (Sidekiq's)."""
@@ -94,7 +97,7 @@ def asked_delay(wanted: float) -> float | None:
     return min(max(0.0, wanted), MAX_ASKED_DELAY)
 
 
-def for_manual_retry(payload: MutableMapping[str, Any]) -> None:
+def for_manual_retry(payload: Payload) -> None:
     """A retry asked for by a person does not use up an attempt (as in Sidekiq): the
     count goes back one, so that a failure of this run is filed as the last one was."""
     count = payload.get("retry_count")

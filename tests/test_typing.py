@@ -18,3 +18,18 @@ def test_mypy_checks_a_jobs_arguments_at_the_enqueue_call() -> None:
     assert any("sample.py:15" in e and "Missing positional argument" in e for e in errors), (
         result.stdout)
     assert len(errors) == 3, result.stdout
+
+
+PAYLOAD_SAMPLE = Path(__file__).parent / "typing" / "payload_sample.py"
+
+
+def test_mypy_checks_payload_field_names_and_middleware_may_add_its_own() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(PAYLOAD_SAMPLE)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    assert any("payload_sample.py:8" in e and '"qeue"' in e for e in errors), result.stdout
+    assert any("payload_sample.py:10" in e and "'enqued_at'" in e for e in errors), (
+        result.stdout)
+    assert len(errors) == 2, result.stdout

@@ -13,10 +13,13 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final, Generic, TypeVar
 
 from cogworker_async import job
+from cogworker_async.job import finite_number as finite_number  # re-exported
 
 PAGE_SIZE: Final = 25
 MAX_PAGE_SIZE: Final = 500
@@ -24,6 +27,9 @@ TOKEN_DIGEST_LENGTH: Final = 16
 """Hex characters of a token's digest (after its last ``:``)."""
 
 T = TypeVar("T")
+
+_NO_FIELDS: Final[Mapping[str, Any]] = MappingProxyType({})
+"""The fields of an entry that is not a JSON object."""
 
 
 # -- text ------------------------------------------------------------------------------
@@ -61,6 +67,11 @@ def eviction_warning(policy: str | None) -> str | None:
 # -- entries and tokens ----------------------------------------------------------------
 
 
+def _shown(found: object) -> str | None:
+    """A stored value as text to show (None if there is none)."""
+    return str(found) if found is not None else None
+
+
 def digest(raw: bytes) -> str:
     """The digest half of a token: names an entry's exact bytes."""
     return hashlib.sha1(raw, usedforsecurity=False).hexdigest()[:TOKEN_DIGEST_LENGTH]
@@ -84,58 +95,52 @@ class JobRecord:
         where = repr(self.score) if self.score is not None else str(self.position)
         return f"{where}:{digest(self.raw)}"
 
-    def _get(self, name: str) -> Any:
-        return self.payload.get(name) if self.payload is not None else None
+    @property
+    def _fields(self) -> Mapping[str, Any]:
+        return self.payload if self.payload is not None else _NO_FIELDS
 
     @property
     def jid(self) -> str | None:
-        value = self._get("jid")
-        return value if isinstance(value, str) else None
+        return job.jid(self._fields)
 
     @property
     def name(self) -> str:
         """The job's registered name; ``"?"`` for an entry that is not a job."""
-        value = self._get("class")
-        return value if isinstance(value, str) else "?"
+        name = job.name(self._fields)
+        return name if name is not None else "?"
 
     @property
     def queue(self) -> str | None:
-        value = self._get("queue")
-        return value if isinstance(value, str) else None
+        return job.text(self._fields, "queue")
 
     @property
     def args(self) -> list[Any]:
-        value = self._get("args")
-        return value if isinstance(value, list) else []
+        return job.args_of(self._fields)
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        value = self._get("kwargs")
-        return value if isinstance(value, dict) else {}
+        return job.kwargs_of(self._fields)
 
     @property
     def error_class(self) -> str | None:
-        value = self._get("error_class")
-        return str(value) if value is not None else None
+        return _shown(job.value(self._fields, "error_class"))
 
     @property
     def error_message(self) -> str | None:
-        value = self._get("error_message")
-        return str(value) if value is not None else None
+        return _shown(job.value(self._fields, "error_message"))
 
     @property
     def backtrace(self) -> list[str]:
-        value = self._get("error_backtrace")
-        return [str(line) for line in value] if isinstance(value, list) else []
+        lines = job.value(self._fields, "error_backtrace")
+        return [str(line) for line in lines] if isinstance(lines, list) else []
 
     @property
     def retry_count(self) -> int | None:
-        value = self._get("retry_count")
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return job.count(self._fields, "retry_count")
 
-    def stamp(self, name: str) -> float | None:
+    def stamp(self, name: job.Field) -> float | None:
         """A time field (``enqueued_at``, ``created_at``, ``failed_at``) as epoch s."""
-        return finite_number(self._get(name))
+        return job.number(self._fields, name)
 
     @property
     def runnable(self) -> bool:
@@ -144,7 +149,7 @@ class JobRecord:
         holding NaN or Infinity, which Python's JSON reads but a job may not carry: it
         could not be encoded again to be pushed."""
         try:
-            job.encode(job.decode(self.raw, 2**31), 2**31)
+            job.encode(job.decode(self.raw, job.NO_SIZE_LIMIT), job.NO_SIZE_LIMIT)
         except Exception:
             return False
         return True
@@ -153,8 +158,8 @@ class JobRecord:
         """Arguments as one line of JSON, cut at ``limit`` characters."""
         if self.payload is None:
             text = self.raw[:limit * 4].decode("utf-8", "replace")
-        elif self._get("raw_payload_preview") is not None:
-            text = str(self._get("raw_payload_preview"))
+        elif job.value(self._fields, "raw_payload_preview") is not None:
+            text = str(job.value(self._fields, "raw_payload_preview"))
         else:
             parts = [json.dumps(arg, ensure_ascii=False) for arg in self.args]
             parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in self.kwargs.items()]
@@ -319,17 +324,6 @@ class ProcessInfo:
 def vars_of(value: Any) -> dict[str, Any]:
     """A record's fields as a dict (for ``--json`` and the dashboard's JSON)."""
     return {name: getattr(value, name) for name in value.__dataclass_fields__}
-
-
-def finite_number(value: Any) -> float | None:
-    """A stored number as a finite float, or None (not a number, NaN, infinite, or an
-    int past a float's range: ``math.isfinite`` raises OverflowError on those)."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            return float(value) if math.isfinite(value) else None
-        except OverflowError:
-            return None
-    return None
 
 
 def _text(value: Any) -> str | None:

@@ -13,7 +13,7 @@ import itertools
 import math
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from cogworker_async import job, retries, unique
 from cogworker_async.admin.records import (
@@ -23,14 +23,12 @@ from cogworker_async.admin.records import (
     JobRecord,
     Page,
     digest,
-    finite_number,
     glob_pattern,
     page_bounds,
     split_token,
 )
 from cogworker_async.redis.admin import Admin
 from cogworker_async.redis.store import RedisError, SetName
-from cogworker_async.settings import check_queue_name
 
 if TYPE_CHECKING:
     from cogworker_async.admin.api import Inspector
@@ -182,11 +180,12 @@ class JobSet:
             if not record.runnable or record.payload is None:
                 refused.append(f"{record.token}: not a runnable job (its bytes stay here)")
                 continue
-            payload = dict(record.payload)
-            queue = self._queue_of(payload)
+            # A copy of the job it is (runnable: its jid and class are strings).
+            payload = cast(job.Payload, dict(record.payload))
+            queue = job.queue_of(payload, self._inspector.default_queue)
             payload["queue"], payload["enqueued_at"] = queue, now
             self._before_retry(payload)
-            items.append((record.raw, job.encode(payload, 2**31), queue))
+            items.append((record.raw, job.encode(payload, job.NO_SIZE_LIMIT), queue))
             sent.append(record)
         locked = [r for r in sent if await _take_lock(self._inspector.admin(), r)]
         moved = await self._inspector.admin().set_to_queues(self.target, items)
@@ -207,13 +206,7 @@ class JobSet:
                 "type, or Redis is out of memory); the entry stays here"
                 for record, there in zip(sent, still, strict=True) if there]
 
-    def _queue_of(self, payload: dict[str, Any]) -> str:
-        try:
-            return check_queue_name(payload.get("queue"))
-        except (TypeError, ValueError):
-            return self._inspector.default_queue
-
-    def _before_retry(self, payload: dict[str, Any]) -> None:
+    def _before_retry(self, payload: job.Payload) -> None:
         retries.for_manual_retry(payload)  # a person's retry does not use up an attempt
 
     async def _kill(self, records: Sequence[JobRecord], missing: int) -> Done:
@@ -234,10 +227,10 @@ async def _take_lock(admin: Admin, record: JobRecord) -> bool:
     another copy already waiting; the user asked for this one all the same). Best
     effort, with the job's TTL."""
     payload = record.payload or {}
-    digest, ttl = payload.get("unique_digest"), payload.get("unique_ttl")
-    if not isinstance(digest, str) or record.jid is None:
+    digest = job.text(payload, "unique_digest")
+    if digest is None or record.jid is None:
         return False
-    stored = finite_number(ttl)
+    stored = job.number(payload, "unique_ttl")
     seconds = stored if stored is not None and stored > 0 else unique.DEFAULT_TTL
     try:
         return await admin.take_unique(digest, record.jid, seconds)
@@ -250,8 +243,8 @@ async def release_lock(admin: Admin, record: JobRecord) -> None:
     released, as when a worker files a job in dead. Kept, it would refuse the same job's
     next enqueue (as a duplicate of nothing) until it expired: over a retry's delay,
     which it was extended to cover, hours or days. Best effort: the lock has a TTL."""
-    digest = record.payload.get("unique_digest") if record.payload is not None else None
-    if isinstance(digest, str) and record.jid is not None:
+    digest = job.text(record.payload or {}, "unique_digest")
+    if digest is not None and record.jid is not None:
         with contextlib.suppress(RedisError):
             await admin.release_unique(digest, record.jid)
 
@@ -261,7 +254,7 @@ class ScheduledSet(JobSet):
 
     target: SetName = "schedule"
 
-    def _before_retry(self, payload: dict[str, Any]) -> None:
+    def _before_retry(self, payload: job.Payload) -> None:
         return None  # a scheduled job has not failed: nothing to give back
 
 

@@ -12,17 +12,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
+from cogworker_async import job as payloads
 from cogworker_async.context import JobContext, _current
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
 from cogworker_async.retries import attempt_of
 
-_this_run: ContextVar[tuple[JobDefinition, dict[str, Any], Leftover]] = ContextVar(
+_this_run: ContextVar[tuple[JobDefinition, payloads.Payload, Leftover]] = ContextVar(
     "cogworker_this_run")
 
 
@@ -70,17 +71,20 @@ class Executor:
         # context variable (per task: concurrent runs never see each other's).
         self._chain = server_chain([counters.middleware, *self.middleware], self._innermost)
 
-    def context(self, definition: JobDefinition, payload: dict[str, Any],
+    def context(self, definition: JobDefinition, payload: payloads.Payload,
                 queue: str) -> JobContext:
         jid = str(payload["jid"])
         return JobContext(
             jid=jid, name=definition.name, queue=queue, attempt=attempt_of(payload),
-            enqueued_at=_number(payload.get("enqueued_at")),
-            created_at=_number(payload.get("created_at")), payload=payload,
+            enqueued_at=payloads.number(payload, "enqueued_at"),
+            created_at=payloads.number(payload, "created_at"),
+            # The job sees a plain dict: middleware may have added fields of its own.
+            # (A string type: no alias is built per job.)
+            payload=cast("dict[str, Any]", payload),
             _orphanings=partial(self.orphanings, jid),
         )
 
-    async def run(self, definition: JobDefinition, payload: dict[str, Any], queue: str,
+    async def run(self, definition: JobDefinition, payload: payloads.Payload, queue: str,
                   leftover: Leftover) -> None:
         """Run the job; raises whatever the job (or a middleware) raised."""
         context = self.context(definition, payload, queue)
@@ -96,7 +100,7 @@ class Executor:
         definition, payload, leftover = _this_run.get()
         await self._call(definition, payload, leftover)
 
-    async def _call(self, definition: JobDefinition, payload: dict[str, Any],
+    async def _call(self, definition: JobDefinition, payload: payloads.Payload,
                     leftover: Leftover) -> None:
         call = partial(definition.func, *payload["args"], **payload["kwargs"])
         timeout = definition.options.timeout
@@ -129,8 +133,3 @@ class Executor:
             raise JobTimeout(f"{definition.name} ran over its timeout of {timeout}s (it is "
                              "a plain function: its thread runs on until it returns)")
         leftover.thread_done = None
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-        else None

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from cogworker_async import job
 from cogworker_async.errors import why
 from cogworker_async.redis.beats import FORGOTTEN, ZOMBIE, BeatWriter
 from cogworker_async.worker.fetch import Work
@@ -67,7 +68,7 @@ def workers_entries(works: Iterable[Work]) -> dict[str, str]:
     entries = {}
     for work in works:
         try:
-            payload = json.loads(work.raw)
+            payload: job.Payload = json.loads(work.raw)  # may be anything: str() below
             jid, name = str(payload["jid"]), str(payload["class"])
         except Exception:
             continue

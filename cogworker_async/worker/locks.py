@@ -10,10 +10,10 @@ orphan recovery included, when it buries a job as ProcessDied.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
+from cogworker_async import job
 from cogworker_async.errors import why
+from cogworker_async.job import Payload
 from cogworker_async.periodic import RUNNING_LOCK_TTL
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.outcome import Ack, Disposition, Filing
@@ -25,11 +25,11 @@ class JobLocks:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def before_run(self, payload: Mapping[str, Any]) -> bool:
+    async def before_run(self, payload: Payload) -> bool:
         """False if the job must not run now (its periodic predecessor still runs)."""
-        jid = str(payload.get("jid"))
-        periodic = payload.get("periodic")
-        if isinstance(periodic, str):
+        jid = payload["jid"]
+        periodic = job.text(payload, "periodic")
+        if periodic is not None:
             key = self.store.keys.periodic_running(periodic)
             try:
                 if not await self.store.take_lock(key, jid, RUNNING_LOCK_TTL):
@@ -39,46 +39,51 @@ class JobLocks:
             except Exception as exc:
                 log.warning("periodic %s: running lock unavailable (%s); running anyway",
                             periodic, why(exc))
-        if payload.get("unique_policy") == "until_started":
+        if job.text(payload, "unique_policy") == "until_started":
             await self._release_unique(payload)
         return True
 
-    async def after_settle(self, payload: Mapping[str, Any], disposition: Disposition,
+    async def after_settle(self, payload: Payload, disposition: Disposition,
                            *, ran: bool) -> None:
         """Release or extend what the job held, now that its outcome is recorded."""
-        periodic = payload.get("periodic")
-        if ran and isinstance(periodic, str):
+        periodic = job.text(payload, "periodic")
+        if ran and periodic is not None:
             await self._release(self.store.keys.periodic_running(periodic), payload)
-        if payload.get("unique_policy") != "until_executed":
+        if job.text(payload, "unique_policy") != "until_executed":
             return
         if isinstance(disposition, Ack) or (isinstance(disposition, Filing) and
                                             disposition.terminal):
             await self._release_unique(payload)
         elif isinstance(disposition, Filing):
-            # Kept over the retry delay: the retry is the same job, still unique.
-            ttl = disposition.delay + float(payload.get("unique_ttl") or RUNNING_LOCK_TTL)
-            try:
-                await self.store.extend_lock(self.store.keys.unique(
-                    str(payload["unique_digest"])), str(payload.get("jid")), ttl)
-            except Exception as exc:
-                log.warning("couldn't extend the unique lock of jid=%s: %s",
-                            payload.get("jid"), why(exc))
+            await self._extend_unique(payload, disposition.delay)
 
-    async def _release_unique(self, payload: Mapping[str, Any]) -> None:
-        digest = payload.get("unique_digest")
-        if isinstance(digest, str):
+    async def _extend_unique(self, payload: Payload, delay: float) -> None:
+        """Kept over the retry delay: the retry is the same job, still unique."""
+        digest = job.text(payload, "unique_digest")
+        if digest is None:
+            return
+        ttl = delay + (job.number(payload, "unique_ttl") or RUNNING_LOCK_TTL)
+        try:
+            await self.store.extend_lock(self.store.keys.unique(digest), payload["jid"], ttl)
+        except Exception as exc:
+            log.warning("couldn't extend the unique lock of jid=%s: %s", payload["jid"],
+                        why(exc))
+
+    async def _release_unique(self, payload: Payload) -> None:
+        digest = job.text(payload, "unique_digest")
+        if digest is not None:
             await self._release(self.store.keys.unique(digest), payload)
 
-    async def _release(self, key: str, payload: Mapping[str, Any]) -> None:
+    async def _release(self, key: str, payload: Payload) -> None:
         try:
-            await self.store.release_lock(key, str(payload.get("jid")))
+            await self.store.release_lock(key, payload["jid"])
         except Exception as exc:
             log.warning("couldn't release %s for jid=%s (it expires): %s", key,
-                        payload.get("jid"), why(exc))
+                        payload["jid"], why(exc))
 
 
-async def release_for_dead(store: Store, payload: Mapping[str, Any]) -> None:
+async def release_for_dead(store: Store, payload: Payload) -> None:
     """A job buried in dead by recovery releases what it held, like any terminal failure."""
     locks = JobLocks(store)
-    await locks.after_settle(payload, Filing("dead", dict(payload), 0.0, terminal=True),
+    await locks.after_settle(payload, Filing("dead", payload.copy(), 0.0, terminal=True),
                              ran=True)

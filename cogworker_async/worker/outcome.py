@@ -78,14 +78,17 @@ def after_failure(
     """
     error_class, message, backtrace = describe(error)
     count = retries.next_count(payload)
-    entry = dict(payload)
-    entry.update(
-        retry_count=count,
-        error_class=error_class,
-        error_message=message,
-        error_backtrace=backtrace,
-    )
-    entry["retried_at" if "failed_at" in payload else "failed_at"] = now
+    entry = payload.copy()
+    entry.update({
+        "retry_count": count,
+        "error_class": error_class,
+        "error_message": message,
+        "error_backtrace": backtrace,
+    })
+    if job.has(payload, "failed_at"):
+        entry["retried_at"] = now
+    else:
+        entry["failed_at"] = now
     if terminal or retries.exhausted(payload, count):
         return Filing("dead", entry, 0.0, terminal=True)
     wanted = delay() if delay is not None else None  # asked only when it will retry
@@ -116,19 +119,15 @@ def interrupt(raw: bytes, error: BaseException, *, now: float) -> Filing:
     interrupted more than MAX_INTERRUPTS times. Unreadable bytes go to dead as they are.
     """
     try:
-        payload = job.decode(raw, 2**62)
+        payload = job.decode(raw, job.NO_SIZE_LIMIT)
     except Exception as exc:
         return unparseable(raw, queue="", reason=f"{exc} (while recording {error!r})", now=now)
     error_class, message, backtrace = describe(error)
-    count = _int(payload.get("interrupted_count")) + 1
+    count = (job.count(payload, "interrupted_count") or 0) + 1
     attempt = retries.next_count(payload)
-    entry = dict(payload)
-    entry.update(interrupted_count=count, retry_count=attempt, error_class=error_class,
-                 error_message=message, error_backtrace=backtrace, failed_at=now)
+    entry = payload.copy()
+    entry.update({"interrupted_count": count, "retry_count": attempt, "error_class": error_class,
+                  "error_message": message, "error_backtrace": backtrace, "failed_at": now})
     if retries.exhausted(payload, attempt) or count > MAX_INTERRUPTS:
         return Filing("dead", entry, 0.0, terminal=True)
     return Filing("retry", entry, INTERRUPT_DELAY * count, terminal=False)
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0

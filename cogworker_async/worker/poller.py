@@ -18,7 +18,7 @@ import anyio
 from cogworker_async import job
 from cogworker_async.errors import UnparseablePayload
 from cogworker_async.redis.store import RedisError, SetName, Store
-from cogworker_async.settings import Settings, check_queue_name
+from cogworker_async.settings import Settings
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
@@ -81,13 +81,11 @@ class Poller:
         except UnparseablePayload as exc:
             entry = job.unparseable_entry(member, queue=self.default_queue, reason=str(exc),
                                           now=now)
-            await self.store.move_member(target, "dead", member, job.encode(entry, 2**31))
+            await self.store.move_member(target, "dead", member,
+                                         job.encode(entry, job.NO_SIZE_LIMIT))
             log.error("poller: an unreadable %s entry was moved to dead: %s", target, exc)
             return None
-        try:
-            queue = check_queue_name(payload.get("queue"))
-        except (TypeError, ValueError):
-            queue = self.default_queue
+        queue = job.queue_of(payload, self.default_queue)
         payload["queue"] = queue
         payload["enqueued_at"] = now
-        return member, job.encode(payload, 2**31), queue
+        return member, job.encode(payload, job.NO_SIZE_LIMIT), queue

@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 
@@ -42,7 +41,7 @@ class Attempt:
     ran: bool = False
     error: BaseException | None = None
     disposition: Disposition | None = None
-    payload: dict[str, Any] | None = None
+    payload: job.Payload | None = None
     leftover: Leftover = field(default_factory=Leftover)
     started: float = field(default_factory=time.monotonic)
 

@@ -34,7 +34,7 @@ import anyio
 from cogworker_async import job
 from cogworker_async.errors import UnparseablePayload, why
 from cogworker_async.redis.store import ConnectionLost, RedisError, Store
-from cogworker_async.settings import Settings, check_queue_name
+from cogworker_async.settings import Settings
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import release_for_dead
@@ -51,17 +51,18 @@ HOLD_BACK_SCAN: Final = 1000
 """Entries of a dead process's list looked at for repeat orphans to hold back."""
 
 
-def queue_of(raw: bytes, default: str) -> str:
-    """The queue a raw job belongs on: its own ``queue`` field if valid, else ``default``."""
+def queue_of(raw: bytes, fallback: str) -> str:
+    """The queue a raw job belongs on (``job.queue_of``), read as requeue.lua reads it:
+    whatever is not a JSON object has no queue field."""
     try:
         payload = json.loads(raw)
-        return check_queue_name(payload.get("queue"))
-    except Exception:
-        return default
+    except Exception:  # JSONDecodeError, UnicodeDecodeError, RecursionError, ...
+        return fallback
+    return job.queue_of(payload if isinstance(payload, dict) else None, fallback)
 
 
 def process_died_entry(raw: bytes, *, max_orphanings: int, identity: str,
-                       info: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
+                       info: Mapping[str, Any] | None, now: float) -> job.Payload:
     """The dead entry of a job that kept killing its process."""
     message = (f"its process died while running it more than {max_orphanings} times "
                "(killed for memory? SIGKILL?): not retried again")
@@ -69,8 +70,8 @@ def process_died_entry(raw: bytes, *, max_orphanings: int, identity: str,
         entry = job.decode(raw, MAX_ENTRY_BYTES)
     except UnparseablePayload as exc:
         entry = job.unparseable_entry(raw, queue="", reason=str(exc), now=now)
-    entry.update(error_class="ProcessDied", error_message=message, failed_at=now,
-                 orphaned_from=identity, orphaned_process=dict(info or {}))
+    entry.update({"error_class": "ProcessDied", "error_message": message, "failed_at": now,
+                  "orphaned_from": identity, "orphaned_process": dict(info or {})})
     return entry
 
 
@@ -192,7 +193,7 @@ class Recovery:
                                                 job.jid_of(raw)):
                 return  # someone else is burying: leave the rest to them
             log.error("jid=%s orphaned more than %d times: moved to dead (ProcessDied)",
-                      entry.get("jid"), self.settings.max_orphanings)
+                      entry["jid"], self.settings.max_orphanings)
             await release_for_dead(self.store, entry)
 
     async def file_unsettled(self) -> None:

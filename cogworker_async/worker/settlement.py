@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from typing import Final
 
@@ -32,7 +31,8 @@ RETRY_PAUSE: Final = 0.1
 """Seconds before the second attempt; the third waits twice as long."""
 
 MAX_ENTRY_BYTES: Final = 64 * 1024 * 1024
-"""A dead or retry entry is never refused for size: the job already ran."""
+"""Largest dead or retry entry filed as it was built (a job that ran is filed whatever
+its size): past it, the job is filed in dead as its bytes as fetched (``_encoded``)."""
 
 
 class Settler:
@@ -106,17 +106,18 @@ class Settler:
             entry = job.encode(disposition.entry, MAX_ENTRY_BYTES)
         except CogworkerError as exc:  # SerializationError, PayloadTooLarge
             failed = disposition.entry
-            reason = (f"{failed.get('error_class')}: {failed.get('error_message')} "
+            reason = (f"{job.value(failed, 'error_class')}: "
+                      f"{job.value(failed, 'error_message')} "
                       f"(and its entry could not be written as JSON: {exc})")
-            queue = work.queue or str(failed.get("queue") or "")
+            queue = work.queue or str(job.value(failed, "queue") or "")
             fallback = job.unparseable_entry(work.raw, queue=queue, reason=reason,
                                              now=time.time())
-            fallback["jid"] = failed.get("jid", fallback["jid"])
-            fallback["error_class"] = failed.get("error_class", fallback["error_class"])
+            fallback["jid"] = job.value(failed, "jid", fallback["jid"])
+            fallback["error_class"] = job.value(failed, "error_class", fallback["error_class"])
             log.error("jid=%s: %s; filed in dead with its bytes as fetched",
                       job.jid_of(work.raw), reason)
             # No size limit here: the raw bytes are all there is left of the job.
-            return "dead", job.encode(fallback, sys.maxsize), 0.0
+            return "dead", job.encode(fallback, job.NO_SIZE_LIMIT), 0.0
         return disposition.target, entry, disposition.delay
 
     def _remember(self, work: Work, disposition: Disposition, exc: Exception) -> None:

@@ -58,7 +58,7 @@ def decoded_or_refused(raw: bytes, max_bytes: int) -> dict[str, Any] | None:
 
 def assert_dead_entry_writable(raw: bytes) -> None:
     entry = job.unparseable_entry(raw, queue="default", reason="not JSON", now=NOW)
-    written = job.encode(entry, 2**31)
+    written = job.encode(entry, job.NO_SIZE_LIMIT)
     kept = json.loads(written)
     assert base64.b64decode(kept["raw_payload_base64"]) == raw
 
@@ -93,8 +93,8 @@ def test_a_job_written_as_escaped_json_reads_back_equal(payload: dict[str, Any])
     """Whatever ``encode`` writes (it escapes non-ASCII, surrogates included), ``decode``
     reads back as it was, when the fields have the types of a job and the fields that
     end up in key names are valid text (a lone surrogate there is refused)."""
-    raw = job.encode(payload, 2**31)
-    decoded = decoded_or_refused(raw, 2**31)
+    raw = job.encode(payload, job.NO_SIZE_LIMIT)
+    decoded = decoded_or_refused(raw, job.NO_SIZE_LIMIT)
     keyed = [payload.get(f) for f in job.KEYED_FIELDS]
     shaped = (isinstance(payload["jid"], str) and isinstance(payload["class"], str)
               and isinstance(payload["args"], list) and isinstance(payload["kwargs"], dict)
@@ -137,6 +137,6 @@ def test_the_dead_entry_of_any_bytes_can_be_encoded(raw: bytes, reason: str, que
     """The reason and queue name are what the worker had at hand: a parser message, a
     queue name read from Redis; neither may stop the entry being written."""
     entry = job.unparseable_entry(raw, queue=queue, reason=reason, now=NOW)
-    kept = json.loads(job.encode(entry, 2**31))
+    kept = json.loads(job.encode(entry, job.NO_SIZE_LIMIT))
     assert base64.b64decode(kept["raw_payload_base64"]) == raw
     assert kept["error_message"] == reason

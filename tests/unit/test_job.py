@@ -1,10 +1,15 @@
 import json
+import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import get_args
 
 import pytest
 
 from cogworker_async import job
 from cogworker_async.errors import PayloadTooLarge, SerializationError, UnparseablePayload
+from cogworker_async.worker import outcome
+from cogworker_async.worker.recovery import process_died_entry
 
 
 def test_build_and_encode_round_trip() -> None:
@@ -63,3 +68,96 @@ def test_jid_of_reads_what_it_can() -> None:
     assert job.jid_of(json.dumps({"jid": "abc"}).encode()) == "abc"
     assert job.jid_of(b"garbage") is None
     assert job.jid_of(b'{"jid": 5}') is None
+
+
+# -- the payload's fields ----------------------------------------------------------------
+
+
+def test_field_names_are_the_payload_keys() -> None:
+    """``Field`` (what the accessors take) and ``Payload`` (what mypy checks a payload
+    against) name the same fields, once each."""
+    names = get_args(job.Field)
+    assert len(names) == len(set(names))
+    assert set(names) == job.Payload.__required_keys__ | job.Payload.__optional_keys__
+    assert job.Payload.__required_keys__ == {"jid", "class", "args", "kwargs"}
+
+
+def test_every_field_the_package_writes_is_declared() -> None:
+    """The writers' entries hold only ``Payload`` fields (mypy checks the literals; this
+    checks what they build at run time)."""
+    new = job.build("m.f", [1], {"k": 2}, queue="q", retry=3, now=10.0)
+    policy = outcome.RetryPolicy(1.0, 10.0)
+    failed = outcome.after_failure(new, ValueError("boom"), now=11.0, policy=policy).entry
+    again = outcome.after_failure(failed, ValueError("boom"), now=12.0, policy=policy).entry
+    interrupted = outcome.interrupt(job.encode(failed, 10_000), RuntimeError("x"), now=13.0)
+    raw = job.encode(new, 10_000)
+    entries: list[Mapping[str, object]] = [
+        new, failed, again, interrupted.entry,
+        job.unparseable_entry(b"\xff", queue="q", reason="not JSON", now=1.0),
+        process_died_entry(raw, max_orphanings=3, identity="h:1:a", info={"pid": 1}, now=2.0),
+        process_died_entry(b"\xff", max_orphanings=3, identity="h:1:a", info=None, now=2.0),
+    ]
+    declared = set(get_args(job.Field))
+    for entry in entries:
+        assert set(entry) <= declared
+
+
+def test_text_fields_are_strings_or_none() -> None:
+    payload = {"jid": "j1", "class": 5, "queue": None, "periodic": ["p"]}
+    assert job.jid(payload) == "j1"
+    assert job.name(payload) is None
+    assert job.name({"class": "m.f"}) == "m.f"
+    assert job.text(payload, "queue") is None
+    assert job.text(payload, "periodic") is None
+    assert job.text({}, "unique_digest") is None
+
+
+@pytest.mark.parametrize(("stored", "read"), [
+    (0, 0), (3, 3), (-1, -1), (True, None), (False, None), (1.0, None), ("2", None), (None, None),
+])
+def test_counts_are_ints_and_never_bools(stored: object, read: int | None) -> None:
+    assert job.count({"retry_count": stored}, "retry_count") == read
+
+
+@pytest.mark.parametrize(("stored", "read"), [
+    (5, 5.0), (1.5, 1.5), (-2, -2.0), (0, 0.0), (True, None), ("5", None), (None, None),
+    (math.nan, None), (math.inf, None), (-math.inf, None), (10**400, None),
+])
+def test_numbers_are_finite_floats(stored: object, read: float | None) -> None:
+    assert job.number({"enqueued_at": stored}, "enqueued_at") == read
+    assert job.finite_number(stored) == read
+
+
+def test_arguments_read_as_a_list_and_a_dict() -> None:
+    assert job.args_of({"args": [1]}) == [1]
+    assert job.args_of({"args": {"a": 1}}) == []
+    assert job.kwargs_of({"kwargs": {"a": 1}}) == {"a": 1}
+    assert job.kwargs_of({"kwargs": [1]}) == {}
+    assert job.args_of({}) == []
+    assert job.kwargs_of({}) == {}
+
+
+def test_value_and_has_read_what_is_stored() -> None:
+    payload = {"failed_at": None, "error_class": 5}
+    assert job.has(payload, "failed_at")
+    assert not job.has(payload, "retried_at")
+    assert job.value(payload, "error_class") == 5
+    assert job.value(payload, "failed_at", "x") is None  # present: its value, even None
+    assert job.value(payload, "retried_at", "x") == "x"
+
+
+@pytest.mark.parametrize(("stored", "queue"), [
+    ("emails", "emails"), ("a:b.c-d_e", "a:b.c-d_e"), ("q" * 128, "q" * 128),
+    ("q" * 129, "fallback"), ("", "fallback"), ("a b", "fallback"), ("é", "fallback"),
+    (5, "fallback"), (None, "fallback"),
+])
+def test_queue_of_is_a_valid_queue_name_or_the_fallback(stored: object, queue: str) -> None:
+    assert job.queue_of({"queue": stored}, "fallback") == queue
+    assert job.queue_of({}, "fallback") == "fallback"
+    assert job.queue_of(None, "fallback") == "fallback"
+
+
+def test_no_size_limit_refuses_nothing() -> None:
+    payload = job.build("m.f", ["x" * 100_000], {}, queue="q", retry=True, now=1.0)
+    raw = job.encode(payload, job.NO_SIZE_LIMIT)
+    assert job.decode(raw, job.NO_SIZE_LIMIT) == payload

@@ -4,6 +4,7 @@ held until it returns), and every run is counted."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -120,3 +121,16 @@ async def test_a_plain_function_within_its_timeout_leaves_nothing_behind(app: Ap
     await executor(Counters()).run(app.registry["quick"], payload("quick", 2), "default",
                                    leftover)
     assert leftover.thread_done is None
+
+
+def test_stamps_that_are_not_finite_numbers_read_as_none(app: App) -> None:
+    """The context reads ``enqueued_at``/``created_at`` by the one number rule
+    (``job.number``): NaN, infinities and ints past a float's range are no time."""
+    @app.job(name="stamped")
+    async def stamped() -> None: ...
+
+    stored = {**payload("stamped"), "enqueued_at": math.inf, "created_at": 10**400}
+    context = executor(Counters()).context(app.registry["stamped"], stored, "default")
+    assert context.enqueued_at is None
+    assert context.created_at is None
+    assert context.payload is stored  # the job sees the payload itself, not a copy

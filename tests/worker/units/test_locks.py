@@ -82,3 +82,12 @@ async def test_a_job_buried_by_recovery_releases_its_unique_lock(store: Store) -
     payload = await locked(store, "j1")
     await release_for_dead(store, payload)
     assert await holder(store) is None
+
+
+async def test_a_unique_ttl_that_is_not_a_number_extends_by_the_default(store: Store) -> None:
+    """Bad data in ``unique_ttl`` is read as absent (``job.number``), never an error."""
+    payload = {**await locked(store, "j1"), "unique_ttl": "soon"}
+    await JobLocks(store).after_settle(payload, Filing("retry", payload, 120.0, terminal=False),
+                                       ran=True)
+    ttl = await store.client.pttl(store.keys.unique(DIGEST))
+    assert (120.0 + RUNNING_LOCK_TTL - 60.0) * 1000 < ttl <= (120.0 + RUNNING_LOCK_TTL) * 1000
