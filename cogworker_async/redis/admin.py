@@ -18,7 +18,8 @@ from typing import Any, Final
 import redis
 from redis.exceptions import ResponseError
 
-from cogworker_async.redis.store import ConnectionLost, SetName, Store, as_bytes
+from cogworker_async.redis.liveness import as_bytes
+from cogworker_async.redis.store import ConnectionLost, SetName, Store
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ import pytest
 
 from cogworker_async.redis.beats import ALIVE, FORGOTTEN, ZOMBIE, BeatWriter
 from cogworker_async.redis.keys import Keys
-from cogworker_async.redis.store import Requeued, Store
+from cogworker_async.redis.liveness import Requeued
+from cogworker_async.redis.store import Store
 from tests.lua.helpers import (
     fetched,
     items,

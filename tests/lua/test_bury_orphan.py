@@ -11,7 +11,8 @@ import pytest
 import redis
 
 from cogworker_async.redis.keys import Keys
-from cogworker_async.redis.store import Requeued, Store
+from cogworker_async.redis.liveness import Requeued
+from cogworker_async.redis.store import Store
 from tests.lua.helpers import (
     NOT_UTF8,
     fetched,

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from cogworker_async.redis.keys import Keys
-from cogworker_async.redis.store import ORPHAN_TTL, REQUEUE_BATCH, Requeued, Store
+from cogworker_async.redis.liveness import ORPHAN_TTL, REQUEUE_BATCH, Requeued
+from cogworker_async.redis.store import Store
 from tests.lua.helpers import (
     NOT_UTF8,
     fetched,
@@ -201,6 +202,19 @@ async def test_recovery_declares_the_owner_dead_once_it_took_its_jobs(
     await recover(store)
 
     assert await store.client.smembers(keys.declared_dead) == {OWNER.encode()}
+
+
+async def test_the_declared_dead_marks_are_bounded(store: Store, keys: Keys) -> None:
+    """Identities are never reused: past ``max_declared`` marks, old ones go, the new
+    owner's mark stays (it is the one a paused process may still come back to read)."""
+    await store.client.sadd(keys.declared_dead, *[f"gone:{n}:x" for n in range(20)])
+    await fetched(store, OWNER, [make_job()])
+    await store.client.hset(keys.last_beat, OWNER, "0")
+
+    await run_raw(store, "requeue", script_keys(keys), [options(keys, max_declared=5), 0])
+
+    assert await store.client.scard(keys.declared_dead) == 5
+    assert await store.client.sismember(keys.declared_dead, OWNER)
 
 
 @pytest.mark.parametrize("case", ["alive", "nothing taken", "own list"])

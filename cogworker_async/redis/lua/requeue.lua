@@ -112,12 +112,13 @@ if recovering and moved + parked > 0 then
   -- best effort: the jobs are already moved. Bounded: an identity is never reused, so the
   -- marks of processes that never beat again would pile up; past the bound, random old
   -- ones go (a process paused that long, among that many deaths, is not fenced).
-  redis.pcall("SADD", KEYS[6], opts.identity)
+  -- Room is made first, so the mark just written is never the one dropped.
   local marks = redis.pcall("SCARD", KEYS[6])
   local max_declared = tonumber(opts.max_declared) or 10000
-  if type(marks) == "number" and marks > max_declared then
-    redis.pcall("SPOP", KEYS[6], marks - max_declared)
+  if type(marks) == "number" and marks >= max_declared then
+    redis.pcall("SPOP", KEYS[6], marks - max_declared + 1)
   end
+  redis.pcall("SADD", KEYS[6], opts.identity)
 end
 if moved > 0 and opts.wake_channel then
   wake(opts.wake_channel, "requeued") -- idle workers fetch them now
