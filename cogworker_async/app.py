@@ -13,7 +13,6 @@ worker). Users define one per application and import it from both sides:
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -22,7 +21,7 @@ from typing import Any, Final, ParamSpec, Protocol, TypeVar, overload
 
 import anyio
 
-from cogworker_async import urls
+from cogworker_async import environment, urls
 from cogworker_async.admin.api import Inspector
 from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
@@ -240,7 +239,7 @@ class App:
             return self._url
 
     def _pick_url(self, settings: Settings) -> str:
-        url = settings.redis_url or os.environ.get("COGWORKER_REDIS_URL")
+        url = settings.redis_url or environment.redis_url()
         if not url:
             if self._embedded is None:
                 self._embedded = EmbeddedServer(settings.data_dir)

@@ -42,7 +42,7 @@ import anyio
 import redis.exceptions
 import typer
 
-from cogworker_async import urls
+from cogworker_async import environment, urls
 from cogworker_async.admin import cli as admin_cli
 from cogworker_async.app import App, Worker
 from cogworker_async.errors import CogworkerError, why
@@ -266,7 +266,7 @@ def _settings(app: App, overrides: dict[str, Any]) -> Settings:
 
 def _redis_url(app: App, settings: Settings) -> str:
     """The URL the worker will use, checked (an unsupported one is named, masked)."""
-    configured = settings.redis_url or os.environ.get("COGWORKER_REDIS_URL")
+    configured = settings.redis_url or environment.redis_url()
     try:
         if configured:
             return urls.check(configured)

