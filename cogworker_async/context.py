@@ -39,13 +39,15 @@ class JobContext:
         return await self._orphanings() > 0
 
 
-_current: ContextVar[JobContext] = ContextVar("cogworker_current_job")
+CURRENT: ContextVar[JobContext] = ContextVar("cogworker_current_job")
+"""The running job's context: set by the worker around each run (``worker/execute.py``),
+read by ``current_job()``."""
 
 
 def current_job() -> JobContext:
     """The context of the job running in this task (or thread); LookupError outside one."""
     try:
-        return _current.get()
+        return CURRENT.get()
     except LookupError:
         raise LookupError("current_job() is only available while a job runs") from None
 

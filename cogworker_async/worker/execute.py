@@ -17,7 +17,7 @@ from typing import Any, cast
 import anyio
 
 from cogworker_async import job as payloads
-from cogworker_async.context import JobContext, _current
+from cogworker_async.context import CURRENT, JobContext
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
@@ -88,13 +88,13 @@ class Executor:
                   leftover: Leftover) -> None:
         """Run the job; raises whatever the job (or a middleware) raised."""
         context = self.context(definition, payload, queue)
-        token = _current.set(context)
+        token = CURRENT.set(context)
         parts = _this_run.set((definition, payload, leftover))
         try:
             await self._chain(context)
         finally:
             _this_run.reset(parts)
-            _current.reset(token)
+            CURRENT.reset(token)
 
     async def _innermost(self, job: JobContext) -> None:
         definition, payload, leftover = _this_run.get()
