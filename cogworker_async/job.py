@@ -134,7 +134,8 @@ def encode_new(payload: Mapping[str, Any], max_bytes: int) -> bytes:
     raw = encode(payload, max_bytes)  # first: it refuses circular structures
     args, kwargs = payload.get("args"), payload.get("kwargs")
     if type(args) is list and type(kwargs) is dict and _PLAIN.issuperset(map(type, args)) \
-            and _PLAIN.issuperset(map(type, kwargs.values())):
+            and _PLAIN.issuperset(map(type, kwargs.values())) \
+            and _STR_ONLY.issuperset(map(type, kwargs)):  # middleware may add keys
         return raw  # the common case, flat scalar arguments, checked at C speed
     problem = unfaithful(args, kwargs)
     if problem is not None:
@@ -143,6 +144,7 @@ def encode_new(payload: Mapping[str, Any], max_bytes: int) -> bytes:
 
 
 _PLAIN: Final = frozenset({str, int, float, bool, type(None)})
+_STR_ONLY: Final = frozenset({str})
 
 
 def unfaithful(*values: object) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from typing import Final
+from urllib.parse import urlsplit
 
 from cogworker_async.errors import ConfigurationError
 
@@ -19,27 +20,32 @@ SCHEMES: Final = ("redis", "rediss", "unix")
 MASK: Final = "***"
 
 _SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://", re.ASCII)
-# userinfo is everything before the last '@' of the authority; the password is after the
-# first ':' in it. Parsed by hand: urllib refuses "h1:1,h2:2" (several hosts) as a port.
+_HEAD: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/*", re.ASCII)
 _SECRET_QUERY: Final = re.compile(r"(?i)([?&](?:password|pass|pwd|auth)=)[^&#]*")
 
 
 def mask(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (user names stay: they help)."""
+    """``url`` with any password replaced by ``***`` (user names stay: they help).
+
+    Cautious rather than exact: the userinfo is everything before the LAST ``@`` (a
+    password may hold ``/``, ``?``, ``#`` or ``@`` unencoded, which ends an authority for
+    a strict parser, but not for a person pasting a secret), and when that userinfo has
+    no ``:`` but holds a character a user name cannot, all of it is masked. Parsed by
+    hand: urllib refuses "h1:1,h2:2" (several hosts) as a port.
+    """
     text = str(url)
-    found = _SCHEME.match(text)
+    found = _HEAD.match(text)
     head, rest = (text[: found.end()], text[found.end():]) if found else ("", text)
-    authority_end = len(rest)
-    for stop in "/?#":
-        at = rest.find(stop)
-        if at != -1:
-            authority_end = min(authority_end, at)
-    authority, tail = rest[:authority_end], rest[authority_end:]
-    userinfo, sep, hosts = authority.rpartition("@")
+    # Query secrets first: one may hold an '@', which must not be taken for the userinfo's.
+    rest = _SECRET_QUERY.sub(lambda m: m.group(1) + MASK, rest)
+    userinfo, sep, tail = rest.rpartition("@")
     if sep:
         user, colon, _password = userinfo.partition(":")
-        authority = f"{user}{colon}{MASK if colon else ''}@{hosts}"
-    return head + authority + _SECRET_QUERY.sub(lambda m: m.group(1) + MASK, tail)
+        if colon:
+            rest = f"{user}:{MASK}@{tail}"
+        elif any(ch in user for ch in "/?#"):
+            rest = f"{MASK}@{tail}"
+    return head + rest
 
 
 def scheme_of(url: str) -> str:
@@ -57,4 +63,13 @@ def check(url: str) -> str:
     if scheme not in SCHEMES:
         shown = ", ".join(f"{s}://" for s in SCHEMES)
         raise ConfigurationError(f"unsupported Redis URL {mask(url)!r}: use {shown}")
-    return scheme + url[len(scheme):]
+    checked = scheme + url[len(scheme):]
+    try:
+        urlsplit(checked).port  # noqa: B018 - parsed for its ValueError only
+    except ValueError:  # often a password holding '/', '[' or ']': the client fails too
+        raise ConfigurationError(
+            # Not the parser's own message: it quotes the would-be port, the password.
+            f"malformed Redis URL {mask(url)!r} (its host or port cannot be read): "
+            "percent-encode '/', '?', '#', '@', '[' and ']' in a password (e.g. '/' as %2F)"
+        ) from None
+    return checked

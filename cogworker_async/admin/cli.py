@@ -7,8 +7,8 @@ exactly the entry the user saw, or reports it gone, and never touches another on
 Errors are translated at one boundary, ``_run``: nothing leaves as a traceback.
 
 Exit codes: 0 done; 1 some named entry was gone (it ran, another process moved it) or
-was refused; 2 bad usage (a malformed token, a bad page, an unknown App) or Redis out of
-reach, with ``error: ...`` on stderr.
+was refused; 2 bad usage (a malformed token, a bad page, an unknown App); 3 Redis out of
+reach or refusing (a wrong password, a missing permission); with ``error: ...`` on stderr.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from cogworker_async.admin.records import (
 from cogworker_async.admin.sets import JobSet
 from cogworker_async.app import App
 from cogworker_async.errors import CogworkerError
-from cogworker_async.redis.store import ConnectionLost, RedisError
+from cogworker_async.redis.store import AuthenticationError, ConnectionLost, RedisError
 from cogworker_async.settings import check_queue_name
 from cogworker_async.urls import mask
 
@@ -136,6 +136,8 @@ def _run(app: App, work: Callable[[Inspector], Awaitable[T]]) -> T:
         fail(str(exc))
     try:
         return anyio.run(_within, app, work)
+    except AuthenticationError as exc:  # a ConnectionError to redis-py, not to a person
+        fail(f"Redis at {mask(url)} refused the credentials: {exc}", EXIT_REDIS)
     except ConnectionLost as exc:
         fail(f"cannot reach Redis at {mask(url)}: {exc}", EXIT_REDIS)
     except RedisError as exc:

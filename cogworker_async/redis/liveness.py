@@ -126,11 +126,20 @@ class Liveness:
             if looked < REQUEUE_BATCH or budget <= 0:
                 return result
 
-    async def relist(self, identity: str, raws: Sequence[bytes]) -> int:
-        """Put ``raws`` back on ``identity``'s in-progress list where missing."""
-        if not raws:
-            return 0
-        return int(await self._run("relist", [self.keys.in_progress(identity)], list(raws)))
+    async def relist(self, identity: str, raws: Sequence[bytes]) -> int | None:
+        """Put ``raws`` back on ``identity``'s in-progress list where missing; None
+        (nothing listed) while ``identity`` is marked declared dead."""
+        keys = [self.keys.in_progress(identity), self.keys.declared_dead]
+        listed = int(await self._run("relist", keys, [identity, *raws]))
+        return None if listed < 0 else listed
+
+    async def clear_declared_dead(self, identity: str) -> None:
+        """Remove ``identity``'s declared_dead mark (it has fenced itself). Best effort
+        on a set of the wrong type, as in beat.lua (which then never reports a zombie)."""
+        try:
+            await self.client.srem(self.keys.declared_dead, identity)
+        except redis.exceptions.ResponseError:
+            pass
 
     async def unlist(self, identity: str, raws: Sequence[bytes]) -> None:
         """Take ``raws`` off ``identity``'s in-progress list (settled meanwhile)."""

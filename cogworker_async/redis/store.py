@@ -53,6 +53,8 @@ def dead_limits_of(settings: Settings) -> DeadLimits:
 RedisError = redis.exceptions.RedisError
 ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 LostReply = redis.exceptions.ConnectionError
+AuthenticationError = redis.exceptions.AuthenticationError
+"""A wrong password (redis-py makes it a ConnectionError: say it as what it is)."""
 """A call whose reply never came: it may or may not have run (retry only what is safe
 to run twice)."""
 
@@ -231,10 +233,15 @@ class Store(Liveness):
 
     @asynccontextmanager
     async def wake_ups(self) -> AsyncIterator[AsyncIterator[None]]:
-        """Subscribe to the wake channel; iterate to wait for each enqueue's wake-up."""
+        """Subscribe to the wake channel; iterate to wait for each enqueue's wake-up.
+        Entered once the server confirmed the subscription: a stale pooled connection
+        after a restart fails here, not after the caller counted the channel as back."""
         pubsub = self.client.pubsub()
         try:
             await pubsub.subscribe(self.keys.wake_channel)
+            async for confirmation in pubsub.listen():
+                if confirmation.get("type") == "subscribe":
+                    break
 
             async def messages() -> AsyncIterator[None]:
                 async for message in pubsub.listen():

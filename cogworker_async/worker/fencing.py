@@ -11,6 +11,14 @@ missing (Redis restarted without persistence, a failover to a replica that had n
 them) mean Redis lost them, not that another process took the jobs: the beat then
 re-registers the process, and ``relist`` puts its running and unsettled jobs back on its
 own list so that they finish, settle, and are recovered should it crash from now on.
+A relist is also asked for by the ledger (a settle that found its job missing, or a
+reconcile pass that did twice: see ``ledger.py``); ``relist.lua`` refuses while this
+process is marked declared dead, so a relist never lists jobs recovered elsewhere.
+
+The mark stays until ``fence`` has run: ``beat.lua`` reports ZOMBIE on every beat while
+it is there (a lost reply is not a lost fencing), and ``fence`` clears it last. Fencing
+twice is harmless: it cancels only what is not on the list, and jobs fetched after the
+first fencing are (tests/worker/units/test_fence.py).
 
 The news arrives on the heartbeat's thread; the fencing itself runs as a task of the
 worker's upkeep group, woken by an event.
@@ -32,6 +40,10 @@ from cogworker_async.worker.ledger import Ledger
 log = logging.getLogger(__name__)
 
 
+class RelistRefused(Exception):
+    """``relist.lua`` refused: this process is marked declared dead (fencing first)."""
+
+
 class Fence:
     def __init__(self, store: Store, identity: str, ledger: Ledger, *,
                  retry_pause: float) -> None:
@@ -42,6 +54,7 @@ class Fence:
         self._loop = asyncio.get_running_loop()  # the worker's: made in it
         self._declared = anyio.Event()
         self._forgotten = anyio.Event()
+        ledger.on_relist = self._want_relist
 
     def declared_dead_from_thread(self) -> None:
         """Called by the heartbeat thread when a beat reports this process a zombie."""
@@ -56,7 +69,20 @@ class Fence:
 
     def forgotten_from_thread(self) -> None:
         """Called by the heartbeat thread when Redis had lost this process's keys."""
-        self._loop.call_soon_threadsafe(self._forgotten.set)
+        self._loop.call_soon_threadsafe(self._keys_lost)
+
+    def alive_from_thread(self, beat: int) -> None:
+        """Called by the heartbeat thread when beat number ``beat`` found the keys."""
+        if self.ledger.doubtful:  # read across threads: a doubt missed waits a beat
+            self._loop.call_soon_threadsafe(self.ledger.beat_alive, beat)
+
+    def _keys_lost(self) -> None:
+        self.ledger.keys_lost()
+        self._want_relist()
+
+    def _want_relist(self) -> None:
+        self.ledger.relist_wanted = True
+        self._forgotten.set()
 
     async def run(self) -> None:
         """Fence, or relist, each time a beat reports why (forever)."""
@@ -84,15 +110,20 @@ class Fence:
                 event().set()
 
     async def relist(self) -> None:
-        """Redis lost this process's keys: list its running and unsettled jobs again."""
-        raws = self.ledger.in_flight()
-        listed = await self.store.relist(self.identity, list(raws))
-        # A job settled while the relist was on its way (its ack found nothing to remove)
-        # must not stay listed: reconcile would take it for a stray and run it again.
-        still = self.ledger.in_flight()
-        settled = [raw for raw in raws if raw not in still]
-        if settled:
-            await self.store.unlist(self.identity, settled)
+        """Redis lost this process's keys: list its in-flight jobs again (the ones that
+        need a list entry: ``Ledger.in_flight``). No settle that needs the list runs
+        meanwhile (``Ledger.relisting``), so nothing it lists is settled already."""
+        ledger = self.ledger
+        ledger.relist_wanted = False
+        try:
+            async with ledger.relisting():
+                listed = await self.store.relist(self.identity, list(ledger.in_flight()))
+        except BaseException:
+            ledger.relist_wanted = True
+            raise
+        if listed is None:
+            ledger.relist_wanted = True
+            raise RelistRefused("this process is marked declared dead: fencing first")
         log.warning("worker %s: Redis had lost this process's keys (restarted without "
                     "persistence?); registered again, %d running or unsettled job(s) "
                     "listed again", self.identity, listed)
@@ -102,6 +133,7 @@ class Fence:
         their outcomes."""
         listed = set(await self.store.in_progress(self.identity))
         not_ours = self.ledger.not_ours(listed)
+        self.ledger.disown(not_ours.unlisted + not_ours.stale)
         for scope in not_ours.scopes:
             scope.cancel()
         for raw in not_ours.stale:
@@ -111,3 +143,5 @@ class Fence:
         log.error("worker %s was declared dead (paused past orphan_threshold?): its jobs "
                   "were recovered elsewhere; %d running job(s) cancelled here",
                   self.identity, len(not_ours.scopes))
+        # Last: should this fail, the next beat says ZOMBIE again and this runs again.
+        await self.store.clear_declared_dead(self.identity)

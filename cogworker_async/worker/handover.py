@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -49,13 +49,28 @@ class Plan:
 
 
 def plan(pending: Mapping[bytes, Pending]) -> Plan:
+    """A pending GiveBack is in neither: listed, it is requeued with the rest."""
     result = Plan()
     for raw, disposition in pending.items():
         if isinstance(disposition, Ack):
             result.drop.append(raw)
-        else:
+        elif isinstance(disposition, Filing):
             result.hand_over.append((raw, disposition))
     return result
+
+
+Relist = Callable[[], Awaitable[None]]
+
+
+async def relist_if_wanted(ledger: Ledger, relist: Relist) -> None:
+    """At shutdown the fence's task is gone: a relist a settle asked for (Redis lost
+    this process's list) is run here, before the settles that need it."""
+    if not ledger.relist_wanted:
+        return
+    try:
+        await relist()
+    except Exception as exc:  # RedisError, RelistRefused: the settles say the rest
+        log.error("shutdown: couldn't list this process's jobs again (%s)", why(exc))
 
 
 async def hand_over(store: Store, settler: Settler, ledger: Ledger, identity: str,
@@ -85,15 +100,17 @@ async def hand_over(store: Store, settler: Settler, ledger: Ledger, identity: st
         log.warning("shutdown: requeued %d unfinished job(s)", moved)
 
 
-async def settle_pending_until(reconciler: Reconciler, ledger: Ledger, deadline: float) -> None:
+async def settle_pending_until(reconciler: Reconciler, ledger: Ledger, deadline: float,
+                               relist: Relist) -> None:
     """Retry the pending settlements, with backoff, until none is left or ``deadline``
-    (``time.monotonic()``) has passed."""
+    (``time.monotonic()``) has passed; relisting first whenever a settle asked for it."""
     began = time.monotonic()
     log.warning("shutdown: %d finished job(s) not yet settled (Redis unreachable); "
                 "trying for up to %.0fs", len(ledger.pending), max(0.0, deadline - began))
     pause = SETTLE_RETRY_PAUSE[0]
     while ledger.pending and time.monotonic() < deadline:
         with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+            await relist_if_wanted(ledger, relist)
             if await reconciler.settle_pending() is None:
                 break
             await anyio.sleep(min(pause, max(0.0, deadline - time.monotonic())))

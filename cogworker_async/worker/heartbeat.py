@@ -88,6 +88,7 @@ class Heartbeat:
         current_jobs: Callable[[], Iterable[Work]],
         on_zombie: Callable[[], None],
         on_forgotten: Callable[[], None] = lambda: None,
+        on_alive: Callable[[int], None] = lambda beat: None,
     ) -> None:
         self.writer = writer
         self.interval = interval
@@ -97,6 +98,9 @@ class Heartbeat:
         """Thread-safe: called from the heartbeat thread (``Ledger.snapshot``)."""
         self._on_zombie = on_zombie
         self._on_forgotten = on_forgotten
+        self._on_alive = on_alive
+        self.beats_started = 0
+        """Beats begun (each beat's number): read from the loop (``Ledger.beats``)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._beaten = False
@@ -117,12 +121,16 @@ class Heartbeat:
 
     def beat(self) -> None:
         """Write one beat (raises on a Redis error). Fences the process if it was dead."""
+        self.beats_started += 1
+        number = self.beats_started
         status = self.writer.beat(self.info(), self.ttl, first=not self._beaten)
         self._beaten = True
         if status == ZOMBIE:
             self._on_zombie()
         elif status == FORGOTTEN:
             self._on_forgotten()
+        else:
+            self._on_alive(number)
 
     def steady_for(self, seconds: float) -> bool:
         """No beat failed in the last ``seconds`` (read from the event loop)."""

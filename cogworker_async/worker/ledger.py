@@ -4,8 +4,19 @@ A job fetched onto this process's in-progress list is, from then on, in one of t
 places until it leaves the list (in both for a moment, as a failed settle hands it on):
 - ``running`` (raw -> Work): admitted by the dispatcher *before* a processor takes it,
   and left only once its outcome is settled or remembered in ``pending``;
-- ``pending`` (raw -> Ack | Filing): it ran, but its outcome could not be written to
+- ``pending`` (raw -> Ack | Filing | GiveBack): its outcome could not be written to
   Redis yet — settled late, never run again.
+
+Which of them need an entry on the list, should Redis lose it (``in_flight``, what
+``Fence.relist`` lists again): a job not yet settled whose settle script needs the entry
+(a run not decided yet, a Filing or a GiveBack) — never an Ack (``needless``: decided
+before its script is sent, so a relist racing the ack cannot list a finished job, which
+reconcile would then requeue as a stray), never a job whose settle script is on its way
+(``settling``: relists and such settles exclude each other, ``relisting``), never one
+whose last settle lost its reply (``unsure``: it may be filed already), never one that
+fencing found recovered elsewhere (``disowned``). A settle that finds its job missing
+asks for a relist (``want_relist``); so does a reconcile pass that finds an entry missing
+on two passes in a row (``strays``), in case the beat's FORGOTTEN reply was lost.
 
 Reconcile trusts this memory, never Redis: a listed job in neither place is a stray (a
 ghost of a lost fetch reply) and is requeued once seen on two passes in a row
@@ -22,18 +33,20 @@ The rules are pinned by tests/unit/test_ledger.py.
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
 
 from cogworker_async.worker.fetch import Work
-from cogworker_async.worker.outcome import Ack, Filing
+from cogworker_async.worker.outcome import Ack, Filing, GiveBack
 
 PENDING_PER_SLOT: Final = 10
 """Outcomes awaiting settlement per slot before fetching stops (back-pressure)."""
 
-Pending = Ack | Filing
+Pending = Ack | Filing | GiveBack
 """An outcome decided but not yet settled in Redis."""
 
 
@@ -69,6 +82,8 @@ class NotOurs:
 
     scopes: list[anyio.CancelScope] = field(default_factory=list)
     stale: list[bytes] = field(default_factory=list)
+    unlisted: list[bytes] = field(default_factory=list)
+    """Running here but not listed: their settles must not relist them."""
 
 
 class Ledger:
@@ -90,6 +105,29 @@ class Ledger:
         self._max_pending = concurrency * PENDING_PER_SLOT
         self._suspects: set[bytes] = set()
         """Strays seen on the last pass: requeued if seen again on the next."""
+        self._missing: set[bytes] = set()
+        """In-flight jobs missing from the list on the last pass: relisted if again."""
+        self.needless: set[bytes] = set()
+        """Need no list entry: acked (from the decision on), or settled while running."""
+        self.settling: set[bytes] = set()
+        """Their Filing or GiveBack script is on its way (not relisted meanwhile)."""
+        self.unsure: set[bytes] = set()
+        """A settle of theirs lost its reply: it may have run (a 0 then means settled)."""
+        self.disowned: set[bytes] = set()
+        """Found recovered elsewhere by fencing: never relisted, their settle dropped."""
+        self.queues: dict[bytes, str] = {}
+        """The queue of each pending GiveBack (its job goes back there)."""
+        self.doubtful: dict[bytes, tuple[Pending, str, int]] = {}
+        """Settles that found their job missing after an attempt lost its reply, with
+        the number of beats begun by then (``beats``): settled by that attempt if a beat
+        begun later says ALIVE (``beat_alive``), not if one says Redis lost the keys
+        (``keys_lost``: settled again, after a relist)."""
+        self.beats: Callable[[], int] = lambda: 0
+        """How many beats the heartbeat has begun (read from any thread)."""
+        self.relist_wanted = False
+        self.on_relist: Callable[[], None] = lambda: None
+        """Called on ``want_relist`` (the fence's wake-up)."""
+        self._relisting: anyio.Event | None = None
         self._lock = threading.Lock()
 
     # -- one job's way through a processor (the hot path: plain dict operations) ------
@@ -114,25 +152,42 @@ class Ledger:
 
     def finish(self, work: Work) -> None:
         """Its outcome is settled, or remembered in ``pending``: no longer running."""
+        raw = work.raw
         self._lock.acquire()
         try:
-            self.running.pop(work.raw, None)
+            self.running.pop(raw, None)
         finally:
             self._lock.release()
+        self.needless.discard(raw)
+        if raw not in self.pending:
+            self.unsure.discard(raw)
+            self.disowned.discard(raw)
 
     # -- outcomes not yet settled in Redis ---------------------------------------------
 
-    def remember(self, raw: bytes, disposition: Pending) -> None:
-        """Settling failed: keep the outcome, to settle later (never to run again)."""
+    def remember(self, raw: bytes, disposition: Pending, *, queue: str = "") -> None:
+        """Settling failed: keep the outcome, to settle later (never to run again);
+        ``queue``: where a GiveBack goes."""
         self.pending[raw] = disposition
+        if queue:
+            self.queues[raw] = queue
 
     def settled(self, raw: bytes) -> None:
         """Its remembered outcome is now in Redis (or was handed over)."""
         self.pending.pop(raw, None)
+        self._drop_marks(raw)
 
     def forget(self, raw: bytes) -> None:
         """Drop a remembered outcome unsettled: the job is no longer ours (fencing)."""
         self.pending.pop(raw, None)
+        self._drop_marks(raw)
+
+    def _drop_marks(self, raw: bytes) -> None:
+        self.queues.pop(raw, None)
+        if raw not in self.running:
+            self.needless.discard(raw)
+            self.unsure.discard(raw)
+            self.disowned.discard(raw)
 
     @property
     def backpressure(self) -> bool:
@@ -142,19 +197,79 @@ class Ledger:
     # -- what the list in Redis should hold ----------------------------------------------
 
     def in_flight(self) -> set[bytes]:
-        """Every raw this process holds: running or pending (relisted after Redis lost
-        this process's keys)."""
-        return set(self.running) | set(self.pending)
+        """The raws that need an entry on this process's list (relisted after Redis
+        lost it; see the module's docstring): running or pending, but not acked, not
+        settling, not settled, not unsure, not disowned."""
+        skip = self.needless | self.settling | self.unsure | self.disowned
+        held = {raw for raw in self.running if raw not in skip}
+        held.update(raw for raw, disposition in self.pending.items()
+                    if not isinstance(disposition, Ack) and raw not in skip)
+        return held
 
     def strays(self, listed: list[bytes]) -> set[bytes]:
         """The listed jobs to requeue: neither running nor pending, on this pass and the
         one before (the second look rules out a job between its fetch and its admit).
-        Each call is one pass."""
+        Each call is one pass; it also asks for a relist when an in-flight job is missing
+        from ``listed`` on two passes in a row (a lost FORGOTTEN reply; the second look
+        rules out a job admitted after the list was read)."""
         running, pending = self.running, self.pending
         seen = {raw for raw in listed if raw not in running and raw not in pending}
         confirmed = seen & self._suspects
         self._suspects = seen - self._suspects
+        missing = self.in_flight().difference(listed)
+        if missing & self._missing:
+            self._missing = set()
+            self.want_relist()
+        else:
+            self._missing = missing
         return confirmed
+
+    # -- relisting after Redis lost this process's list ---------------------------------
+
+    def want_relist(self) -> None:
+        """An in-flight job is missing from the list: ask the fence to list them again."""
+        self.relist_wanted = True
+        self.on_relist()
+
+    @asynccontextmanager
+    async def relisting(self) -> AsyncIterator[None]:
+        """Held by a relist: a Filing or GiveBack settle waits for it (``settle_turn``),
+        so that no relist lists a job its settle script is removing."""
+        await self.settle_turn()
+        self._relisting = done = anyio.Event()
+        try:
+            yield
+        finally:
+            self._relisting = None
+            done.set()
+
+    async def settle_turn(self) -> None:
+        """Return once no relist is on its way."""
+        while self._relisting is not None:
+            await self._relisting.wait()
+
+    def doubt(self, raw: bytes, disposition: Pending, queue: str) -> None:
+        """A 0 after a lost reply: settled, unless Redis lost the keys meanwhile."""
+        self.doubtful[raw] = (disposition, queue, self.beats())
+
+    def beat_alive(self, beat: int) -> None:
+        """Beat number ``beat`` found the keys in place: the doubts of before it began
+        were settled by their lost-reply attempt."""
+        for raw, (_, _, before) in list(self.doubtful.items()):
+            if beat > before:
+                del self.doubtful[raw]
+
+    def keys_lost(self) -> None:
+        """Redis lost this process's keys: a lost reply no longer tells that a settle
+        ran (its effect may be gone with the rest), so every doubt is settled again."""
+        self.unsure.clear()
+        for raw, (disposition, queue, _) in self.doubtful.items():
+            self.remember(raw, disposition, queue=queue)
+        self.doubtful.clear()
+
+    def disown(self, raws: list[bytes]) -> None:
+        """Fencing found these recovered elsewhere: never relisted, nor settled here."""
+        self.disowned.update(raws)
 
     def not_ours(self, listed: set[bytes]) -> NotOurs:
         """What this process holds that is no longer on its list (another process
@@ -162,6 +277,7 @@ class Ledger:
         return NotOurs(
             scopes=[scope for raw, scope in self.scopes.items() if raw not in listed],
             stale=[raw for raw in self.pending if raw not in listed],
+            unlisted=[raw for raw in self.running if raw not in listed],
         )
 
     # -- read by the heartbeat thread ------------------------------------------------------

@@ -121,7 +121,9 @@ class Manager:
             describe=self._describe, current_jobs=self.ledger.snapshot,
             on_zombie=self.fence.declared_dead_from_thread,
             on_forgotten=self.fence.forgotten_from_thread,
+            on_alive=self.fence.alive_from_thread,
         )
+        self.ledger.beats = lambda: self.heartbeat.beats_started
         # No judging others dead until our own beats have succeeded for orphan_threshold
         # (see Recovery.recover_orphans): after a Redis outage every stamp is stale.
         self.recovery = Recovery(store, settings, self.identity, may_judge=partial(
@@ -364,7 +366,8 @@ class Manager:
             return
         deadline = (self._stop_at or time.monotonic()) + self.settings.shutdown_timeout
         with anyio.CancelScope(shield=True) as self._settle_scope:
-            await handover.settle_pending_until(self.reconciler, self.ledger, deadline)
+            await handover.settle_pending_until(self.reconciler, self.ledger, deadline,
+                                                self.fence.relist)
         self._settle_scope = None
 
     async def _hand_over(self) -> None:
@@ -373,6 +376,7 @@ class Manager:
         await self._flush_stats()
         if self.fetcher.reliable:
             with anyio.move_on_after(HANDOVER_TIMEOUT / 2):
+                await handover.relist_if_wanted(self.ledger, self.fence.relist)
                 await self.reconciler.settle_pending()  # a last try: Redis may be back
             await handover.hand_over(self.store, self.settler, self.ledger, self.identity,
                                      self.settings.default_queue)

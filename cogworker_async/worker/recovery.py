@@ -146,10 +146,12 @@ class Recovery:
             await self._record(event)
         if result.parked:
             await self.bury_repeat_orphans(identity, info)
-        # The declared_dead mark stays once jobs were taken: it is the only evidence a
-        # paused process accepts, on waking, that its jobs run elsewhere (missing keys
-        # alone mean Redis lost them: see beat.lua).
-        await self.store.forget(identity, declared_dead=bool(result.moved or result.parked))
+        # Recovery never removes a declared_dead mark: it is the only evidence a paused
+        # process accepts, on waking, that its jobs run elsewhere (missing keys alone mean
+        # Redis lost them: see beat.lua), and the pass that set it may have lost its
+        # reply, leaving a later pass to find the list empty and forget the identity.
+        # Only the process itself clears its mark (its first beat, its fencing, retire).
+        await self.store.forget(identity, declared_dead=True)
         return result.moved
 
     async def _record(self, event: dict[str, Any]) -> None:

@@ -2,8 +2,29 @@
 
 Every settle script is idempotent (an LPOS guard, or LREM), so a settle is retried a few
 times on a connection error. If it still fails, the outcome is remembered in the
-ledger's ``pending`` (``raw -> Ack | Filing``) and never mistaken for a job to run
-again: on shutdown a pending ack is dropped from the in-progress list (that is its ack).
+ledger's ``pending`` (``raw -> Ack | Filing | GiveBack``) and never mistaken for a job
+to run again: on shutdown a pending ack is dropped from the in-progress list (that is
+its ack).
+
+An ack needs no list entry: it is marked ``needless`` in the ledger the moment it is
+decided, before its script is sent, so that a relist never lists it again.
+
+A Filing or a GiveBack needs its job on the list (its script finds it there by exact
+bytes, and returns 0 when it is not). What a 0 means:
+- after an attempt of this settle whose reply was lost (``ledger.unsure``: it may have
+  run) — settled by that attempt, unless Redis lost the keys meanwhile (a restart cuts
+  connections, so a lost reply and a lost list often come together): the outcome waits
+  in ``ledger.doubtful`` for the next beat begun after it; ALIVE settles the doubt,
+  FORGOTTEN puts the outcome back in ``pending`` to be relisted and settled;
+- for a job fencing found recovered elsewhere (``ledger.disowned``) — dropped: not ours;
+- otherwise (a first attempt, or after a failure that certainly sent nothing: refused
+  by Redis, or a connection that could not even be made) — the job is not listed
+  because Redis lost the list (restarted without persistence): the outcome is kept in
+  ``pending``, a relist is asked for (``ledger.want_relist``), and the next
+  ``settle_pending`` files it (``NotListed``).
+Pinned by tests/hardening/test_lost_list_settles.py. The window left: a doubtful
+outcome when the FORGOTTEN reply of the beat after it is lost too (counted as settled),
+or the process stops first (the hand-over does not see it).
 """
 
 from __future__ import annotations
@@ -11,13 +32,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Final
+from collections.abc import Coroutine
+from typing import Any, Final
 
 import anyio
 
 from cogworker_async import job
 from cogworker_async.errors import CogworkerError, why
-from cogworker_async.redis.store import RedisError, SetName, Store
+from cogworker_async.redis.store import ConnectionLost, RedisError, SetName, Store
 from cogworker_async.worker import outcome
 from cogworker_async.worker.acks import AckBatcher
 from cogworker_async.worker.fetch import Work
@@ -35,6 +57,18 @@ MAX_ENTRY_BYTES: Final = 64 * 1024 * 1024
 its size): past it, the job is filed in dead as its bytes as fetched (``_encoded``)."""
 
 
+class NotListed(RedisError):
+    """A Filing or GiveBack found its job missing from the list (Redis lost it): kept
+    pending, and settled once the job is listed again."""
+
+
+def maybe_ran(exc: Exception) -> bool:
+    """Whether a failed call may have run in Redis: a lost connection may have lost the
+    reply, unless the connection could not even be made (redis-py says "connecting
+    to" then: nothing was sent); an error reply means the script did not run."""
+    return isinstance(exc, ConnectionLost) and "connecting to" not in str(exc)
+
+
 class Settler:
     def __init__(self, store: Store, identity: str, *, reliable: bool, ledger: Ledger) -> None:
         self.store = store
@@ -45,6 +79,8 @@ class Settler:
 
     async def settle(self, work: Work, disposition: Disposition) -> None:
         """Apply ``disposition``; never raises (a settle must not stop the worker)."""
+        if isinstance(disposition, Ack):
+            self.ledger.needless.add(work.raw)  # before its script: never relisted
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 if isinstance(disposition, Ack) and self.reliable:
@@ -52,7 +88,14 @@ class Settler:
                 else:
                     await self.apply(work, disposition)
                 return
+            except NotListed:
+                self.ledger.remember(work.raw, disposition, queue=work.queue)
+                log.warning("jid=%s was not on this process's list (Redis lost it?): "
+                            "listing it again, then settling it", job.jid_of(work.raw))
+                return
             except RedisError as exc:
+                if maybe_ran(exc):
+                    self.ledger.unsure.add(work.raw)
                 if attempt == ATTEMPTS:
                     self._remember(work, disposition, exc)
                     return
@@ -77,6 +120,8 @@ class Settler:
                            "payload": entry.decode("utf-8")}).encode()
 
     async def apply(self, work: Work, disposition: Disposition) -> None:
+        """Apply ``disposition`` once; raises ``NotListed`` when a Filing or GiveBack
+        finds its job missing from the list (see the module's docstring)."""
         store, identity = self.store, self.identity
         if isinstance(disposition, Ack):
             if self.reliable:
@@ -84,13 +129,34 @@ class Settler:
         elif isinstance(disposition, Filing):
             target, entry, delay = self._encoded(work, disposition)
             if self.reliable:
-                await store.file_failure(identity, work.raw, target, entry, delay)
+                await self._listed(work, disposition, store.file_failure(
+                    identity, work.raw, target, entry, delay))
             else:
                 await store.file_entry(target, entry, delay)
         elif self.reliable:
-            await store.give_back(identity, work.queue, work.raw)
+            queue = work.queue or self.ledger.queues.get(work.raw, "")
+            await self._listed(work, disposition, store.give_back(identity, queue, work.raw))
         else:
             await store.push_back(work.queue, work.raw)
+
+    async def _listed(self, work: Work, disposition: Filing | GiveBack,
+                      script: Coroutine[Any, Any, bool]) -> None:
+        """Run a settle script that needs its job listed, never while a relist is on its
+        way; its 0 read as the module's docstring says."""
+        ledger, raw = self.ledger, work.raw
+        try:
+            await ledger.settle_turn()
+            ledger.settling.add(raw)
+            done = await script
+        finally:
+            script.close()  # never awaited if cancelled while waiting its turn
+            ledger.settling.discard(raw)
+        if not done and raw not in ledger.disowned:
+            if raw not in ledger.unsure:
+                ledger.want_relist()
+                raise NotListed(f"jid={job.jid_of(raw)} is not on the in-progress list")
+            ledger.doubt(raw, disposition, work.queue or ledger.queues.get(raw, ""))
+        ledger.needless.add(raw)  # off the list: a relist must not put it back
 
     @staticmethod
     def _encoded(work: Work, disposition: Filing) -> tuple[SetName, bytes, float]:

@@ -41,3 +41,16 @@ def test_schemes_are_case_insensitive(url: str) -> None:
     assert checked.split("://")[0] == url.split("://")[0].lower()
     assert checked.split("://")[1] == url.split("://")[1]
     assert App(url).redis_url() == checked
+
+
+@pytest.mark.parametrize(("url", "secret"), [
+    ("redis://default:abc/def+ghi=@host:6379/0", "abc/def"),   # a base64-ish secret
+    ("redis://u:p?ss#w@rd@host/0", "p?ss"),                     # '?', '#' and '@' in it
+    ("redis:/u:s3cret@h", "s3cret"),                            # a slash missing
+    ("rediss://user:se/cret@h:1?ssl_ca_certs=/ca.pem", "se/cret"),
+])
+def test_a_password_with_reserved_characters_is_still_masked(url: str, secret: str) -> None:
+    assert secret not in mask(url)
+    with pytest.raises(ConfigurationError) as refused:
+        check(url)
+    assert secret not in str(refused.value)

@@ -33,3 +33,17 @@ async def test_unlist_takes_off_what_settled_meanwhile(store: Store, keys: Keys)
     await store.unlist(IDENTITY, [settled])
 
     assert await items(store, keys.in_progress(IDENTITY)) == [running]
+
+
+async def test_lists_nothing_while_the_process_is_marked_declared_dead(
+    store: Store, keys: Keys
+) -> None:
+    # Its jobs were recovered elsewhere: listed again here, they would run twice (the
+    # fencing would not cancel them, their settles would file them again).
+    await store.client.sadd(keys.declared_dead, IDENTITY)
+
+    assert await store.relist(IDENTITY, [make_job()]) is None
+
+    assert await items(store, keys.in_progress(IDENTITY)) == []
+    await store.clear_declared_dead(IDENTITY)
+    assert await store.relist(IDENTITY, [make_job()]) == 1

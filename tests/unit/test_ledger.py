@@ -12,7 +12,7 @@ from anyio.abc import TaskStatus
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.heartbeat import workers_entries
 from cogworker_async.worker.ledger import PENDING_PER_SLOT, Ledger
-from cogworker_async.worker.outcome import Ack, Filing
+from cogworker_async.worker.outcome import Ack, Filing, GiveBack
 
 
 def work(n: int) -> Work:
@@ -61,11 +61,14 @@ def test_a_confirmed_stray_still_listed_needs_two_more_passes() -> None:
     assert [ledger.strays([ghost]) for _ in range(4)] == [set(), {ghost}, set(), {ghost}]
 
 
+FILED = Filing("dead", {"jid": "x"}, 0.0, terminal=True)
+
+
 def test_a_pending_outcome_is_never_a_stray_until_it_is_settled() -> None:
     ledger = Ledger(slots=1, concurrency=1)
     done = work(1)
     ledger.admit(done)
-    ledger.remember(done.raw, Ack())
+    ledger.remember(done.raw, FILED)
     ledger.finish(done)
     assert ledger.in_flight() == {done.raw}  # from running to pending with no gap
     assert [ledger.strays([done.raw]) for _ in range(3)] == [set(), set(), set()]
@@ -186,3 +189,75 @@ def test_the_workers_hash_shows_each_running_job_and_skips_unreadable_ones() -> 
     assert list(entries) == ["j1"]
     assert json.loads(entries["j1"]) == {"queue": "default", "class": "x",
                                          "run_at": readable.fetched_at}
+
+
+# -- what a relist lists (tests/hardening/test_lost_list_settles.py: the whole story) ----
+
+
+def test_an_ack_is_never_relisted_from_its_decision_on() -> None:
+    """Listed again after its ack ran (finding nothing), a finished job would be a stray
+    and run again."""
+    ledger = Ledger(slots=2, concurrency=2)
+    acked, pending_ack = work(1), work(2)
+    ledger.admit(acked)
+    ledger.needless.add(acked.raw)  # what Settler.settle does before sending the ack
+    ledger.remember(pending_ack.raw, Ack())
+    assert ledger.in_flight() == set()
+    ledger.finish(acked)
+    assert ledger.needless == set()
+
+
+def test_filings_and_give_backs_are_relisted_until_settled_but_not_while_settling() -> None:
+    ledger = Ledger(slots=3, concurrency=3)
+    running, filed, given = work(1), work(2), work(3)
+    for w in (running, filed, given):
+        ledger.admit(w)
+    ledger.remember(given.raw, GiveBack(), queue="q")
+    assert ledger.in_flight() == {running.raw, filed.raw, given.raw}
+    ledger.settling.add(filed.raw)
+    assert ledger.in_flight() == {running.raw, given.raw}
+    ledger.settling.discard(filed.raw)
+    ledger.needless.add(filed.raw)  # its script returned 1: off the list
+    assert ledger.in_flight() == {running.raw, given.raw}
+    ledger.settled(given.raw)
+    assert ledger.queues == {}
+
+
+def test_unsure_and_disowned_jobs_are_never_relisted() -> None:
+    ledger = Ledger(slots=2, concurrency=2)
+    unsure, disowned = work(1), work(2)
+    ledger.admit(unsure)
+    ledger.admit(disowned)
+    ledger.unsure.add(unsure.raw)
+    ledger.disown([disowned.raw])
+    assert ledger.in_flight() == set()
+    ledger.finish(unsure)
+    ledger.finish(disowned)
+    assert ledger.unsure == set()
+    assert ledger.disowned == set()
+
+
+def test_an_in_flight_job_missing_on_two_passes_in_a_row_asks_for_a_relist() -> None:
+    """A lost FORGOTTEN reply: nobody else would ever relist it."""
+    asked: list[bool] = []
+    ledger = Ledger(slots=1, concurrency=1)
+    ledger.on_relist = lambda: asked.append(True)
+    running = work(1)
+    ledger.admit(running)
+    assert ledger.strays([]) == set()
+    assert asked == []
+    assert ledger.strays([]) == set()
+    assert asked == [True]
+    assert ledger.relist_wanted
+
+
+def test_a_job_admitted_after_the_list_was_read_asks_for_no_relist() -> None:
+    asked: list[bool] = []
+    ledger = Ledger(slots=1, concurrency=1)
+    ledger.on_relist = lambda: asked.append(True)
+    fetched = work(1)
+    ledger.admit(fetched)
+    assert ledger.strays([]) == set()  # read before its fetch put it there
+    assert ledger.strays([fetched.raw]) == set()
+    assert ledger.strays([fetched.raw]) == set()
+    assert asked == []

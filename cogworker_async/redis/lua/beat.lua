@@ -13,18 +13,23 @@
 -- beat, it keeps its running jobs and lists them again. Only the mark is evidence that
 -- the jobs run elsewhere: a missing key alone must never cancel them.
 -- A first beat is never a zombie, and clears a declared_dead entry left by an earlier
--- process with the same identity.
+-- process with the same identity. A later beat leaves the mark: it reports a zombie on
+-- every beat until the process has fenced itself and cleared it (Store.clear_declared_dead),
+-- so a lost reply never means a lost fencing.
 -- The stamp comes from Redis TIME: recovery compares it with the same clock.
 -- declared_dead and beats are best effort: one of the wrong type must not stop the beat
 -- (the process would look dead and its running jobs be recovered and run twice).
 local now = redis_now(ARGV[4])
 local status = 1
--- Removed on every beat: on a first beat the entry can only be a predecessor's (a
--- configured identity reused after that process died); this process fetched nothing yet.
-local declared = redis.pcall("SREM", KEYS[5], ARGV[1]) == 1
+local declared = false
 if ARGV[5] == "1" then
+  declared = redis.pcall("SISMEMBER", KEYS[5], ARGV[1]) == 1
   local forgotten = redis.call("EXISTS", KEYS[1]) == 0 and redis.call("HEXISTS", KEYS[2], ARGV[1]) == 0
   if declared then status = 2 elseif forgotten then status = 3 end
+else
+  -- On a first beat the mark can only be a predecessor's (a configured identity reused
+  -- after that process died); this process fetched nothing yet.
+  redis.pcall("SREM", KEYS[5], ARGV[1])
 end
 redis.call("SET", KEYS[1], ARGV[2], "PX", tonumber(ARGV[3]))
 redis.call("HSET", KEYS[2], ARGV[1], string.format("%.6f", now))

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import anyio
+import pytest
 from anyio.abc import TaskStatus
 
 from cogworker_async.redis.store import Store
-from cogworker_async.worker.fencing import Fence
+from cogworker_async.worker.fencing import Fence, RelistRefused
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
-from cogworker_async.worker.outcome import Ack
+from cogworker_async.worker.outcome import Ack, Filing
 from tests.waiting import wait_until
 from tests.worker.units.conftest import (
     IDENTITY,
@@ -23,6 +24,7 @@ from tests.worker.units.conftest import (
 )
 
 RETRY_PAUSE = 0.05
+FILED = Filing("dead", {"jid": "j2"}, 0.0, terminal=True)
 
 
 class Runs:
@@ -103,9 +105,10 @@ async def test_fencing_retries_while_redis_is_away(
 
 async def test_jobs_are_listed_again_after_redis_lost_the_list(store: Store,
                                                                ledger: Ledger) -> None:
-    running, unsettled = Work("default", raw_job(1)), raw_job(2)
+    running, unsettled, acked = Work("default", raw_job(1)), raw_job(2), raw_job(3)
     ledger.admit(running)
-    ledger.remember(unsettled, Ack())
+    ledger.remember(unsettled, FILED)
+    ledger.remember(acked, Ack())  # an ack needs no list entry: never listed again
     fence = Fence(store, IDENTITY, ledger, retry_pause=RETRY_PAUSE)
     async with anyio.create_task_group() as tg:
         tg.start_soon(fence.run)
@@ -128,7 +131,7 @@ async def test_a_job_settled_during_the_relist_is_not_left_listed(
     ledger.remember(settles, Ack())
 
     class SettledMeanwhile(Store):
-        async def relist(self, identity: str, raws: Sequence[bytes]) -> int:
+        async def relist(self, identity: str, raws: Sequence[bytes]) -> int | None:
             listed_now = await super().relist(identity, raws)
             ledger.settled(settles)  # its ack found nothing to remove
             return listed_now
@@ -136,3 +139,35 @@ async def test_a_job_settled_during_the_relist_is_not_left_listed(
     async with store_of(SettledMeanwhile, redis_url, namespace) as racing:
         await Fence(racing, IDENTITY, ledger, retry_pause=RETRY_PAUSE).relist()
     assert await listed(store) == [running.raw]
+
+
+async def test_fencing_clears_the_mark_last_and_a_second_fencing_spares_later_jobs(
+    store: Store, ledger: Ledger
+) -> None:
+    """A lost ZOMBIE reply is not a lost fencing: the mark stays (every beat says ZOMBIE)
+    until fence() has run; run twice (its SREM failed), it cancels nothing fetched since."""
+    recovered, fetched_since = Work("default", raw_job(1)), Work("default", raw_job(2))
+    await store.client.sadd(store.keys.declared_dead, IDENTITY)
+    runs = Runs(ledger)
+    fence = Fence(store, IDENTITY, ledger, retry_pause=RETRY_PAUSE)
+    async with anyio.create_task_group() as tg:
+        await tg.start(runs.run, recovered)
+        await fence.fence()
+        await wait_until(lambda: runs.cancelled == [recovered.raw], timeout=5)
+        assert not await store.client.sismember(store.keys.declared_dead, IDENTITY)
+        await put_in_progress(store, fetched_since.raw)
+        await tg.start(runs.run, fetched_since)
+        await fence.fence()
+        await anyio.wait_all_tasks_blocked()
+        assert runs.cancelled == [recovered.raw]
+        tg.cancel_scope.cancel()
+
+
+async def test_no_relist_while_marked_declared_dead(store: Store, ledger: Ledger) -> None:
+    """Its jobs run elsewhere: listed again here, fencing would not cancel them."""
+    ledger.admit(Work("default", raw_job(1)))
+    await store.client.sadd(store.keys.declared_dead, IDENTITY)
+    with pytest.raises(RelistRefused):
+        await Fence(store, IDENTITY, ledger, retry_pause=RETRY_PAUSE).relist()
+    assert await listed(store) == []
+    assert ledger.relist_wanted
