@@ -141,13 +141,6 @@ class Liveness:
         except redis.exceptions.ResponseError:
             pass
 
-    async def unlist(self, identity: str, raws: Sequence[bytes]) -> None:
-        """Take ``raws`` off ``identity``'s in-progress list (settled meanwhile)."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for raw in raws:
-                pipe.lrem(self.keys.in_progress(identity), 1, raw)  # type: ignore[arg-type]
-            await pipe.execute()
-
     async def in_progress(self, identity: str) -> list[bytes]:
         """Everything on ``identity``'s in-progress list, newest first."""
         return [as_bytes(raw) for raw in await self.client.lrange(self.keys.in_progress(identity),

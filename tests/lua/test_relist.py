@@ -26,14 +26,6 @@ async def test_is_safe_to_run_twice(store: Store, keys: Keys) -> None:
     assert len(await items(store, keys.in_progress(IDENTITY))) == 2
 
 
-async def test_unlist_takes_off_what_settled_meanwhile(store: Store, keys: Keys) -> None:
-    settled, running = make_job(), make_job()
-    await store.relist(IDENTITY, [settled, running])
-
-    await store.unlist(IDENTITY, [settled])
-
-    assert await items(store, keys.in_progress(IDENTITY)) == [running]
-
 
 async def test_lists_nothing_while_the_process_is_marked_declared_dead(
     store: Store, keys: Keys
