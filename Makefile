@@ -34,7 +34,7 @@ check: lint typecheck test
 ## The chaos suite at full size (make test runs a short version of each scenario);
 ## each scenario prints a "CHAOS <name> {figures}" line.
 chaos: $(STAMP)
-	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/chaos
+	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/chaos tests/cluster/test_cluster_chaos.py
 
 ## Side-by-side benchmark against arq, SAQ, taskiq, streaq and RQ (each in its own venv
 ## under benchmarks/.venvs/, installed on first use); writes benchmarks/RESULTS.md.

@@ -93,7 +93,9 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
 ]}
 DEFAULT_SYSTEMS = list(SYSTEMS)
 
-SCENARIOS = ["enqueue", "bulk", "noop", "latency", "sleep", "memory"]
+SCENARIOS = ["enqueue", "bulk", "noop", "latency", "sleep", "memory", "cluster"]
+CLUSTER_SCRIPT = HERE / "cluster.py"
+"""The ``cluster`` scenario (ours only, on its own servers): benchmarks/cluster.py."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1053,7 +1055,7 @@ def measure(bench: Bench, systems: list[System], scenarios: list[str],
     for run in range(1, total + 1):
         for system in systems:
             runs[system.name].append({})
-        for scenario in [s for s in scenarios if s != "memory"]:
+        for scenario in [s for s in scenarios if s not in ("memory", "cluster")]:
             for system in systems:
                 bench.redis.flush()
                 log(f"run {run}/{total}: {scenario} / {system.name} ...")
@@ -1099,9 +1101,13 @@ def main() -> int:
                 profile_text = f"(profile failed: {exc})"
     finally:
         redis.stop()
+    cluster_text = ""
+    if "cluster" in scenarios and OURS in args.systems.split(","):
+        cluster_text = run_cluster(args, sizes, bench, errors)
     finished = dt.datetime.now().astimezone()
     report = render(args, sizes, systems, results, errors, command, started, finished,
-                    load_before, os.getloadavg(), redis_version, profile_text)
+                    load_before, os.getloadavg(), redis_version, profile_text,
+                    cluster_text)
     print(report)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     raw = RESULTS_DIR / f"{bench.stamp}.json"
@@ -1114,10 +1120,30 @@ def main() -> int:
     return 1 if errors else 0
 
 
+def run_cluster(args: argparse.Namespace, sizes: Sizes, bench: Bench,
+                errors: list[str]) -> str:
+    """benchmarks/cluster.py with the project's venv (its own servers: a 3-master
+    cluster and one Redis); its Markdown tables, or "" after an error."""
+    log("cluster: 6 queues on a 3-master cluster vs one Redis ...")
+    raw = bench.logs / "cluster.json"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    argv = [str(ensure_our_python()), str(CLUSTER_SCRIPT), "--runs", str(sizes.runs),
+            "--json", str(raw), *(["--quick"] if args.quick else [])]
+    with open(bench.logs / "cluster.log", "w") as stderr:
+        done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr,
+                              text=True, timeout=3600)
+    if done.returncode != 0:
+        errors.append(f"cluster: exited with {done.returncode} "
+                      f"(see {bench.logs / 'cluster.log'})")
+        return ""
+    return done.stdout.strip()
+
+
 def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
            results: dict[str, dict[str, Any]], errors: list[str], command: str,
            started: dt.datetime, finished: dt.datetime, load_before: tuple[float, ...],
-           load_after: tuple[float, ...], redis_version: str, profile_text: str) -> str:
+           load_after: tuple[float, ...], redis_version: str, profile_text: str,
+           cluster_text: str = "") -> str:
     box = machine()
     kind = "QUICK smoke run (--quick: small N, 1 run)" if args.quick else \
         f"full run ({sizes.runs} runs, medians)"
@@ -1165,6 +1191,8 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
     if breakdown:
         lines += ["## Idle worker: commands per second it sent to Redis (MONITOR)", "",
                   breakdown, ""]
+    if cluster_text:
+        lines += ["## Redis Cluster: 3 masters vs one Redis (ours)", "", cluster_text, ""]
     if errors:
         lines += ["## Errors", "", *[f"- {e}" for e in errors], ""]
     if profile_text:
@@ -1208,6 +1236,10 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         f"(ours; {sizes.mem_peers:,} for peers), then a worker's RSS after running "
         f"{sizes.mem_processed:,} of them, vs its RSS with only those "
         f"{sizes.mem_processed:,} queued.",
+        "- **cluster** (ours): no-op jobs on 6 queues, 2 hashing to each master of a "
+        "3-master cluster (no replicas), vs the same on one Redis; 2 worker processes; "
+        "Redis CPU per job per shard, and one Redis' ceiling (1 / Redis CPU per job) from "
+        "1, 2 and 3 workers (see `benchmarks/cluster.py`).",
         "",
         "Ratios are ours ÷ peer for rates and peer ÷ ours for times, CPU, latency, calls "
         "and memory: above 1 means ours is better.",

@@ -185,9 +185,9 @@ class Client:
                           definition.name)
                 return None
         elif epoch is not None:
-            await store.schedule([push.raw], at=epoch)
+            await store.schedule(push.queue, [push.raw], at=epoch)
         elif seconds is not None:
-            await store.schedule([push.raw], delay=seconds)
+            await store.schedule(push.queue, [push.raw], delay=seconds)
         else:
             await store.enqueue(push.queue, [push.raw])
         return push.jid

@@ -339,9 +339,9 @@ def kwargs_of(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 def queue_of(payload: Mapping[str, Any] | None, fallback: str) -> str:
     """The queue a stored job belongs on: its ``queue`` field if that is a valid queue
-    name, else ``fallback`` (callers pass ``Settings.default_queue``). The one rule for
-    recovery, the poller and an admin's retry; ``requeue.lua`` has its Lua copy
-    (tests/lua/test_queue_of.py runs both over the same cases)."""
+    name, else ``fallback``. Where a job lives no longer depends on it (every key of a
+    job is in the slot of the queue it was pushed on, and moves stay there): it names
+    the queue of an entry read on its own, as the dashboard does."""
     try:
         return check_queue_name(payload.get("queue") if payload is not None else None)
     except (TypeError, ValueError):

@@ -9,13 +9,21 @@ accepted and handed on as ``redis://h``.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from cogworker_async.errors import ConfigurationError
 
-SCHEMES: Final = ("redis", "rediss", "unix")
+SCHEMES: Final = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 """The schemes a worker, an enqueuer, the dashboard and the admin CLI connect with."""
+
+CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
+"""A Redis Cluster, reached through any of the listed nodes (``rediss``: TLS)."""
+
+CLUSTER_OPTIONS: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+                          "ssl_check_hostname", "password", "username")
+"""Query parameters a cluster URL may carry (TLS files and checks, credentials)."""
 
 MASK: Final = "***"
 
@@ -64,6 +72,9 @@ def check(url: str) -> str:
         shown = ", ".join(f"{s}://" for s in SCHEMES)
         raise ConfigurationError(f"unsupported Redis URL {mask(url)!r}: use {shown}")
     checked = scheme + url[len(scheme):]
+    if scheme in CLUSTER_SCHEMES:
+        cluster_url(checked)  # for its ConfigurationError
+        return checked
     try:
         urlsplit(checked).port  # noqa: B018 - parsed for its ValueError only
     except ValueError:  # often a password holding '/', '[' or ']': the client fails too
@@ -73,3 +84,58 @@ def check(url: str) -> str:
             "percent-encode '/', '?', '#', '@', '[' and ']' in a password (e.g. '/' as %2F)"
         ) from None
     return checked
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterURL:
+    """What a ``redis+cluster://[user:password@]host:port[,host:port...][?options]`` URL
+    says: the nodes to ask for the cluster's layout (any one that answers will do), the
+    credentials, TLS, and the options of ``CLUSTER_OPTIONS``."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+    tls: bool
+    options: dict[str, str]
+
+
+def cluster_url(url: str) -> ClusterURL:
+    """``url`` read as a cluster URL; ``ConfigurationError`` (password masked) if it
+    cannot be. Parsed by hand: urllib refuses several hosts."""
+    scheme = scheme_of(url)
+    rest = url[len(scheme) + 3:]
+    rest, _, query = rest.partition("?")
+    rest, _, path = rest.partition("/")
+    if path.strip("/") not in ("", "0"):
+        raise ConfigurationError(f"Redis Cluster has only database 0: {mask(url)!r}")
+    userinfo, at, hosts = rest.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    nodes = []
+    for item in hosts.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        host = host.strip()
+        bracketed = host.startswith("[") and host.endswith("]")
+        if (not colon or not host or (":" in host and not bracketed)
+                or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
+            raise ConfigurationError(
+                f"malformed Redis Cluster URL {mask(url)!r}: list the nodes as host:port "
+                "separated by commas")
+        nodes.append((host.strip("[]"), int(port)))
+    options: dict[str, str] = {}
+    for name, values in parse_qs(query, keep_blank_values=True).items():
+        if name not in CLUSTER_OPTIONS:
+            raise ConfigurationError(
+                f"unknown option {name!r} in Redis Cluster URL {mask(url)!r}: "
+                f"use {', '.join(CLUSTER_OPTIONS)}")
+        options[name] = values[-1]
+    username = options.pop("username", username)
+    password = options.pop("password", password)
+    tls = scheme == "rediss+cluster"
+    if options and not tls:
+        raise ConfigurationError(
+            f"TLS options in {mask(url)!r}, which is not TLS: use rediss+cluster://")
+    return ClusterURL(tuple(nodes), username, password, tls, options)

@@ -9,6 +9,7 @@ import pytest
 from cogworker_async import App
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
+from tests.cluster_harness import ClusterProcess
 from tests.servers import ServerProcess
 
 # Settings that make a worker react within tens of milliseconds in tests.
@@ -29,6 +30,14 @@ def redis_server() -> Iterator[ServerProcess]:
     server = ServerProcess().start()
     yield server
     server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[ClusterProcess]:
+    """One private 3-master cluster (a replica each) for the session, started on first
+    use; tests keep apart by namespace, and those that kill a node start their own."""
+    with ClusterProcess() as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import select
@@ -81,6 +82,10 @@ def parent_of(pid: int) -> int:
     stat = _stat(pid)
     assert stat is not None, f"process {pid} is gone"
     return int(stat[1])
+
+
+def gone(pid: int) -> bool:
+    return not alive(pid)
 
 
 def cwd(pid: int) -> str | None:
@@ -226,7 +231,7 @@ class Reaper:
         for pid, data_dir in self.foreign:  # not our children: check the pid is still theirs
             if alive(pid) and cwd(pid) == str(data_dir):
                 os.kill(pid, signal.SIGKILL)
-                wait_for(lambda pid=pid: not alive(pid), f"leftover server {pid} killed")
+                wait_for(functools.partial(gone, pid), f"leftover server {pid} killed")
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ async def test_worker_in_a_fastapi_lifespan(make_app: Callable[..., App], store:
     api = FastAPI(lifespan=lifespan)
 
     @api.post("/signup")
-    async def signup(email: str) -> dict[str, str]:
+    async def signup(email: str) -> dict[str, str | None]:
         return {"jid": await send_email.enqueue(email)}
 
     async with LifespanManager(api) as manager:
@@ -41,5 +41,5 @@ async def test_worker_in_a_fastapi_lifespan(make_app: Callable[..., App], store:
             assert len(response.json()["jid"]) == 24
             await wait_until(lambda: sent == ["a@example.com"])
     # The lifespan's end stopped the worker and left nothing in progress.
-    assert [key async for key in store.client.scan_iter(match=store.keys.in_progress_prefix + "*")
+    assert [key async for key in store.client.scan_iter(match=store.keys.in_progress_pattern)
             ] == []

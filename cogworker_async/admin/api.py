@@ -101,7 +101,8 @@ class Queue:
         admin = self._inspector.admin()
         total = (await admin.queue_heads([self.name]))[0][0]
         raws = await admin.queue_window(self.name, start, stop)
-        items = [JobRecord.read(raw, position=start + i) for i, raw in enumerate(raws)]
+        items = [JobRecord.read(raw, position=start + i, home=self.name)
+                 for i, raw in enumerate(raws)]
         return Page(items, number, size, total)
 
     @staticmethod
@@ -123,7 +124,7 @@ class Queue:
                                                           position + QUEUE_FIND_WINDOW)
         for raw in raws:
             if digest(raw) == hashed:
-                return JobRecord.read(raw, position=position)
+                return JobRecord.read(raw, position=position, home=self.name)
         return None
 
     async def delete(self, tokens: Iterable[str]) -> Done:
@@ -193,10 +194,12 @@ class ProcessSet:
         return [{**event, "at": finite_number(event.get("at"))} for event in events]
 
     async def burials(self) -> list[JobRecord]:
-        """Recent jobs buried in dead as ProcessDied (each killed its process too often)."""
+        """Recent jobs buried in dead as ProcessDied (each killed its process too often),
+        from every queue's dead set."""
         window = await self._inspector.admin().set_window("dead", 0, BURIALS_LOOKED_AT - 1,
                                                           newest_first=True)
-        records = [JobRecord.read(raw, score=score) for raw, score in window]
+        records = [JobRecord.read(member, score=score, home=queue)
+                   for member, score, queue in window]
         return [r for r in records if r.error_class == "ProcessDied"]
 
 
@@ -210,17 +213,24 @@ class PeriodicJobs:
     async def all(self) -> list[PeriodicInfo]:
         app = self._inspector.app
         periodics = list(app.periodics.values())
-        state = await self._inspector.admin().periodic_state([p.name for p in periodics])
+        # Its claims and running lock are in the slot of the queue it is enqueued on.
+        queues = {p.name: self._queue_of(p.name) for p in periodics}
+        state = await self._inspector.admin().periodic_state(
+            [(p.name, queues[p.name] or self._inspector.default_queue) for p in periodics])
         now = time.time()
         infos = []
         for p in periodics:
             last, running = state[p.name]
-            definition = app.registry.get(p.name)
-            queue = definition.options.queue if definition is not None else "?"
+            queue = queues[p.name] or "?"
             infos.append(PeriodicInfo(name=p.name, schedule=p.schedule, tz=str(p.tz),
                                       queue=queue, next_run=p.next_tick(now), last_run=last,
                                       running=running))
         return infos
+
+
+    def _queue_of(self, name: str) -> str | None:
+        definition = self._inspector.app.registry.get(name)
+        return definition.options.queue if definition is not None else None
 
 
 class Inspector:
@@ -249,7 +259,14 @@ class Inspector:
 
     def admin(self) -> Admin:
         """The Redis reads and moves behind every call, on this event loop's pool."""
-        return Admin(self.app.store())
+        return Admin(self.app.store(), self.known_queues())
+
+    def known_queues(self) -> set[str]:
+        """The App's own queues (its settings', and each registered job's): their sets
+        are read even when the registry of queue names in Redis lacks them."""
+        settings = self.app.settings
+        queues = {settings.default_queue, *settings.queue_names}
+        return queues | {definition.options.queue for definition in self.app.registry.values()}
 
     def queue(self, name: str) -> Queue:
         return Queue(self, name)
@@ -276,14 +293,15 @@ class Inspector:
         queues = await self.queues.infos()
         processes = await self.processes.all()
         policy = await admin.eviction_policy()
+        scheduled, retries, dead = await admin.set_sizes(["schedule", "retry", "dead"])
         settings = self.app.settings
         return {
             "processed": totals.processed,
             "failed": totals.failed,
             "enqueued": sum(q.size for q in queues),
-            "scheduled": await admin.set_size("schedule"),
-            "retries": await admin.set_size("retry"),
-            "dead": await admin.set_size("dead"),
+            "scheduled": scheduled,
+            "retries": retries,
+            "dead": dead,
             "processes": sum(1 for p in processes if p.alive),
             "busy": sum(p.busy for p in processes if p.alive),
             "awaiting_recovery": sum(1 for p in processes if p.awaiting_recovery),

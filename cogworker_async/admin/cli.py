@@ -24,7 +24,7 @@ import anyio
 import typer
 from rich.console import Console, RenderableType
 
-from cogworker_async.admin import tables
+from cogworker_async.admin import migrate_cli, tables
 from cogworker_async.admin.api import Inspector
 from cogworker_async.admin.records import (
     MAX_PAGE_SIZE,
@@ -225,6 +225,7 @@ def register(cli: typer.Typer, load_app: LoadApp) -> None:
         cli.command(name=which, help=_SET_HELP[which])(_set_command(load_app, which))
     cli.command(name="processes")(_processes_command(load_app))
     cli.command(name="periodic")(_periodic_command(load_app))
+    migrate_cli.register(cli, load_app)  # migrate-keys (from the 0.1 key layout)
 
 
 def _stats_command(load_app: LoadApp) -> Callable[..., None]:

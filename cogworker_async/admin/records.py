@@ -36,8 +36,11 @@ _NO_FIELDS: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 SERVER_FIELDS: Final = ("server", "version", "used_memory", "used_memory_human",
-                        "maxmemory", "connected_clients", "uptime_in_seconds")
-"""What ``Inspector.server`` tells (each None when Redis refuses INFO)."""
+                        "maxmemory", "connected_clients", "uptime_in_seconds",
+                        "cluster_nodes")
+"""What ``Inspector.server`` tells (each None when Redis refuses INFO). On a Redis
+Cluster it is one node's INFO, and ``cluster_nodes`` how many primaries there are
+(None on a single Redis)."""
 NO_EVICTION: Final = "noeviction"
 
 # A lone surrogate (U+D800..U+DFFF) is what JSON's "\ud800" escape decodes to: valid
@@ -88,6 +91,10 @@ class JobRecord:
     """Its score in a set: when it is due (schedule, retry) or died (dead)."""
     position: int | None = None
     """Its place in a queue: 0 runs next."""
+    home: str | None = None
+    """The queue whose list or set holds it: where an action on it goes (each queue has
+    its own schedule, retry and dead sets). Its ``queue`` field says the same for any
+    job a worker or client wrote."""
 
     @property
     def token(self) -> str:
@@ -180,14 +187,14 @@ class JobRecord:
         return described
 
     @classmethod
-    def read(cls, raw: bytes, *, score: float | None = None,
-             position: int | None = None) -> JobRecord:
+    def read(cls, raw: bytes, *, score: float | None = None, position: int | None = None,
+             home: str | None = None) -> JobRecord:
         try:
             value = json.loads(raw.decode("utf-8"))  # as the worker reads it (job.decode)
         except Exception:
             value = None
         return cls(raw=raw, payload=value if isinstance(value, dict) else None,
-                   score=score, position=position)
+                   score=score, position=position, home=home)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,11 @@ the whole set.
 
 Every read is bounded (a page, a window, one scan budget). Moves go through the
 worker's scripts: a job is written to its destination before it leaves its source.
+
+Each queue has its own schedule, retry and dead set (in its hash slot); a ``JobSet`` is
+all the queues' sets of one kind, seen as one: counted, paged and searched together.
+Each record carries the queue whose set holds it (``JobRecord.home``), and every action
+on it goes there: a retried job goes back on that queue, a killed one into its dead set.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from cogworker_async.admin.records import (
     page_bounds,
     split_token,
 )
-from cogworker_async.redis.admin import Admin
+from cogworker_async.redis.admin import Admin, SetEntry
 from cogworker_async.redis.store import RedisError, SetName
 
 if TYPE_CHECKING:
@@ -60,34 +65,52 @@ class JobSet:
         return await self._inspector.admin().set_size(self.target)
 
     async def page(self, number: int = 1, size: int = PAGE_SIZE) -> Page[JobRecord]:
+        """Page ``number`` of every queue's set merged (by score, or newest first)."""
         start, stop, size = page_bounds(number, size)
         admin = self._inspector.admin()
         total = await admin.set_size(self.target)
         window = await admin.set_window(self.target, start, stop, newest_first=self.newest_first)
-        return Page([JobRecord.read(raw, score=score) for raw, score in window],
-                    number, size, total)
+        return Page([_record(entry) for entry in window], number, size, total)
 
     async def search(self, term: str, limit: int = SEARCH_LIMIT) -> Found:
-        """Entries whose JSON contains ``term`` (class, args, error; ASCII case ignored)."""
+        """Entries whose JSON contains ``term`` (class, args, error; ASCII case ignored),
+        in every queue's set.
+
+        The scan's cursor is compound: a queue (walked in name order) and the ZSCAN
+        cursor within its set, which is done when that comes back 0. The budget and
+        the limit count over all the queues."""
         if not isinstance(term, str) or not term.strip():
             raise ValueError("a search needs a non-empty term")
         admin = self._inspector.admin()
-        pattern, cursor, looked = glob_pattern(term.strip()), 0, 0
+        pattern, looked, complete = glob_pattern(term.strip()), 0, True
         found: list[JobRecord] = []
-        while True:
-            cursor, matches = await admin.set_scan(self.target, pattern, cursor, SCAN_STEP)
-            found += [JobRecord.read(raw, score=score) for raw, score in matches]
-            looked += SCAN_STEP
-            if cursor == 0:
-                complete = len(found) <= limit
-                break
+        for queue in await admin.set_queues():
             if len(found) >= limit or looked >= SEARCH_BUDGET:
                 complete = False
                 break
+            finished, looked = await self._scan(admin, queue, pattern, found, looked, limit)
+            if not finished:
+                complete = False
+                break
         found.sort(key=lambda r: r.score or 0.0, reverse=self.newest_first)
-        return Found(found[:limit], complete)
+        return Found(found[:limit], complete and len(found) <= limit)
+
+    async def _scan(self, admin: Admin, queue: str, pattern: str, found: list[JobRecord],
+                    looked: int, limit: int) -> tuple[bool, int]:
+        """Scan ``queue``'s set into ``found``: (scanned to its end?, entries looked at)."""
+        cursor = 0
+        while True:
+            cursor, matches = await admin.set_scan(self.target, queue, pattern, cursor,
+                                                   SCAN_STEP)
+            found += [_record(entry) for entry in matches]
+            looked += SCAN_STEP
+            if cursor == 0:
+                return True, looked
+            if len(found) >= limit or looked >= SEARCH_BUDGET:
+                return False, looked
 
     async def find(self, token: str) -> JobRecord | None:
+        """The entry a token names, in whichever queue's set holds it (None: gone)."""
         where, hashed = split_token(token)
         try:
             score = float(where)
@@ -97,13 +120,18 @@ class JobSet:
             raise ValueError(f"not a {self.target} entry token: {token!r}")
         # Many entries may share a score (a batch scheduled for one time): read them a
         # batch at a time, never all at once, and look at a bounded number of them.
+        # Every queue's first batch in one round trip; then only the queues that filled
+        # theirs, from where they left off.
         admin = self._inspector.admin()
+        queues: list[str] | None = None
         for start in range(0, SEARCH_BUDGET, FIND_BATCH):
-            batch = await admin.set_at_score(self.target, score, start, FIND_BATCH)
-            for raw in batch:
-                if digest(raw) == hashed:
-                    return JobRecord.read(raw, score=score)
-            if len(batch) < FIND_BATCH:
+            batches = await admin.set_at_score(self.target, score, start, FIND_BATCH, queues)
+            for queue, batch in batches.items():
+                for raw in batch:
+                    if digest(raw) == hashed:
+                        return JobRecord.read(raw, score=score, home=queue)
+            queues = [queue for queue, batch in batches.items() if len(batch) == FIND_BATCH]
+            if not queues:
                 break
         return None
 
@@ -122,7 +150,8 @@ class JobSet:
     async def delete(self, tokens: Iterable[str]) -> Done:
         records, missing = await self._found(tokens)
         admin = self._inspector.admin()
-        removed = await admin.set_remove(self.target, [r.raw for r in records])
+        removed = await admin.set_remove(self.target, [r.raw for r in records],
+                                         [r.home for r in records])
         for record in itertools.compress(records, removed):
             await release_lock(admin, record)
         return Done(sum(removed), missing + len(records) - sum(removed))
@@ -163,7 +192,7 @@ class JobSet:
                                             newest_first=False)
             if not window:
                 break
-            records = [JobRecord.read(raw, score=s) for raw, s in window]
+            records = [_record(entry) for entry in window]
             fresh = [r for r in records if r.jid is None or r.jid not in seen][:budget]
             seen.update(r.jid for r in fresh if r.jid is not None)
             result: Done = await act(fresh)
@@ -180,9 +209,11 @@ class JobSet:
             if not record.runnable or record.payload is None:
                 refused.append(f"{record.token}: not a runnable job (its bytes stay here)")
                 continue
-            # A copy of the job it is (runnable: its jid and class are strings).
+            # A copy of the job it is (runnable: its jid and class are strings), put on
+            # the queue whose set holds it (``promote`` pushes within that slot): its
+            # ``queue`` field is made to say so, as for any job a client pushes.
             payload = cast(job.Payload, dict(record.payload))
-            queue = job.queue_of(payload, self._inspector.default_queue)
+            queue = _home(record, self._inspector.default_queue)
             payload["queue"], payload["enqueued_at"] = queue, now
             self._before_retry(payload)
             items.append((record.raw, job.encode(payload, job.NO_SIZE_LIMIT), queue))
@@ -200,8 +231,8 @@ class JobSet:
         that is gone (it ran, another process moved it) and leaves in place one whose
         queue key cannot be written (another type): counted as gone, that one would not
         be stepped over, and ``retry_all`` would try it again forever."""
-        still = await self._inspector.admin().set_contains(self.target,
-                                                           [r.raw for r in sent])
+        still = await self._inspector.admin().set_contains(
+            self.target, [r.raw for r in sent], [r.home for r in sent])
         return [f"{record.token}: its queue cannot be written (the key holds another "
                 "type, or Redis is out of memory); the entry stays here"
                 for record, there in zip(sent, still, strict=True) if there]
@@ -212,7 +243,7 @@ class JobSet:
     async def _kill(self, records: Sequence[JobRecord], missing: int) -> Done:
         admin, done = self._inspector.admin(), 0
         for record in records:
-            if await admin.set_move(self.target, "dead", record.raw, record.raw):
+            if await admin.set_move(self.target, "dead", record.raw, record.raw, record.home):
                 await release_lock(admin, record)
                 done += 1
             else:
@@ -233,7 +264,7 @@ async def _take_lock(admin: Admin, record: JobRecord) -> bool:
     stored = job.number(payload, "unique_ttl")
     seconds = stored if stored is not None and stored > 0 else unique.DEFAULT_TTL
     try:
-        return await admin.take_unique(digest, record.jid, seconds)
+        return await admin.take_unique(digest, record.jid, seconds, _lock_queue(record))
     except RedisError:
         return False
 
@@ -246,7 +277,23 @@ async def release_lock(admin: Admin, record: JobRecord) -> None:
     digest = job.text(record.payload or {}, "unique_digest")
     if digest is not None and record.jid is not None:
         with contextlib.suppress(RedisError):
-            await admin.release_unique(digest, record.jid)
+            await admin.release_unique(digest, record.jid, _lock_queue(record))
+
+
+def _record(entry: SetEntry) -> JobRecord:
+    return JobRecord.read(entry.member, score=entry.score, home=entry.queue)
+
+
+def _home(record: JobRecord, fallback: str) -> str:
+    """The queue an entry goes back on: the one whose set holds it (its record says,
+    once read from a set), else its ``queue`` field, else ``fallback``."""
+    return record.home if record.home is not None else job.queue_of(record.payload, fallback)
+
+
+def _lock_queue(record: JobRecord) -> str:
+    """The queue whose slot holds a job's unique lock: the queue it was enqueued on (the
+    lock's digest covers it), which holds the job too."""
+    return _home(record, "default")
 
 
 class ScheduledSet(JobSet):

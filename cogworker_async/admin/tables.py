@@ -104,10 +104,13 @@ def stats(summary: dict[str, Any], server: dict[str, Any],
 
 
 def redis_line(server: dict[str, Any]) -> str:
-    """``redis 7.2.4, 1.2M used``; ``n/a`` where Redis refuses INFO (every field None)."""
+    """``redis 7.2.4, 1.2M used``; ``n/a`` where Redis refuses INFO (every field None). On
+    a cluster the figures are one node's, and the line says so."""
     if server["version"] is None:
         return NOT_AVAILABLE
-    return f"{server['server']} {server['version']}, {server['used_memory_human']} used"
+    line = f"{server['server']} {server['version']}, {server['used_memory_human']} used"
+    nodes = server.get("cluster_nodes")
+    return f"{line} (one node of a cluster of {nodes} primaries)" if nodes else line
 
 
 def history_table(history: Sequence[DayTotals]) -> RenderableType:

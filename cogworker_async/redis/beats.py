@@ -6,10 +6,13 @@ work, a C call) never makes a live process look dead; it therefore has its own c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+import redis
 
 from cogworker_async.redis.connection import connect_sync
 from cogworker_async.redis.keys import Keys
@@ -23,23 +26,51 @@ FORGOTTEN: Final = 3
 
 
 class BeatWriter:
-    def __init__(self, url: str, keys: Keys, identity: str) -> None:
-        self.client = connect_sync(url)
+    def __init__(self, url: str, keys: Keys, identity: str, queues: Sequence[str]) -> None:
+        self._url = url
+        self._client: redis.Redis | None = None
         self.keys = keys
         self.identity = identity
-        self._beat = self.client.register_script(source("beat"))
-        self._forget = self.client.register_script(source("forget"))
+        self.queues = list(dict.fromkeys(queues))
+        self._beat = Script(source("beat"))
+        self._forget = Script(source("forget"))
+
+    @property
+    def client(self) -> redis.Redis:
+        """Made on first use: a cluster client connects as it is made, and a worker must
+        start (and wait for Redis) without one."""
+        if self._client is None:
+            self._client = connect_sync(self._url)
+        return self._client
 
     def beat(self, info: Mapping[str, Any], ttl: float, *, first: bool) -> int:
-        """Write one beat; returns ALIVE, ZOMBIE (declared dead) or FORGOTTEN."""
-        keys = self.keys
-        reply = self._beat(
-            keys=[keys.process(self.identity), keys.last_beat, keys.in_progress_identities,
-                  keys.beats, keys.declared_dead],
-            args=[self.identity, json.dumps(info), int(ttl * 1000), repr(time.time()),
-                  "0" if first else "1"],
-        )
-        return int(reply[0])
+        """Write one beat in the namespace's slot and in each queue's; returns ZOMBIE if
+        any slot says it was declared dead, else FORGOTTEN if any had lost its keys,
+        else ALIVE. A first beat is written in the queues' slots first: a process
+        registered in the namespace is then sure to be judged by its queues' slots too."""
+        keys, identity = self.keys, self.identity
+        stamp, again = repr(time.time()), "0" if first else "1"
+        ms = int(ttl * 1000)
+        beats = [([keys.queue_process(queue, identity), keys.queue_last_beat(queue),
+                   keys.queue_identities(queue), keys.queue_declared_dead(queue)], "1")
+                 for queue in self.queues]
+        beats.append(([keys.process(identity), keys.last_beat, keys.processes,
+                       keys.declared_dead, keys.beats], json.dumps(info)))
+        found: set[int] = set()
+        failure: Exception | None = None
+        for script_keys, value in beats:
+            # Every slot is beaten even when one fails (its node down, failing over): a
+            # slot left without beats would see this live process as dead.
+            try:
+                found.add(int(self._beat.run(self.client, script_keys,
+                                             [identity, value, ms, stamp, again])[0]))
+            except Exception as exc:
+                failure = failure or exc
+        if ZOMBIE in found:  # news that must not wait for the other slots
+            return ZOMBIE
+        if failure is not None:
+            raise failure
+        return FORGOTTEN if FORGOTTEN in found else ALIVE
 
     def write_workers(self, running: Mapping[str, str]) -> None:
         """Replace the workers hash (what runs now; dashboard only, best effort)."""
@@ -51,16 +82,42 @@ class BeatWriter:
             pipe.execute()
 
     def retire(self) -> bool:
-        """Clean stop: no longer alive; leave the registries if nothing is in progress."""
-        keys = self.keys
-        self.client.delete(keys.process(self.identity))
-        reply = self._forget(
-            keys=[keys.in_progress(self.identity), keys.in_progress_identities,
-                  keys.last_beat, keys.beats, keys.workers(self.identity),
-                  keys.process(self.identity), keys.declared_dead],
-            args=[self.identity, "0"],
-        )
-        return int(reply) == 1
+        """Clean stop: no longer alive; leave the registries of every slot where nothing
+        is in progress. True if it left them all."""
+        keys, identity = self.keys, self.identity
+        forgotten = True
+        for queue in self.queues:
+            self.client.delete(keys.queue_process(queue, identity))
+            forgotten &= int(self._forget.run(
+                self.client,
+                [keys.in_progress(queue, identity), keys.queue_identities(queue),
+                 keys.queue_last_beat(queue), keys.queue_process(queue, identity),
+                 keys.queue_declared_dead(queue)],
+                [identity, "0"])) == 1
+        self.client.delete(keys.process(identity))
+        if forgotten:
+            self._forget.run(
+                self.client,
+                [keys.no_list(identity), keys.processes, keys.last_beat,
+                 keys.process(identity), keys.declared_dead, keys.beats, keys.workers(identity)],
+                [identity, "0"])
+        return forgotten
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
+
+
+class Script:
+    """A script run by EVALSHA on a blocking client, sent whole (EVAL) where the node has
+    not cached it: the async Store's rule (``Store._run``), for the heartbeat's thread."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    def run(self, client: redis.Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:  # nothing ran
+            return client.eval(self.text, len(keys), *keys, *args)

@@ -15,11 +15,14 @@ from typing import Any, Final
 
 import redis
 import redis.asyncio
+import redis.cluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 
+from cogworker_async import urls
 from cogworker_async.errors import ConfigurationError
+from cogworker_async.redis.cluster import ClusterClient
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +47,41 @@ def _driver() -> dict[str, Any]:
 DRIVER: Final = _driver()
 
 
+def is_cluster(client: object) -> bool:
+    """Is ``client`` a Redis Cluster client (async or blocking)?"""
+    return isinstance(client, ClusterClient | redis.cluster.RedisCluster)
+
+
+def _cluster_settings(url: str) -> tuple[urls.ClusterURL, dict[str, Any]]:
+    parsed = urls.cluster_url(url)
+    settings: dict[str, Any] = {
+        "username": parsed.username,
+        "password": parsed.password,
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": SOCKET_TIMEOUT,
+        "socket_keepalive": True,
+        **DRIVER,
+    }
+    if parsed.tls:
+        settings["ssl"] = True
+        for name, value in parsed.options.items():
+            settings[name] = (value.lower() in ("1", "true", "yes")
+                              if name == "ssl_check_hostname" else value)
+    return parsed, settings
+
+
 def connect(url: str) -> redis.asyncio.Redis:
-    """An async client for ``url`` (``redis://``, ``rediss://``, ``unix://``), retries off."""
+    """An async client for ``url`` (``redis://``, ``rediss://``, ``unix://``, or a cluster's
+    ``redis+cluster://``), retries off.
+
+    On a cluster, MOVED, ASK and TRYAGAIN are followed (a redirected command did not run
+    on the node that answered so: sending it where the slot lives is no blind retry) and
+    the slot map re-read after a failed connection (``cluster.ClusterClient``); a command
+    is never sent again after a lost connection or timeout, there as here."""
+    if urls.scheme_of(url) in urls.CLUSTER_SCHEMES:
+        parsed, settings = _cluster_settings(url)
+        return ClusterClient(parsed.nodes, retry=Retry(NoBackoff(), 0),
+                             health_check_interval=30, **settings)
     tcp = {} if url.startswith("unix://") else {"socket_keepalive": True}
     return redis.asyncio.Redis.from_url(
         url,
@@ -60,6 +96,15 @@ def connect(url: str) -> redis.asyncio.Redis:
 
 def connect_sync(url: str) -> redis.Redis:
     """A blocking client for ``url``, retries off (for ``enqueue_sync``)."""
+    if urls.scheme_of(url) in urls.CLUSTER_SCHEMES:
+        parsed, settings = _cluster_settings(url)
+        cluster = redis.cluster.RedisCluster(
+            startup_nodes=[redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+                           for host, port in parsed.nodes],
+            retry=SyncRetry(NoBackoff(), 0),
+            **settings,
+        )
+        return cluster  # type: ignore[return-value]
     return redis.Redis.from_url(
         url,
         retry=SyncRetry(NoBackoff(), 0),

@@ -1,14 +1,41 @@
 """Every Redis key name cogworker-async uses, and the only place one is formatted.
 
-Every name is ``<namespace>:<what>`` (namespace ``cogworker`` unless configured); the
-README's keys table lists them all with their types and bounds.
-On Redis Cluster, give the namespace a hash tag (``"{cogworker}"``) so that every key
-of one app shares a slot: each script touches several of them at once.
+The layout is made for Redis Cluster and is the same on a single Redis (one code path).
+Every script touches keys of one hash slot only, so every key carries a hash tag (the part
+in braces, which alone decides the slot):
+
+- **a queue's slot**, ``<namespace>:{<queue>}:<what>``: everything a job touches from its
+  enqueue to its end — the queue's list, its schedule, retry and dead sets, each process's
+  in-progress list *for that queue*, that process's liveness as seen by the queue (alive
+  marker, last beat, declared-dead mark), orphan counters, the hand-over list, unique
+  locks and periodic claims. Every move of a job (enqueue, fetch, settle, promote,
+  recover) stays one script on one slot, and different queues land on different shards.
+- **the namespace's slot**, ``<namespace>:{<namespace>}:<what>``: what is about the whole
+  app — the registries of queues and processes, beat info, stats, the recovery lock and
+  the dashboard's records. No script moves a job through these.
+
+docs/design.md ("Keys and slots") gives the argument, script by script; the README's keys
+table lists every key with its type and bound.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+FORBIDDEN_IN_NAMESPACE = "{}"
+"""Braces would add a hash tag of their own and put every key in one slot."""
+
+
+def check_namespace(namespace: str) -> str:
+    """``namespace`` if usable in key names; a ValueError saying why otherwise."""
+    if not namespace or not isinstance(namespace, str):
+        raise ValueError("namespace must be a non-empty string")
+    if any(ch in namespace for ch in FORBIDDEN_IN_NAMESPACE):
+        raise ValueError(
+            f"namespace {namespace!r} contains a brace: keys carry their own hash tags "
+            "(one slot per queue, see docs/design.md), so name it without '{' and '}' "
+            "(0.1 advised '{cogworker}' for Redis Cluster: use 'cogworker')")
+    return namespace
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,133 +44,173 @@ class Keys:
 
     namespace: str
 
-    def _key(self, suffix: str) -> str:
-        return f"{self.namespace}:{suffix}"
+    def __post_init__(self) -> None:
+        check_namespace(self.namespace)
 
-    def queue(self, name: str) -> str:
-        """List of jobs waiting on queue ``name``: pushed on the left, fetched on the right."""
-        return self._key(f"queue:{name}")
+    # -- the namespace's slot ----------------------------------------------------------
 
-    @property
-    def queue_prefix(self) -> str:
-        return self._key("queue:")
+    def _app(self, suffix: str) -> str:
+        return f"{self.namespace}:{{{self.namespace}}}:{suffix}"
 
     @property
     def queues(self) -> str:
-        """Set of every queue name ever enqueued to (for the dashboard and admin)."""
-        return self._key("queues")
+        """Set of every queue name enqueued to or served (for the dashboard, recovery and
+        the admin): which queue slots hold this app's keys."""
+        return self._app("queues")
 
     @property
-    def schedule(self) -> str:
-        """Zset of jobs to enqueue at a time (score = epoch seconds)."""
-        return self._key("schedule")
-
-    @property
-    def retry(self) -> str:
-        """Zset of failed jobs waiting for their next attempt."""
-        return self._key("retry")
-
-    @property
-    def dead(self) -> str:
-        """Zset of jobs that will not run again unless someone asks (score = time of death)."""
-        return self._key("dead")
-
-    def in_progress(self, identity: str) -> str:
-        """List of the jobs one process fetched and has not settled (reliable fetch)."""
-        return self._key(f"in_progress:{identity}")
-
-    @property
-    def in_progress_prefix(self) -> str:
-        return self._key("in_progress:")
-
-    @property
-    def in_progress_identities(self) -> str:
-        """Set of identities that own an in-progress list: the registry recovery walks."""
-        return self._key("in_progress_identities")
+    def processes(self) -> str:
+        """Set of identities that have beaten: the registry recovery walks."""
+        return self._app("processes")
 
     def process(self, identity: str) -> str:
         """String with a TTL, refreshed by each beat: "this process is alive"."""
-        return self._key(f"process:{identity}")
+        return self._app(f"process:{identity}")
 
     @property
     def last_beat(self) -> str:
         """Hash identity -> epoch seconds of its last beat; no TTL."""
-        return self._key("last_beat")
+        return self._app("last_beat")
 
     @property
     def beats(self) -> str:
-        """Hash identity -> its last beat's info (host, pid, memory, loop lag); no TTL:
-        what a dead process last said about itself (forensics for recovered jobs)."""
-        return self._key("beats")
+        """Hash identity -> its last beat's info (host, pid, queues, memory, loop lag); no
+        TTL: what a dead process last said about itself (forensics for recovered jobs)."""
+        return self._app("beats")
 
     @property
     def declared_dead(self) -> str:
-        """Set of identities whose jobs recovery took: a paused process that beats again
-        finds itself here and knows it is a zombie."""
-        return self._key("declared_dead")
+        """Set in the namespace's slot that no script writes: the beat script takes one
+        per slot (``queue_declared_dead`` is the one that matters)."""
+        return self._app("declared_dead")
 
     @property
     def recoveries(self) -> str:
         """Capped list of recent recoveries (JSON), newest first, for the dashboard."""
-        return self._key("recoveries")
+        return self._app("recoveries")
+
+    def no_list(self, identity: str) -> str:
+        """A list name in the namespace's slot that nothing writes: ``forget.lua``'s
+        in-progress list when it forgets a process there (its lists are per queue)."""
+        return self._app(f"in_progress:{identity}")
 
     def workers(self, identity: str) -> str:
         """Hash of what each processor of one process runs (dashboard only, best effort)."""
-        return self._key(f"workers:{identity}")
-
-    def orphanings(self, jid: str) -> str:
-        """Counter of how often ``jid`` was recovered from a dead process."""
-        return self._key(f"orphanings:{jid}")
-
-    @property
-    def orphanings_prefix(self) -> str:
-        return self._key("orphanings:")
-
-    @property
-    def repeat_orphans(self) -> str:
-        """List of jobs orphaned more than ``max_orphanings`` times, to be filed in dead."""
-        return self._key("repeat_orphans")
-
-    @property
-    def unsettled(self) -> str:
-        """List of ``{set, score, payload}`` records handed over by a stopping process."""
-        return self._key("unsettled")
+        return self._app(f"workers:{identity}")
 
     @property
     def recovery_lock(self) -> str:
         """Short lock so that one process at a time runs orphan recovery."""
-        return self._key("recovery_lock")
+        return self._app("recovery_lock")
 
     @property
     def stats_processed(self) -> str:
-        return self._key("stats:processed")
+        return self._app("stats:processed")
 
     @property
     def stats_failed(self) -> str:
-        return self._key("stats:failed")
+        return self._app("stats:failed")
 
     def stats_processed_on(self, day: str) -> str:
         """Jobs processed on ``day`` (``YYYY-MM-DD``, UTC), for the history graph."""
-        return self._key(f"stats:processed:{day}")
+        return self._app(f"stats:processed:{day}")
 
     def stats_failed_on(self, day: str) -> str:
         """Jobs failed on ``day`` (``YYYY-MM-DD``, UTC)."""
-        return self._key(f"stats:failed:{day}")
+        return self._app(f"stats:failed:{day}")
 
     @property
     def wake_channel(self) -> str:
-        """Pub/sub channel an enqueue publishes on, so idle workers fetch at once."""
-        return self._key("wake")
+        """Pub/sub channel an enqueue publishes on, so idle workers fetch at once (not a
+        key; on a cluster, PUBLISH reaches every node)."""
+        return self._app("wake")
+
+    # -- a queue's slot ----------------------------------------------------------------
+
+    def _queue(self, queue: str, suffix: str) -> str:
+        return f"{self.namespace}:{{{queue}}}:{suffix}"
+
+    def queue(self, name: str) -> str:
+        """List of jobs waiting on queue ``name``: pushed on the left, fetched on the right."""
+        return self._queue(name, "queue")
+
+    def queue_name_of(self, key: str) -> str:
+        """The queue whose list ``key`` is (``queue``'s inverse)."""
+        return key[len(self.namespace) + 2:key.index("}", len(self.namespace) + 2)]
+
+    def migrating(self, queue: str) -> str:
+        """List of jobs being moved from the 0.1 layout onto ``queue`` (``migrate-keys``);
+        exists only during a migration, or after one was interrupted."""
+        return self._queue(queue, "queue:migrating")
+
+    def schedule(self, queue: str) -> str:
+        """Zset of ``queue``'s jobs to enqueue at a time (score = epoch seconds)."""
+        return self._queue(queue, "schedule")
+
+    def retry(self, queue: str) -> str:
+        """Zset of ``queue``'s failed jobs waiting for their next attempt."""
+        return self._queue(queue, "retry")
+
+    def dead(self, queue: str) -> str:
+        """Zset of ``queue``'s jobs that will not run again unless someone asks (score =
+        time of death)."""
+        return self._queue(queue, "dead")
+
+    def in_progress(self, queue: str, identity: str) -> str:
+        """List of the jobs one process fetched from ``queue`` and has not settled."""
+        return self._queue(queue, f"in_progress:{identity}")
 
     @property
-    def cron_claimed(self) -> str:
-        """Hash periodic job name -> the last tick (epoch s) enqueued for it."""
-        return self._key("cron:claimed")
+    def in_progress_pattern(self) -> str:
+        """SCAN pattern of every in-progress list of this namespace (all queues)."""
+        return f"{self.namespace}:{{*}}:in_progress:*"
 
-    def periodic_running(self, name: str) -> str:
+    def identity_of_list(self, key: str) -> tuple[str, str]:
+        """``(queue, identity)`` of an in-progress list's key."""
+        queue = self.queue_name_of(key)
+        return queue, key[len(self._queue(queue, "in_progress:")):]
+
+    def queue_identities(self, queue: str) -> str:
+        """Set of identities that have beaten to ``queue``'s slot (they may own an
+        in-progress list there): the registry recovery walks, per queue."""
+        return self._queue(queue, "processes")
+
+    def queue_process(self, queue: str, identity: str) -> str:
+        """``process`` as seen by ``queue``'s slot: alive marker with a TTL."""
+        return self._queue(queue, f"process:{identity}")
+
+    def queue_last_beat(self, queue: str) -> str:
+        """``last_beat`` as seen by ``queue``'s slot."""
+        return self._queue(queue, "last_beat")
+
+    def queue_declared_dead(self, queue: str) -> str:
+        """Set of identities whose jobs on ``queue`` recovery took: a paused process that
+        beats again finds itself here and knows it is a zombie."""
+        return self._queue(queue, "declared_dead")
+
+    def orphanings(self, queue: str, jid: str) -> str:
+        """Counter of how often ``jid`` was recovered from a dead process."""
+        return self._queue(queue, f"orphanings:{jid}")
+
+    def orphanings_prefix(self, queue: str) -> str:
+        return self._queue(queue, "orphanings:")
+
+    def repeat_orphans(self, queue: str) -> str:
+        """List of jobs orphaned more than ``max_orphanings`` times, to be filed in dead."""
+        return self._queue(queue, "repeat_orphans")
+
+    def unsettled(self, queue: str) -> str:
+        """List of ``{set, delay, payload}`` records handed over by a stopping process."""
+        return self._queue(queue, "unsettled")
+
+    def unique(self, queue: str, digest: str) -> str:
+        """Unique-job lock, owned by a jid (the digest covers the queue)."""
+        return self._queue(queue, f"unique:{digest}")
+
+    def cron_claimed(self, queue: str) -> str:
+        """Hash periodic job name -> the last tick (epoch s) enqueued on ``queue``."""
+        return self._queue(queue, "cron:claimed")
+
+    def periodic_running(self, queue: str, name: str) -> str:
         """Lock held (by a jid) while a periodic job runs: runs never overlap."""
-        return self._key(f"cron:running:{name}")
-
-    def unique(self, digest: str) -> str:
-        """Unique-job lock, owned by a jid."""
-        return self._key(f"unique:{digest}")
+        return self._queue(queue, f"cron:running:{name}")

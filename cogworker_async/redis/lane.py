@@ -10,6 +10,9 @@ the reply or the error reaches the caller, and a connection that fails or is can
 mid-call is closed — never reused with a reply still pending on it.
 
 Pipelines, pub/sub and plain commands keep using the client.
+
+On a Redis Cluster there is one lane per node (``cluster.ClusterLane`` routes each call
+to the node that serves its keys' slot).
 """
 
 from __future__ import annotations
@@ -43,10 +46,20 @@ class Lane:
 
     async def call(self, *command: Any) -> Any:
         """One command, one reply (or the error it raised)."""
-        packed = hiredis.pack_command(command)
+        return await self._send(hiredis.pack_command(command), replies=1)
+
+    async def call_asking(self, *command: Any) -> Any:
+        """``command`` after ``ASKING`` on the same connection (a cluster's ASK
+        redirect: the slot is migrating to this node)."""
+        packed = hiredis.pack_command((b"ASKING",)) + hiredis.pack_command(command)
+        return await self._send(packed, replies=2)
+
+    async def _send(self, packed: bytes, *, replies: int) -> Any:
         conn = await self._take()
         try:
             await conn.send_packed_command(packed, check_health=True)
+            for _ in range(replies - 1):
+                await conn.read_response()  # ASKING's OK; an error there is raised
             reply = await conn.read_response()
         except ResponseError:
             await self._give(conn)  # an error reply was read whole: the connection is clean

@@ -7,6 +7,7 @@ callers), kept apart so that each file reads in one sitting.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from cogworker_async.redis.keys import Keys
 
 if TYPE_CHECKING:
     from cogworker_async.redis.store import SetName
+
+log = logging.getLogger(__name__)
 
 REQUEUE_BATCH: Final = 1000
 """Entries one requeue script looks at per call: one call must not block Redis for long."""
@@ -59,21 +62,21 @@ class Liveness:
     def _trim(self, target: SetName) -> list[str]:
         raise NotImplementedError
 
-    def zset_key(self, target: SetName) -> str:
+    def zset_key(self, queue: str, target: SetName) -> str:
         raise NotImplementedError
 
     async def requeue(
         self,
         identity: str,
-        default_queue: str,
+        queue: str,
         *,
         drop: Sequence[bytes] = (),
         keep: Sequence[bytes] = (),
     ) -> int:
-        """Requeue everything on this process's own in-progress list (shutdown), in
-        bounded calls. ``drop``: jobs that ran (dropping is their ack); ``keep``: jobs
-        left on the list untouched. Returns how many reached a queue."""
-        result = await self.recover(identity, default_queue, dead_for=None, max_orphanings=0,
+        """Requeue everything on this process's own in-progress list for ``queue``
+        (shutdown), in bounded calls. ``drop``: jobs that ran (dropping is their ack);
+        ``keep``: jobs left on the list untouched. Returns how many reached the queue."""
+        result = await self.recover(identity, queue, dead_for=None, max_orphanings=0,
                                     drop=drop, keep=keep)
         assert result is not None  # unconditional: never "alive after all"
         return result.moved
@@ -81,18 +84,19 @@ class Liveness:
     async def recover(
         self,
         identity: str,
-        default_queue: str,
+        queue: str,
         *,
         dead_for: float | None,
         max_orphanings: int,
         drop: Sequence[bytes] = (),
         keep: Sequence[bytes] = (),
     ) -> Requeued | None:
-        """Requeue a dead process's list: only if it has not beaten for ``dead_for``
-        seconds (by Redis TIME), else None (alive after all). Jobs recovered more than
-        ``max_orphanings`` times are parked in repeat_orphans instead. ``dead_for=None``
-        requeues unconditionally (see ``requeue``)."""
-        key = self.keys.in_progress(identity)
+        """Requeue a dead process's list for ``queue``: only if it has not beaten to that
+        queue's slot for ``dead_for`` seconds (by Redis TIME), else None (alive after
+        all). Jobs recovered more than ``max_orphanings`` times are parked in the queue's
+        repeat_orphans instead. ``dead_for=None`` requeues unconditionally (``requeue``)."""
+        keys = self.keys
+        key = keys.in_progress(queue, identity)
         try:
             budget = int(await self.client.llen(key))
         except redis.exceptions.ResponseError:
@@ -102,22 +106,22 @@ class Liveness:
         result = Requeued()
         while True:
             opts = {
-                "queue_prefix": self.keys.queue_prefix,
-                "default_queue": default_queue,
                 "identity": identity,
                 "threshold": -1 if dead_for is None else dead_for,
                 "now": time.time(),
-                "orphan_prefix": self.keys.orphanings_prefix,
+                "orphan_prefix": keys.orphanings_prefix(queue),
                 "orphan_ttl": ORPHAN_TTL,
                 "max_orphanings": max_orphanings,
                 "limit": max(1, min(REQUEUE_BATCH, budget)),
-                "wake_channel": self.keys.wake_channel,
+                "wake_channel": keys.wake_channel,
+                "queue": queue,
                 "max_declared": MAX_DECLARED,
             }
-            keys = [key, self.keys.process(identity), self.keys.last_beat,
-                    self.keys.repeat_orphans, self.keys.queues, self.keys.declared_dead]
+            script_keys = [key, keys.queue_process(queue, identity), keys.queue_last_beat(queue),
+                           keys.repeat_orphans(queue), keys.queue(queue),
+                           keys.queue_declared_dead(queue)]
             args = [json.dumps(opts), len(drop), *drop, *keep]
-            moved, looked, parked = (int(x) for x in await self._run("requeue", keys, args))
+            moved, looked, parked = (int(x) for x in await self._run("requeue", script_keys, args))
             if moved < 0:
                 return None
             result.moved += moved
@@ -126,25 +130,27 @@ class Liveness:
             if looked < REQUEUE_BATCH or budget <= 0:
                 return result
 
-    async def relist(self, identity: str, raws: Sequence[bytes]) -> int | None:
-        """Put ``raws`` back on ``identity``'s in-progress list where missing; None
-        (nothing listed) while ``identity`` is marked declared dead."""
-        keys = [self.keys.in_progress(identity), self.keys.declared_dead]
+    async def relist(self, identity: str, queue: str, raws: Sequence[bytes]) -> int | None:
+        """Put ``raws`` back on ``identity``'s in-progress list for ``queue`` where
+        missing; None (nothing listed) while ``identity`` is marked declared dead there."""
+        keys = [self.keys.in_progress(queue, identity), self.keys.queue_declared_dead(queue)]
         listed = int(await self._run("relist", keys, [identity, *raws]))
         return None if listed < 0 else listed
 
-    async def clear_declared_dead(self, identity: str) -> None:
-        """Remove ``identity``'s declared_dead mark (it has fenced itself). Best effort
-        on a set of the wrong type, as in beat.lua (which then never reports a zombie)."""
-        try:
-            await self.client.srem(self.keys.declared_dead, identity)
-        except redis.exceptions.ResponseError:
-            pass
+    async def clear_declared_dead(self, identity: str, queues: Sequence[str]) -> None:
+        """Remove ``identity``'s declared_dead marks in each of ``queues``' slots (it has
+        fenced itself). Best effort on a set of the wrong type, as in beat.lua (which then
+        never reports a zombie)."""
+        for queue in queues:
+            try:
+                await self.client.srem(self.keys.queue_declared_dead(queue), identity)
+            except redis.exceptions.ResponseError:
+                pass
 
-    async def in_progress(self, identity: str) -> list[bytes]:
-        """Everything on ``identity``'s in-progress list, newest first."""
-        return [as_bytes(raw) for raw in await self.client.lrange(self.keys.in_progress(identity),
-                                                                 0, -1)]
+    async def in_progress(self, identity: str, queue: str) -> list[bytes]:
+        """Everything on ``identity``'s in-progress list for ``queue``, newest first."""
+        key = self.keys.in_progress(queue, identity)
+        return [as_bytes(raw) for raw in await self.client.lrange(key, 0, -1)]
 
     # -- liveness, recovery and hand-over --------------------------------------------
 
@@ -152,18 +158,29 @@ class Liveness:
         return int(await self._run("take_lock", [key], [owner, int(ttl * 1000)])) == 1
 
     async def registered_identities(self) -> set[str]:
-        members = await self.client.smembers(self.keys.in_progress_identities)
+        """Identities in the namespace's registry (every process that has beaten)."""
+        members = await self.client.smembers(self.keys.processes)
         return {as_bytes(m).decode("utf-8", "replace") for m in members}
 
-    async def scanned_identities(self) -> set[str]:
-        prefix = self.keys.in_progress_prefix
+    async def queue_identities(self, queue: str) -> set[str]:
+        """Identities that have beaten to ``queue``'s slot (they may own a list there)."""
+        members = await self.client.smembers(self.keys.queue_identities(queue))
+        return {as_bytes(m).decode("utf-8", "replace") for m in members}
+
+    async def scanned_lists(self) -> set[tuple[str, str]]:
+        """``(queue, identity)`` of every in-progress list, found by SCAN (on a cluster,
+        of every primary): lists no registry knows (Redis lost the registries)."""
         found = set()
-        async for key in self.client.scan_iter(match=prefix + "*", count=1000):
-            found.add(as_bytes(key).decode("utf-8", "replace")[len(prefix):])
+        async for key in self.client.scan_iter(match=self.keys.in_progress_pattern, count=1000):
+            text = as_bytes(key).decode("utf-8", "replace")
+            try:
+                found.add(self.keys.identity_of_list(text))
+            except ValueError:  # not one of ours after all
+                continue
         return found
 
     async def beat_info(self, identity: str) -> dict[str, Any] | None:
-        """What ``identity`` last said about itself (host, pid, memory, loop lag)."""
+        """What ``identity`` last said about itself (host, pid, queues, memory, loop lag)."""
         raw = await self.client.hget(self.keys.beats, identity)
         try:
             info = json.loads(raw) if raw else None
@@ -177,46 +194,60 @@ class Liveness:
             pipe.ltrim(self.keys.recoveries, 0, keep - 1)
             await pipe.execute()
 
-    async def forget(self, identity: str, *, declared_dead: bool) -> bool:
+    async def forget(self, identity: str, queue: str | None, *, declared_dead: bool) -> bool:
+        """Take a gone process out of ``queue``'s slot's registry (None: the namespace's),
+        once its list there is empty and it is not alive (``forget.lua``)."""
         keys = self.keys
-        reply = await self._run(
-            "forget",
-            [keys.in_progress(identity), keys.in_progress_identities, keys.last_beat,
-             keys.beats, keys.workers(identity), keys.process(identity), keys.declared_dead],
-            [identity, "1" if declared_dead else "0"],
-        )
+        if queue is None:
+            script_keys = [keys.no_list(identity), keys.processes, keys.last_beat,
+                           keys.process(identity), keys.declared_dead, keys.beats,
+                           keys.workers(identity)]
+        else:
+            script_keys = [keys.in_progress(queue, identity), keys.queue_identities(queue),
+                           keys.queue_last_beat(queue), keys.queue_process(queue, identity),
+                           keys.queue_declared_dead(queue)]
+        reply = await self._run("forget", script_keys, [identity, "1" if declared_dead else "0"])
         return int(reply) == 1
 
     async def list_head(self, key: str, count: int) -> list[bytes]:
         return [as_bytes(raw) for raw in await self.client.lrange(key, 0, count - 1)]
 
-    async def bury_orphan(self, raw: bytes, entry: bytes, jid: str | None) -> bool:
+    async def bury_orphan(self, queue: str, raw: bytes, entry: bytes, jid: str | None) -> bool:
+        """File a parked repeat orphan of ``queue`` in its dead set (and count it)."""
         keys = self.keys
-        day = time.strftime("%Y-%m-%d", time.gmtime())
         reply = await self._run(
             "bury_orphan",
-            [keys.repeat_orphans, keys.dead, keys.stats_failed, keys.orphanings(jid or "-"),
-             keys.stats_failed_on(day)],
-            [raw, entry, repr(time.time()), HISTORY_TTL, *self._trim("dead")],
+            [keys.repeat_orphans(queue), keys.dead(queue), keys.orphanings(queue, jid or "-")],
+            [raw, entry, repr(time.time()), *self._trim("dead")],
         )
-        return int(reply) == 1
+        buried = int(reply) == 1
+        if buried:
+            try:
+                await self.add_stats(0, 1)
+            except redis.exceptions.RedisError as exc:  # another slot: the burial is done
+                log.warning("a repeat orphan was buried, but counting it failed: %s", exc)
+        return buried
 
-    async def park_unsettled(self, identity: str, raw: bytes, record: bytes) -> bool:
-        keys = [self.keys.in_progress(identity), self.keys.unsettled]
+    async def add_stats(self, processed: int, failed: int) -> None:
+        raise NotImplementedError
+
+    async def park_unsettled(self, identity: str, queue: str, raw: bytes,
+                             record: bytes) -> bool:
+        keys = [self.keys.in_progress(queue, identity), self.keys.unsettled(queue)]
         return int(await self._run("park_unsettled", keys, [raw, record])) == 1
 
     async def file_unsettled(
-        self, record: bytes, target: SetName, entry: bytes, delay: float
+        self, queue: str, record: bytes, target: SetName, entry: bytes, delay: float
     ) -> bool:
-        keys = [self.keys.unsettled, self.zset_key(target)]
+        keys = [self.keys.unsettled(queue), self.zset_key(queue, target)]
         args = [record, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
         return int(await self._run("file_unsettled", keys, args)) == 1
 
-    async def orphan_counts(self, jids: Sequence[str | None]) -> list[int]:
-        """``orphan_count`` of each jid (0 for None or an unreadable counter)."""
+    async def orphan_counts(self, queue: str, jids: Sequence[str | None]) -> list[int]:
+        """``orphan_count`` of each jid of ``queue`` (0 for None or an unreadable one)."""
         if not jids:
             return []
-        values = await self.client.mget([self.keys.orphanings(j or "-") for j in jids])
+        values = await self.client.mget([self.keys.orphanings(queue, j or "-") for j in jids])
         counts = []
         for value in values:
             try:
@@ -228,10 +259,10 @@ class Liveness:
     async def is_alive(self, identity: str) -> bool:
         return int(await self.client.exists(self.keys.process(identity))) == 1
 
-    async def orphan_count(self, jid: str) -> int:
+    async def orphan_count(self, queue: str, jid: str) -> int:
         """How often ``jid`` was recovered from a dead process (0 if never)."""
         try:
-            return int(await self.client.get(self.keys.orphanings(jid)) or 0)
+            return int(await self.client.get(self.keys.orphanings(queue, jid)) or 0)
         except (ValueError, redis.exceptions.ResponseError):
             return 0
 

@@ -1,7 +1,10 @@
 """Store: the only object that issues Redis commands, in the words of the domain.
 
 The worker and the client speak of raw jobs (``bytes``, exactly as stored), queues and
-identities; this module turns that into keys and script calls. Raw jobs stay ``bytes``
+identities; this module turns that into keys and script calls. Every job operation names
+its queue: the queue decides the hash slot of every key the move touches (``keys.py``).
+On a single Redis, a fetch from several queues is one script call; on a cluster, one per
+queue (their slots may be on different nodes). Raw jobs stay ``bytes``
 end to end: a settle script finds a job on the in-progress list by exact value, and a
 payload that is not valid UTF-8 must still be found (and filed in dead) byte for byte.
 """
@@ -19,10 +22,12 @@ import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
+from cogworker_async.redis.cluster import ClusterClient, ClusterLane
 from cogworker_async.redis.connection import (
     ServerInfo,
     check_server,
     connect,
+    is_cluster,
     maxmemory_policy,
 )
 from cogworker_async.redis.keys import Keys
@@ -49,6 +54,9 @@ DEFAULT_DEAD_LIMITS: Final = DeadLimits()
 
 def dead_limits_of(settings: Settings) -> DeadLimits:
     return DeadLimits(settings.dead_max_jobs, settings.dead_max_age)
+
+REGISTER_EVERY: Final = 60.0
+"""Seconds after which a Store registers a queue name again on its next enqueue."""
 
 RedisError = redis.exceptions.RedisError
 ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
@@ -81,11 +89,16 @@ class Store(Liveness):
         self.client = client
         self.keys = keys
         self.dead_limits = dead_limits
+        self.cluster = is_cluster(client)
+        """Keys of different queues may live on different nodes: one script per slot."""
         self._wake_refused = False
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(source(name)) for name in SCRIPT_NAMES
         }
-        self._lane = Lane(client)
+        self._lane: Lane | ClusterLane = (
+            ClusterLane(client) if isinstance(client, ClusterClient) else Lane(client))
+        self._registered: dict[str, float] = {}
+        """Queue name -> when this Store last registered it (``time.monotonic``)."""
 
     @classmethod
     def from_url(cls, url: str, namespace: str,
@@ -115,32 +128,73 @@ class Store(Liveness):
         script = self._scripts[name]
         try:
             return await self._lane.evalsha(script.sha, keys, args)
-        except redis.exceptions.NoScriptError:  # nothing ran: load it, then run it
-            await self._lane.call(b"SCRIPT", b"LOAD", script.script)
-            return await self._lane.evalsha(script.sha, keys, args)
+        except redis.exceptions.NoScriptError:
+            # Nothing ran. EVAL caches the script on the node that serves these keys
+            # (SCRIPT LOAD could go to another: on a cluster each node has its cache, and
+            # a reshard or failover brings a node that never saw it).
+            return await self._lane.call(b"EVAL", script.script, len(keys), *keys, *args)
+
+    # -- queue names -----------------------------------------------------------------
+
+    async def register_queues(self, queues: Sequence[str]) -> None:
+        """Record queue names in the namespace's registry (the dashboard and recovery
+        find each queue's slot through it). It is another slot than the queue's, so never
+        in the enqueue script itself: written before the first push, so a queue with jobs
+        is registered, then again every ``REGISTER_EVERY`` seconds at most (Redis may
+        have lost the set: a restart without persistence, a failover)."""
+        now = time.monotonic()
+        new = [queue for queue in dict.fromkeys(queues)
+               if now - self._registered.get(queue, -REGISTER_EVERY) >= REGISTER_EVERY]
+        if new:
+            # Through the lane: it replaces a dead idle connection before sending (an
+            # enqueue right after a Redis restart must not fail on the pool's).
+            await self._lane.call(b"SADD", self.keys.queues, *new)
+            self._registered.update(dict.fromkeys(new, now))
+
+    async def queue_names(self) -> list[str]:
+        """Every registered queue name, sorted."""
+        names = await self.client.smembers(self.keys.queues)
+        return sorted(as_bytes(name).decode("utf-8", "replace") for name in names)
 
     # -- enqueue ---------------------------------------------------------------------
 
     async def enqueue(self, queue: str, raws: Sequence[bytes]) -> int:
         """Push jobs on ``queue`` (oldest first) and wake idle workers."""
-        keys = self.keys
-        args = [queue, keys.wake_channel, *raws]
-        reply = await self._run("enqueue", [keys.queue(queue), keys.queues], args)
+        await self.register_queues([queue])
+        args = [queue, self.keys.wake_channel, *raws]
+        reply = await self._run("enqueue", [self.keys.queue(queue)], args)
         return int(self._woken(reply)[0])
 
     async def schedule(
-        self, raws: Sequence[bytes], *, at: float | None = None, delay: float | None = None
+        self, queue: str, raws: Sequence[bytes], *, at: float | None = None,
+        delay: float | None = None,
     ) -> int:
-        """Add jobs to the schedule, due at epoch ``at`` or ``delay`` s from Redis' clock."""
+        """Add jobs to ``queue``'s schedule, due at epoch ``at`` or ``delay`` s from
+        Redis' clock."""
+        await self.register_queues([queue])
         mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
         args: list[Any] = [mode, repr(float(value)), repr(time.time()), "0", "0", *raws]
-        return int(await self._run("schedule", [self.keys.schedule], args))
+        return int(await self._run("schedule", [self.keys.schedule(queue)], args))
 
     # -- fetch and settle --------------------------------------------------------------
 
     async def fetch(self, identity: str, queues: Sequence[str], count: int) -> Fetched:
-        """Move up to ``count`` jobs from ``queues`` (in order) onto the in-progress list."""
-        keys = [self.keys.in_progress(identity), *map(self.keys.queue, queues)]
+        """Move up to ``count`` jobs from ``queues`` (in order) onto this process's
+        in-progress lists (one per queue)."""
+        if not self.cluster or len(queues) == 1:
+            return await self._fetch(identity, queues, count)
+        result = Fetched()
+        for queue in queues:  # each queue's slot on its own (maybe another node)
+            some = await self._fetch(identity, [queue], count - len(result.jobs))
+            result.jobs += some.jobs
+            result.bad_queues += some.bad_queues
+            if len(result.jobs) >= count:
+                break
+        return result
+
+    async def _fetch(self, identity: str, queues: Sequence[str], count: int) -> Fetched:
+        keys = [key for queue in queues
+                for key in (self.keys.queue(queue), self.keys.in_progress(queue, identity))]
         reply = _as_list(await self._run("fetch", keys, [count]))
         flat = _as_list(reply[0]) if reply else []
         result = Fetched()
@@ -150,68 +204,82 @@ class Store(Liveness):
             result.bad_queues = [queues[int(i) - 1] for i in _as_list(reply[1])]
         return result
 
-    async def ack(self, identity: str, jobs: Sequence[tuple[bytes, str | None]]) -> int:
-        """Forget jobs that ran (and clear their orphan counters)."""
-        keys = [self.keys.in_progress(identity)]
-        keys += [self.keys.orphanings(jid) if jid else self.keys.orphanings("-") for _, jid in jobs]
+    async def ack(self, identity: str, queue: str,
+                  jobs: Sequence[tuple[bytes, str | None]]) -> int:
+        """Forget jobs of ``queue`` that ran (and clear their orphan counters)."""
+        keys = [self.keys.in_progress(queue, identity)]
+        keys += [self.keys.orphanings(queue, jid or "-") for _, jid in jobs]
         return int(await self._run("ack", keys, [raw for raw, _ in jobs]))
 
     async def file_failure(
-        self, identity: str, raw: bytes, target: SetName, entry: bytes, delay: float
+        self, identity: str, queue: str, raw: bytes, target: SetName, entry: bytes,
+        delay: float,
     ) -> bool:
-        """File a failed job's ``entry`` in retry or dead, then take ``raw`` off the list."""
-        keys = [self.keys.in_progress(identity), self.zset_key(target)]
+        """File a failed job's ``entry`` in its queue's retry or dead set, then take
+        ``raw`` off the list."""
+        keys = [self.keys.in_progress(queue, identity), self.zset_key(queue, target)]
         args = [raw, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
         return int(await self._run("file_failure", keys, args)) == 1
 
     async def give_back(self, identity: str, queue: str, raw: bytes) -> bool:
         """Put a job that never started back at the front of its queue."""
-        keys = [self.keys.in_progress(identity), self.keys.queue(queue)]
+        keys = [self.keys.in_progress(queue, identity), self.keys.queue(queue)]
         return int(await self._run("give_back", keys, [raw])) == 1
 
     # -- basic fetch (BRPOP: a crash loses the running jobs) -----------------------
 
     async def pop(self, queues: Sequence[str], block_for: float) -> tuple[str, bytes] | None:
-        """BRPOP from ``queues`` (in order), blocking up to ``block_for`` seconds."""
+        """BRPOP from ``queues`` (in order), blocking up to ``block_for`` seconds. On a
+        cluster one BRPOP cannot span slots: each queue is tried without blocking, then
+        the first is waited on."""
+        if self.cluster and len(queues) > 1:
+            for queue in queues:
+                raw = await self.client.rpop(self.keys.queue(queue))
+                if isinstance(raw, bytes | str):
+                    return queue, as_bytes(raw)
+            queues = queues[:1]
         reply = await self.client.brpop([self.keys.queue(q) for q in queues], timeout=block_for)
         if not reply:
             return None
         key, raw = reply
-        name = as_bytes(key).decode()[len(self.keys.queue_prefix):]
-        return name, as_bytes(raw)
+        return self.keys.queue_name_of(as_bytes(key).decode()), as_bytes(raw)
 
     async def push_back(self, queue: str, raw: bytes) -> None:
         await self.client.rpush(self.keys.queue(queue), raw)
 
-    async def file_entry(self, target: SetName, entry: bytes, delay: float) -> None:
+    async def file_entry(self, queue: str, target: SetName, entry: bytes, delay: float) -> None:
         args = ["in", repr(float(delay)), repr(time.time()), *self._trim(target), entry]
-        await self._run("schedule", [self.zset_key(target)], args)
+        await self._run("schedule", [self.zset_key(queue, target)], args)
 
-    # -- scheduled and retry sets ----------------------------------------------------
+    # -- scheduled, retry and dead sets (one of each per queue) ------------------------
 
-    def zset_key(self, target: SetName) -> str:
-        """The key of the ``schedule``, ``retry`` or ``dead`` set."""
-        return {"retry": self.keys.retry, "dead": self.keys.dead,
-                "schedule": self.keys.schedule}[target]
+    def zset_key(self, queue: str, target: SetName) -> str:
+        """The key of ``queue``'s ``schedule``, ``retry`` or ``dead`` set."""
+        keys = self.keys
+        return {"retry": keys.retry, "dead": keys.dead, "schedule": keys.schedule}[target](queue)
 
-    async def due(self, target: SetName, limit: int) -> list[bytes]:
-        reply = await self._run("due", [self.zset_key(target)], [repr(time.time()), limit])
+    async def due(self, queue: str, target: SetName, limit: int) -> list[bytes]:
+        reply = await self._run("due", [self.zset_key(queue, target)],
+                                [repr(time.time()), limit])
         return [bytes(m) for m in _as_list(reply)]
 
-    async def promote(self, target: SetName, items: Sequence[tuple[bytes, bytes, str]]) -> int:
-        """Move due ``(member, job, queue)`` items from ``target`` onto their queues."""
+    async def promote(self, queue: str, target: SetName,
+                      items: Sequence[tuple[bytes, bytes]]) -> int:
+        """Move due ``(member, job)`` items from ``queue``'s ``target`` set onto it."""
         if not items:
             return 0
-        keys = [self.zset_key(target), self.keys.queues, *(self.keys.queue(q) for _, _, q in items)]
-        args: list[Any] = [self.keys.wake_channel]
-        for member, job, queue in items:
-            args += [member, job, queue]
+        keys = [self.zset_key(queue, target), self.keys.queue(queue)]
+        args: list[Any] = [self.keys.wake_channel, queue]
+        for member, job in items:
+            args += [member, job]
         return int(await self._run("promote", keys, args))
 
     async def move_member(
-        self, source: SetName, target: SetName, member: bytes, entry: bytes, delay: float = 0.0
+        self, queue: str, source: SetName, target: SetName, member: bytes, entry: bytes,
+        delay: float = 0.0,
     ) -> bool:
-        keys = [self.zset_key(source), self.zset_key(target)]
+        """Move one entry between two of ``queue``'s sets (or within one: a new score)."""
+        keys = [self.zset_key(queue, source), self.zset_key(queue, target)]
         args = [member, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
         return int(await self._run("move_member", keys, args)) == 1
 
@@ -236,6 +304,8 @@ class Store(Liveness):
         """Subscribe to the wake channel; iterate to wait for each enqueue's wake-up.
         Entered once the server confirmed the subscription: a stale pooled connection
         after a restart fails here, not after the caller counted the channel as back."""
+        if isinstance(self.client, ClusterClient):  # its pub/sub node is from the slot map
+            await self.client.initialize()
         pubsub = self.client.pubsub()
         try:
             await pubsub.subscribe(self.keys.wake_channel)
@@ -262,15 +332,15 @@ class Store(Liveness):
         """Take the unique lock of ``digest`` for ``jid`` and push (or schedule) ``raw``
         in one step; False if another jid holds the lock (nothing written)."""
         keys = self.keys
+        await self.register_queues([queue])
         mode, value, target = "now", 0.0, keys.queue(queue)
         if at is not None:
-            mode, value, target = "at", at, keys.schedule
+            mode, value, target = "at", at, keys.schedule(queue)
         elif delay is not None:
-            mode, value, target = "in", delay, keys.schedule
+            mode, value, target = "in", delay, keys.schedule(queue)
         args = [jid, max(1, int(ttl * 1000)), mode, repr(float(value)), queue,
                 keys.wake_channel, repr(time.time()), raw]
-        reply = await self._run("enqueue_unique", [keys.unique(digest), target, keys.queues],
-                                args)
+        reply = await self._run("enqueue_unique", [keys.unique(queue, digest), target], args)
         return int(self._woken(reply)[0]) == 1
 
     async def push_batch(
@@ -278,20 +348,33 @@ class Store(Liveness):
         unique: Sequence[tuple[str, str, float, bytes]] = (),
     ) -> list[bool]:
         """Push ``raws`` on ``queue`` and each ``(digest, jid, ttl, raw)`` unique job, in
-        one round trip; returns whether each unique job's lock was taken."""
+        one round trip; returns whether each unique job's lock was taken.
+
+        Every call is in ``queue``'s slot, so a cluster sends them to one node too. A
+        call refused with NOSCRIPT did not run: it is run again alone (``_run`` loads the
+        script); any other error is raised, as the script call's would be."""
+        await self.register_queues([queue])
+        calls: list[tuple[str, list[str], list[Any]]] = []
+        if raws:
+            calls.append(("enqueue", [self.keys.queue(queue)],
+                          [queue, self.keys.wake_channel, *raws]))
+        for digest, jid, ttl, raw in unique:
+            calls.append(("enqueue_unique",
+                          [self.keys.unique(queue, digest), self.keys.queue(queue)],
+                          [jid, max(1, int(ttl * 1000)), "now", "0", queue,
+                           self.keys.wake_channel, repr(time.time()), raw]))
         async with self.client.pipeline(transaction=False) as pipe:
-            if raws:
-                await self._scripts["enqueue"](
-                    keys=[self.keys.queue(queue), self.keys.queues],
-                    args=[queue, self.keys.wake_channel, *raws], client=pipe)
-            for digest, jid, ttl, raw in unique:
-                args: list[Any] = [jid, max(1, int(ttl * 1000)), "now", "0", queue,
-                                   self.keys.wake_channel, repr(time.time()), raw]
-                await self._scripts["enqueue_unique"](
-                    keys=[self.keys.unique(digest), self.keys.queue(queue), self.keys.queues],
-                    args=args, client=pipe)
-            replies = [self._woken(reply)[0] for reply in await pipe.execute()]
-        return [int(reply) == 1 for reply in replies[1 if raws else 0:]]
+            for name, keys, args in calls:
+                pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+        results = []
+        for (name, keys, args), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                reply = await self._run(name, keys, args)
+            elif isinstance(reply, Exception):
+                raise reply
+            results.append(self._woken(reply)[0])
+        return [int(reply) == 1 for reply in results[1 if raws else 0:]]
 
     def _woken(self, reply: Any) -> list[Any]:
         """A push script's reply as a list, after reporting a wake-up that Redis refused
@@ -312,10 +395,11 @@ class Store(Liveness):
     async def extend_lock(self, key: str, owner: str, ttl: float) -> bool:
         return int(await self._run("extend_lock", [key], [owner, max(1, int(ttl * 1000))])) == 1
 
-    async def cron_claimed(self) -> dict[str, float]:
-        """periodic name -> last claimed tick (unreadable stamps are left out)."""
+    async def cron_claimed(self, queue: str) -> dict[str, float]:
+        """periodic name -> last claimed tick, for the periodic jobs of ``queue``
+        (unreadable stamps are left out)."""
         claimed = {}
-        for name, value in (await self.client.hgetall(self.keys.cron_claimed)).items():
+        for name, value in (await self.client.hgetall(self.keys.cron_claimed(queue))).items():
             try:
                 claimed[as_bytes(name).decode()] = float(value)
             except ValueError:
@@ -323,6 +407,7 @@ class Store(Liveness):
         return claimed
 
     async def cron_claim(self, name: str, tick: float, queue: str, raw: bytes) -> bool:
-        keys = [self.keys.cron_claimed, self.keys.queue(queue), self.keys.queues]
+        await self.register_queues([queue])
+        keys = [self.keys.cron_claimed(queue), self.keys.queue(queue)]
         args = [name, repr(tick), queue, self.keys.wake_channel, raw]
         return int(await self._run("cron_claim", keys, args)) == 1

@@ -18,7 +18,7 @@ from cogworker_async.redis.store import LostReply, Store
 MAX_BATCH: Final = 500
 """Acks sent in one script call at most."""
 
-_Waiting = tuple[bytes, str | None, "asyncio.Future[None]"]
+_Waiting = tuple[str, bytes, str | None, "asyncio.Future[None]"]
 
 
 class AckBatcher:
@@ -28,10 +28,11 @@ class AckBatcher:
         self._waiting: list[_Waiting] = []
         self._flushing = False
 
-    async def ack(self, raw: bytes, jid: str | None) -> None:
-        """Record that ``raw`` ran; raises what the script call raised."""
+    async def ack(self, queue: str, raw: bytes, jid: str | None) -> None:
+        """Record that ``raw`` (fetched from ``queue``) ran; raises what the script call
+        raised."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((raw, jid, done))
+        self._waiting.append((queue, raw, jid, done))
         if not self._flushing:
             await self._flush()
         await done
@@ -42,12 +43,17 @@ class AckBatcher:
             while self._waiting:
                 batch = self._waiting[:MAX_BATCH]
                 del self._waiting[:MAX_BATCH]
-                try:
-                    await self.store.ack(self.identity, [(raw, jid) for raw, jid, _ in batch])
-                except Exception as exc:
-                    _settle_all(batch, exc)
-                else:
-                    _settle_all(batch, None)
+                by_queue: dict[str, list[_Waiting]] = {}
+                for waiting in batch:  # one call per queue: each list is in its slot
+                    by_queue.setdefault(waiting[0], []).append(waiting)
+                for queue, acks in by_queue.items():
+                    try:
+                        await self.store.ack(self.identity, queue,
+                                             [(raw, jid) for _, raw, jid, _ in acks])
+                    except Exception as exc:
+                        _settle_all(acks, exc)
+                    else:
+                        _settle_all(acks, None)
         finally:
             self._flushing = False
             # Cancelled or stopped mid-flight: whoever is still waiting must not wait
@@ -57,7 +63,7 @@ class AckBatcher:
 
 
 def _settle_all(batch: list[_Waiting], exc: Exception | None) -> None:
-    for _, _, done in batch:
+    for _, _, _, done in batch:
         if done.done():
             continue
         if exc is None:

@@ -60,7 +60,8 @@ class CronTicker:
         while True:
             try:
                 if not self.claimed:
-                    self.claimed = await self.store.cron_claimed()
+                    for queue in {self.build(p, 0.0)[0] for p in self.periodics}:
+                        self.claimed.update(await self.store.cron_claimed(queue))
                 await self.tick(time.time())
             except Exception as exc:  # one bad pass must never stop the ticker
                 self.streak.failed(exc, trace=not isinstance(exc, RedisError))

@@ -61,7 +61,7 @@ class Executor:
         counters: Counters,
         middleware: Sequence[ServerMiddleware],
         limiter: anyio.CapacityLimiter,
-        orphanings: Callable[[str], Awaitable[int]],
+        orphanings: Callable[[str, str], Awaitable[int]],
     ) -> None:
         self.counters = counters
         self.middleware = list(middleware)
@@ -81,7 +81,7 @@ class Executor:
             # The job sees a plain dict: middleware may have added fields of its own.
             # (A string type: no alias is built per job.)
             payload=cast("dict[str, Any]", payload),
-            _orphanings=partial(self.orphanings, jid),
+            _orphanings=partial(self.orphanings, queue, jid),
         )
 
     async def run(self, definition: JobDefinition, payload: payloads.Payload, queue: str,

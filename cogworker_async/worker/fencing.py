@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
@@ -46,9 +46,11 @@ class RelistRefused(Exception):
 
 class Fence:
     def __init__(self, store: Store, identity: str, ledger: Ledger, *,
-                 retry_pause: float) -> None:
+                 queues: Sequence[str], retry_pause: float) -> None:
         self.store = store
         self.identity = identity
+        self.queues = list(dict.fromkeys(queues))
+        """This process's queues: it has a list, and beats, in each one's slot."""
         self.ledger = ledger
         self.retry_pause = retry_pause
         self._loop = asyncio.get_running_loop()  # the worker's: made in it
@@ -115,13 +117,19 @@ class Fence:
         meanwhile (``Ledger.relisting``), so nothing it lists is settled already."""
         ledger = self.ledger
         ledger.relist_wanted = False
+        listed, refused = 0, False
         try:
             async with ledger.relisting():
-                listed = await self.store.relist(self.identity, list(ledger.in_flight()))
+                for queue, raws in ledger.in_flight_by_queue().items():
+                    some = await self.store.relist(self.identity, queue, raws)
+                    if some is None:  # marked declared dead in that queue's slot
+                        refused = True
+                        break
+                    listed += some
         except BaseException:
             ledger.relist_wanted = True
             raise
-        if listed is None:
+        if refused:
             ledger.relist_wanted = True
             raise RelistRefused("this process is marked declared dead: fencing first")
         log.warning("worker %s: Redis had lost this process's keys (restarted without "
@@ -131,7 +139,9 @@ class Fence:
     async def fence(self) -> None:
         """Stop the jobs no longer ours (their requeued copies run elsewhere) and forget
         their outcomes."""
-        listed = set(await self.store.in_progress(self.identity))
+        listed: set[bytes] = set()
+        for queue in self.queues:
+            listed.update(await self.store.in_progress(self.identity, queue))
         not_ours = self.ledger.not_ours(listed)
         self.ledger.disown(not_ours.unlisted + not_ours.stale)
         for scope in not_ours.scopes:
@@ -144,4 +154,4 @@ class Fence:
                   "were recovered elsewhere; %d running job(s) cancelled here",
                   self.identity, len(not_ours.scopes))
         # Last: should this fail, the next beat says ZOMBIE again and this runs again.
-        await self.store.clear_declared_dead(self.identity)
+        await self.store.clear_declared_dead(self.identity, self.queues)

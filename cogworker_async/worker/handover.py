@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -74,28 +74,34 @@ async def relist_if_wanted(ledger: Ledger, relist: Relist) -> None:
 
 
 async def hand_over(store: Store, settler: Settler, ledger: Ledger, identity: str,
-                    default_queue: str) -> None:
-    """Apply the plan to this process's list: hand over failures, drop acked jobs,
-    requeue everything else."""
+                    queues: Sequence[str]) -> None:
+    """Apply the plan to this process's lists (one per queue): hand over failures, drop
+    acked jobs, requeue everything else."""
     decided = plan(ledger.pending)
     keep: list[bytes] = []
     for raw, filed in decided.hand_over:
+        queue = ledger.queue_of(raw)
         try:
-            record = settler.record(Work("", raw), filed)
-            await store.park_unsettled(identity, raw, record)
+            record = settler.record(Work(queue, raw), filed)
+            await store.park_unsettled(identity, queue, raw, record)
             ledger.settled(raw)
         except RedisError as exc:
             keep.append(raw)
             log.error("shutdown: couldn't hand over the failure of jid=%s (%s): left "
                       "in progress, it may run again", job.jid_of(raw), why(exc))
-    try:
-        moved = await store.requeue(identity, default_queue, drop=decided.drop, keep=keep)
-    except RedisError as exc:
-        log.error("shutdown: couldn't requeue this process's unfinished jobs (%s); "
-                  "orphan recovery will, once this process is gone", why(exc))
-        return
-    for raw in decided.drop:
-        ledger.settled(raw)
+    moved = 0
+    for queue in queues:
+        drop = [raw for raw in decided.drop if ledger.queue_of(raw) in (queue, "")]
+        held = [raw for raw in keep if ledger.queue_of(raw) in (queue, "")]
+        try:
+            moved += await store.requeue(identity, queue, drop=drop, keep=held)
+        except RedisError as exc:  # one queue's node away: the others are still handed over
+            log.error("shutdown: couldn't requeue this process's unfinished jobs of queue "
+                      "%r (%s); orphan recovery will, once this process is gone", queue,
+                      why(exc))
+            continue
+        for raw in drop:
+            ledger.settled(raw)
     if moved:
         log.warning("shutdown: requeued %d unfinished job(s)", moved)
 

@@ -116,7 +116,7 @@ class Ledger:
         self.disowned: set[bytes] = set()
         """Found recovered elsewhere by fencing: never relisted, their settle dropped."""
         self.queues: dict[bytes, str] = {}
-        """The queue of each pending GiveBack (its job goes back there)."""
+        """The queue of each pending outcome (the queue's slot holds its list entry)."""
         self.doubtful: dict[bytes, tuple[Pending, str, int]] = {}
         """Settles that found their job missing after an attempt lost its reply, with
         the number of beats begun by then (``beats``): settled by that attempt if a beat
@@ -165,9 +165,22 @@ class Ledger:
 
     # -- outcomes not yet settled in Redis ---------------------------------------------
 
+    def queue_of(self, raw: bytes) -> str:
+        """The queue ``raw`` was fetched from: its list, retry and dead sets are there."""
+        work = self.running.get(raw)
+        return work.queue if work is not None else self.queues.get(raw, "")
+
+    def in_flight_by_queue(self) -> dict[str, list[bytes]]:
+        """``in_flight``, grouped by the queue each was fetched from."""
+        grouped: dict[str, list[bytes]] = {}
+        for raw in self.in_flight():
+            grouped.setdefault(self.queue_of(raw), []).append(raw)
+        return grouped
+
     def remember(self, raw: bytes, disposition: Pending, *, queue: str = "") -> None:
         """Settling failed: keep the outcome, to settle later (never to run again);
-        ``queue``: where a GiveBack goes."""
+        ``queue``: the queue it was fetched from."""
+        queue = queue or self.queue_of(raw)
         self.pending[raw] = disposition
         if queue:
             self.queues[raw] = queue

@@ -30,7 +30,7 @@ class JobLocks:
         jid = payload["jid"]
         periodic = job.text(payload, "periodic")
         if periodic is not None:
-            key = self.store.keys.periodic_running(periodic)
+            key = self.store.keys.periodic_running(_queue(payload), periodic)
             try:
                 if not await self.store.take_lock(key, jid, RUNNING_LOCK_TTL):
                     log.warning("periodic %s: skipped jid=%s, the previous run is still "
@@ -48,7 +48,8 @@ class JobLocks:
         """Release or extend what the job held, now that its outcome is recorded."""
         periodic = job.text(payload, "periodic")
         if ran and periodic is not None:
-            await self._release(self.store.keys.periodic_running(periodic), payload)
+            await self._release(self.store.keys.periodic_running(_queue(payload), periodic),
+                                payload)
         if job.text(payload, "unique_policy") != "until_executed":
             return
         if isinstance(disposition, Ack) or (isinstance(disposition, Filing) and
@@ -64,7 +65,8 @@ class JobLocks:
             return
         ttl = delay + (job.number(payload, "unique_ttl") or RUNNING_LOCK_TTL)
         try:
-            await self.store.extend_lock(self.store.keys.unique(digest), payload["jid"], ttl)
+            await self.store.extend_lock(self.store.keys.unique(_queue(payload), digest),
+                                         payload["jid"], ttl)
         except Exception as exc:
             log.warning("couldn't extend the unique lock of jid=%s: %s", payload["jid"],
                         why(exc))
@@ -72,7 +74,7 @@ class JobLocks:
     async def _release_unique(self, payload: Payload) -> None:
         digest = job.text(payload, "unique_digest")
         if digest is not None:
-            await self._release(self.store.keys.unique(digest), payload)
+            await self._release(self.store.keys.unique(_queue(payload), digest), payload)
 
     async def _release(self, key: str, payload: Payload) -> None:
         try:
@@ -80,6 +82,11 @@ class JobLocks:
         except Exception as exc:
             log.warning("couldn't release %s for jid=%s (it expires): %s", key,
                         payload["jid"], why(exc))
+
+
+def _queue(payload: Payload) -> str:
+    """The job's queue: its locks are in that queue's slot (``keys.unique``)."""
+    return job.text(payload, "queue") or ""
 
 
 async def release_for_dead(store: Store, payload: Payload) -> None:

@@ -113,10 +113,10 @@ class Manager:
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
         self.poller = Poller(store, settings)
         self.lag = LoopLag()
-        self.fence = Fence(store, self.identity, self.ledger,
+        self.fence = Fence(store, self.identity, self.ledger, queues=settings.queue_names,
                            retry_pause=settings.heartbeat_interval)
         self.heartbeat = Heartbeat(
-            BeatWriter(url, store.keys, self.identity),
+            BeatWriter(url, store.keys, self.identity, settings.queue_names),
             interval=settings.heartbeat_interval, ttl=settings.orphan_threshold,
             describe=self._describe, current_jobs=self.ledger.snapshot,
             on_zombie=self.fence.declared_dead_from_thread,
@@ -129,7 +129,7 @@ class Manager:
         self.recovery = Recovery(store, settings, self.identity, may_judge=partial(
             self.heartbeat.steady_for, settings.orphan_threshold))
         self.reconciler = Reconciler(store, self.settler, self.identity,
-                                     settings.default_queue, self.ledger)
+                                     settings.queue_names, self.ledger)
         self._upkeep: TaskGroup | None = None
         self._inbox: asyncio.Queue[Work] = asyncio.Queue()
         self._idle_scope: anyio.CancelScope | None = None
@@ -178,6 +178,9 @@ class Manager:
         """Work until ``stop()``; ready (``task_status.started()``) once it can fetch."""
         reliable = self.fetcher.reliable
         await self.store.check_server(reliable=reliable)
+        # Served queues are registered (the dashboard, the poller and recovery find each
+        # queue's slot through the registry) before anything is fetched from them.
+        await self.store.register_queues(self.settings.queue_names)
         # The first beat before the first fetch: a job must never sit on the list of a
         # process that recovery could not yet see as alive.
         await anyio.to_thread.run_sync(self.heartbeat.beat)
@@ -379,7 +382,7 @@ class Manager:
                 await handover.relist_if_wanted(self.ledger, self.fence.relist)
                 await self.reconciler.settle_pending()  # a last try: Redis may be back
             await handover.hand_over(self.store, self.settler, self.ledger, self.identity,
-                                     self.settings.default_queue)
+                                     self.settings.queue_names)
 
     def _retire(self) -> None:
         """Stop beating; leave the registries if nothing is left in progress."""

@@ -4,6 +4,10 @@ Due is judged by Redis' clock (inside ``due.lua``), never this process's. Each j
 pushed on its queue before it is removed from its set (``promote.lua``), so it is always
 in at least one place, and a member moved by another process meanwhile is skipped.
 An entry that is not a job goes to dead with its bytes kept.
+
+Each queue has its own schedule and retry sets (in its slot): a worker polls those of
+the queues it serves. A job scheduled on a queue no worker serves waits in its set —
+it could not run before a worker for that queue starts anyway.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ class Poller:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
-        self.default_queue = settings.default_queue
+        self.queues = list(dict.fromkeys(settings.queue_names))
         self.streak = Streak("poller: moving due jobs")
 
     async def run(self) -> None:
@@ -49,43 +53,43 @@ class Poller:
         one must not hold up the other). Through an outage the streak says so once, not
         once per set per pass; one bad pass never stops the poller."""
         failure: Exception | None = None
-        for target in SETS:
-            try:
-                await self.promote_due(target)
-            except Exception as exc:
-                failure = failure or exc
+        for queue in self.queues:
+            for target in SETS:
+                try:
+                    await self.promote_due(queue, target)
+                except Exception as exc:
+                    failure = failure or exc
         if failure is None:
             self.streak.succeeded()
         else:  # a RedisError is Redis away or refusing; anything else is a bug: traced
             self.streak.failed(failure, trace=not isinstance(failure, RedisError))
 
-    async def promote_due(self, target: SetName) -> int:
-        """Move every due entry of ``target``; returns how many reached a queue."""
+    async def promote_due(self, queue: str, target: SetName) -> int:
+        """Move every due entry of ``queue``'s ``target`` set onto it; returns how many."""
         moved = 0
         while True:
-            members = await self.store.due(target, BATCH)
-            items: list[tuple[bytes, bytes, str]] = []
+            members = await self.store.due(queue, target, BATCH)
+            items: list[tuple[bytes, bytes]] = []
             for member in members:
-                item = await self._prepare(target, member)
+                item = await self._prepare(queue, target, member)
                 if item is not None:
                     items.append(item)
-            moved += await self.store.promote(target, items)
+            moved += await self.store.promote(queue, target, items)
             if len(members) < BATCH:
                 return moved
 
-    async def _prepare(self, target: SetName, member: bytes) -> tuple[bytes, bytes, str] | None:
-        """The ``(member, job to push, queue)`` for a due entry, or None if it went to dead."""
+    async def _prepare(self, queue: str, target: SetName,
+                       member: bytes) -> tuple[bytes, bytes] | None:
+        """The ``(member, job to push)`` for a due entry, or None if it went to dead."""
         now = time.time()
         try:
             payload = job.decode(member, self.settings.max_payload_bytes)
         except UnparseablePayload as exc:
-            entry = job.unparseable_entry(member, queue=self.default_queue, reason=str(exc),
-                                          now=now)
-            await self.store.move_member(target, "dead", member,
+            entry = job.unparseable_entry(member, queue=queue, reason=str(exc), now=now)
+            await self.store.move_member(queue, target, "dead", member,
                                          job.encode(entry, job.NO_SIZE_LIMIT))
             log.error("poller: an unreadable %s entry was moved to dead: %s", target, exc)
             return None
-        queue = job.queue_of(payload, self.default_queue)
-        payload["queue"] = queue
+        payload["queue"] = queue  # the set's queue: the job stays in its slot
         payload["enqueued_at"] = now
-        return member, job.encode(payload, job.NO_SIZE_LIMIT), queue
+        return member, job.encode(payload, job.NO_SIZE_LIMIT)

@@ -26,7 +26,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -51,16 +51,6 @@ HOLD_BACK_SCAN: Final = 1000
 """Entries of a dead process's list looked at for repeat orphans to hold back."""
 
 
-def queue_of(raw: bytes, fallback: str) -> str:
-    """The queue a raw job belongs on (``job.queue_of``), read as requeue.lua reads it:
-    whatever is not a JSON object has no queue field."""
-    try:
-        payload = json.loads(raw)
-    except Exception:  # JSONDecodeError, UnicodeDecodeError, RecursionError, ...
-        return fallback
-    return job.queue_of(payload if isinstance(payload, dict) else None, fallback)
-
-
 def process_died_entry(raw: bytes, *, max_orphanings: int, identity: str,
                        info: Mapping[str, Any] | None, now: float) -> job.Payload:
     """The dead entry of a job that kept killing its process."""
@@ -81,7 +71,6 @@ class Recovery:
         self.store = store
         self.settings = settings
         self.identity = identity
-        self.default_queue = settings.default_queue
         self.may_judge = may_judge
         """False while this process may not declare others dead (see recover_orphans)."""
 
@@ -95,64 +84,113 @@ class Recovery:
         look dead to whichever one ran recovery first, their running and
         finished-but-unacked jobs requeued to run twice. Waiting out the threshold lets
         the live ones beat first (tests/chaos/redisfaults/test_redis_restarts.py, 6b).
+
+        A process has a list in each queue's slot it fetched from; each is recovered in
+        that slot, where ``requeue.lua`` judges the owner by the beats it wrote there
+        (``beat.lua``), atomically with the move. The queues come from the registry of
+        queue names; the identities from each queue's registry, plus a SCAN of every
+        node at boot for lists no registry knows.
         """
-        candidates = await self._candidates(scan) if self.may_judge() else set()
-        candidates.discard(self.identity)
+        queues = await self._queues()
+        candidates = await self._candidates(queues, scan) if self.may_judge() else {}
+        # This identity's lists on the queues it serves are the reconciler's; one on another
+        # queue was left by an earlier process of the same identity (started again with
+        # other queues): nothing beats in that slot, and nobody else recovers it while
+        # this identity is alive.
+        own = candidates.pop(self.identity, set()) - set(self.settings.queue_names)
+        if own:
+            candidates[self.identity] = own
         moved = 0
         for identity in sorted(candidates):
             try:
-                moved += await self._recover(identity)
+                moved += await self._recover(identity, sorted(candidates[identity]))
             except ConnectionLost:  # not this identity's fault: the pass's streak says it
                 raise
             except Exception as exc:
                 log.error("orphan recovery skipped %s: %s", identity, why(exc))
-        for what in (self.bury_repeat_orphans, self.file_unsettled):
-            try:
-                await what()
-            except ConnectionLost:
-                raise
-            except Exception as exc:
-                log.error("orphan recovery: %s failed: %s", what.__name__, why(exc))
+        for queue in queues:
+            for what in (self.bury_repeat_orphans, self.file_unsettled):
+                try:
+                    await what(queue)
+                except ConnectionLost:
+                    raise
+                except Exception as exc:
+                    log.error("orphan recovery: %s of queue %r failed: %s", what.__name__,
+                              queue, why(exc))
         return moved
 
-    async def _candidates(self, scan: bool) -> set[str]:
-        found: set[str] = set()
-        sources = [self.store.registered_identities]
-        if scan:
-            sources.append(self.store.scanned_identities)
+    async def _queues(self) -> list[str]:
+        """Every registered queue, and this process's own (registered as it started,
+        but a registry Redis lost must not hide them)."""
+        try:
+            names = set(await self.store.queue_names())
+        except ConnectionLost:
+            raise
+        except Exception as exc:
+            log.error("orphan recovery: reading the queue names failed: %s", why(exc))
+            names = set()
+        return sorted(names | set(self.settings.queue_names))
+
+    async def _candidates(self, queues: Sequence[str], scan: bool) -> dict[str, set[str]]:
+        """identity -> the queues where it may own a list."""
+        found: dict[str, set[str]] = {}
+
+        async def registered() -> None:
+            for queue in queues:
+                for identity in await self.store.queue_identities(queue):
+                    found.setdefault(identity, set()).add(queue)
+            for identity in await self.store.registered_identities():
+                found.setdefault(identity, set())  # forgotten in the namespace at least
+
+        async def scanned() -> None:
+            for queue, identity in await self.store.scanned_lists():
+                found.setdefault(identity, set()).add(queue)
+
+        sources = [registered, scanned] if scan else [registered]
         for source in sources:  # each on its own: one unreadable must not hide the other
             try:
-                found |= await source()
+                await source()
             except ConnectionLost:  # Redis away: the pass fails (said once by its streak)
                 raise
             except Exception as exc:
                 log.error("orphan recovery: reading candidates failed: %s", why(exc))
         return found
 
-    async def _recover(self, identity: str) -> int:
+    async def _recover(self, identity: str, queues: Sequence[str]) -> int:
+        if identity != self.identity and await self.store.is_alive(identity):
+            return 0  # a quick no; each slot then judges alone
         info = await self.store.beat_info(identity)
-        result = await self.store.recover(
-            identity, self.default_queue, dead_for=self.settings.orphan_threshold,
-            max_orphanings=self.settings.max_orphanings, keep=await self._held_back(identity),
-        )
-        if result is None:  # alive after all
-            return 0
-        if result.moved or result.parked:
+        moved = parked = 0
+        gone = True
+        for queue in queues:
+            result = await self.store.recover(
+                identity, queue, dead_for=self.settings.orphan_threshold,
+                max_orphanings=self.settings.max_orphanings,
+                keep=await self._held_back(identity, queue),
+            )
+            if result is None:  # alive after all, as seen by this queue's slot
+                gone = False
+                continue
+            moved += result.moved
+            parked += result.parked
+            if result.parked:
+                await self.bury_repeat_orphans(queue, identity, info)
+            # Recovery never removes a declared_dead mark: it is the only evidence a
+            # paused process accepts, on waking, that its jobs run elsewhere (missing keys
+            # alone mean Redis lost them: see beat.lua), and the pass that set it may have
+            # lost its reply, leaving a later pass to find the list empty and forget the
+            # identity. Only the process itself clears its mark (first beat, fencing, retire).
+            gone &= await self.store.forget(identity, queue, declared_dead=True)
+        if moved or parked:
             log.warning("requeued %d job(s) left in progress by dead process %s%s",
-                        result.moved, identity,
-                        f"; {result.parked} orphaned too often" if result.parked else "")
-            event = {"identity": identity, "at": time.time(), "requeued": result.moved,
-                     "parked": result.parked, "by": self.identity, "last_beat": info}
+                        moved, identity,
+                        f"; {parked} orphaned too often" if parked else "")
+            event = {"identity": identity, "at": time.time(), "requeued": moved,
+                     "parked": parked, "by": self.identity, "last_beat": info}
             await self._record(event)
-        if result.parked:
-            await self.bury_repeat_orphans(identity, info)
-        # Recovery never removes a declared_dead mark: it is the only evidence a paused
-        # process accepts, on waking, that its jobs run elsewhere (missing keys alone mean
-        # Redis lost them: see beat.lua), and the pass that set it may have lost its
-        # reply, leaving a later pass to find the list empty and forget the identity.
-        # Only the process itself clears its mark (its first beat, its fencing, retire).
-        await self.store.forget(identity, declared_dead=True)
-        return result.moved
+        if gone:
+            await self.store.forget(identity, None, declared_dead=True)
+        return moved
 
     async def _record(self, event: dict[str, Any]) -> None:
         """Add a recovery event (informational). The jobs are already back: a failure
@@ -167,7 +205,7 @@ class Recovery:
                     log.warning("couldn't record the recovery of %s: %s", event["identity"],
                                 why(exc))
 
-    async def _held_back(self, identity: str) -> list[bytes]:
+    async def _held_back(self, identity: str, queue: str) -> list[bytes]:
         """Jobs that were orphaned before come back one per pass, not all at once.
 
         Recovered together, the jobs of a process killed by a poison job land on one
@@ -177,30 +215,30 @@ class Recovery:
         parked (orphaned too often) is never held back. The cost: a job orphaned more
         than once can come back up to (its rank) x recovery_interval later.
         """
-        if await self.store.is_alive(identity):
-            return []
-        listed = await self.store.list_head(self.store.keys.in_progress(identity), HOLD_BACK_SCAN)
-        counts = await self.store.orphan_counts([job.jid_of(raw) for raw in listed])
+        listed = await self.store.list_head(self.store.keys.in_progress(queue, identity),
+                                            HOLD_BACK_SCAN)
+        counts = await self.store.orphan_counts(queue, [job.jid_of(raw) for raw in listed])
         limit = self.settings.max_orphanings
         repeat = [raw for raw, count in zip(listed, counts, strict=True) if 0 < count < limit]
         return repeat[1:]
 
-    async def bury_repeat_orphans(self, identity: str = "",
+    async def bury_repeat_orphans(self, queue: str, identity: str = "",
                                   info: Mapping[str, Any] | None = None) -> None:
-        """File each parked job in dead as ProcessDied (whatever its retry setting)."""
-        for raw in await self.store.list_head(self.store.keys.repeat_orphans, HEAD_BATCH):
+        """File each parked job of ``queue`` in dead as ProcessDied (whatever its retry
+        setting)."""
+        for raw in await self.store.list_head(self.store.keys.repeat_orphans(queue), HEAD_BATCH):
             entry = process_died_entry(raw, max_orphanings=self.settings.max_orphanings,
                                        identity=identity, info=info, now=time.time())
-            if not await self.store.bury_orphan(raw, job.encode(entry, MAX_ENTRY_BYTES),
+            if not await self.store.bury_orphan(queue, raw, job.encode(entry, MAX_ENTRY_BYTES),
                                                 job.jid_of(raw)):
                 return  # someone else is burying: leave the rest to them
             log.error("jid=%s orphaned more than %d times: moved to dead (ProcessDied)",
                       entry["jid"], self.settings.max_orphanings)
             await release_for_dead(self.store, entry)
 
-    async def file_unsettled(self) -> None:
-        """File what stopping processes handed over, head first."""
-        for record in await self.store.list_head(self.store.keys.unsettled, HEAD_BATCH):
+    async def file_unsettled(self, queue: str) -> None:
+        """File what stopping processes handed over for ``queue``, head first."""
+        for record in await self.store.list_head(self.store.keys.unsettled(queue), HEAD_BATCH):
             try:
                 parsed = json.loads(record)
                 target = parsed["set"]
@@ -210,21 +248,21 @@ class Recovery:
             except Exception as exc:  # unreadable: filed in dead as it is, never dropped
                 target, delay = "dead", 0.0
                 entry = job.encode(job.unparseable_entry(
-                    record, queue="", reason=f"unreadable hand-over record: {exc!r}",
+                    record, queue=queue, reason=f"unreadable hand-over record: {exc!r}",
                     now=time.time()), MAX_ENTRY_BYTES)
-            if not await self.store.file_unsettled(record, target, entry, delay):
+            if not await self.store.file_unsettled(queue, record, target, entry, delay):
                 return
 
 
 class Reconciler:
     """Keeps this process's own in-progress list in line with what it is doing."""
 
-    def __init__(self, store: Store, settler: Settler, identity: str, default_queue: str,
+    def __init__(self, store: Store, settler: Settler, identity: str, queues: Sequence[str],
                  ledger: Ledger) -> None:
         self.store = store
         self.settler = settler
         self.identity = identity
-        self.default_queue = default_queue
+        self.queues = list(dict.fromkeys(queues))
         self.ledger = ledger
 
     async def settle_pending(self) -> RedisError | None:
@@ -232,7 +270,7 @@ class Reconciler:
         and return it (logged at debug only: the caller's streak reports it once)."""
         for raw, disposition in list(self.ledger.pending.items()):
             try:
-                await self.settler.apply(Work("", raw), disposition)
+                await self.settler.apply(Work(self.ledger.queue_of(raw), raw), disposition)
             except RedisError as exc:
                 log.debug("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
                 return exc
@@ -252,11 +290,13 @@ class Reconciler:
     async def _requeue_strays(self) -> int:
         if self.ledger.fetching:  # a fetch in flight: its jobs are listed but not yet running
             return 0
-        listed = await self.store.in_progress(self.identity)
+        listed: dict[bytes, str] = {}
+        for queue in self.queues:
+            for raw in await self.store.in_progress(self.identity, queue):
+                listed[raw] = queue
         requeued = 0
-        for raw in self.ledger.strays(listed):
-            queue = queue_of(raw, self.default_queue)
-            if await self.store.give_back(self.identity, queue, raw):
+        for raw in self.ledger.strays(list(listed)):
+            if await self.store.give_back(self.identity, listed[raw], raw):
                 requeued += 1
                 log.warning("requeued stray in-progress job jid=%s (a lost fetch reply?)",
                             job.jid_of(raw))

@@ -84,7 +84,7 @@ class Settler:
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 if isinstance(disposition, Ack) and self.reliable:
-                    await self.acks.ack(work.raw, work.jid)  # batched with other acks
+                    await self.acks.ack(work.queue, work.raw, work.jid)  # batched
                 else:
                     await self.apply(work, disposition)
                 return
@@ -123,21 +123,21 @@ class Settler:
         """Apply ``disposition`` once; raises ``NotListed`` when a Filing or GiveBack
         finds its job missing from the list (see the module's docstring)."""
         store, identity = self.store, self.identity
+        queue = work.queue or self.ledger.queue_of(work.raw)
         if isinstance(disposition, Ack):
             if self.reliable:
-                await store.ack(identity, [(work.raw, job.jid_of(work.raw))])
+                await store.ack(identity, queue, [(work.raw, job.jid_of(work.raw))])
         elif isinstance(disposition, Filing):
             target, entry, delay = self._encoded(work, disposition)
             if self.reliable:
                 await self._listed(work, disposition, store.file_failure(
-                    identity, work.raw, target, entry, delay))
+                    identity, queue, work.raw, target, entry, delay))
             else:
-                await store.file_entry(target, entry, delay)
+                await store.file_entry(queue, target, entry, delay)
         elif self.reliable:
-            queue = work.queue or self.ledger.queues.get(work.raw, "")
             await self._listed(work, disposition, store.give_back(identity, queue, work.raw))
         else:
-            await store.push_back(work.queue, work.raw)
+            await store.push_back(queue, work.raw)
 
     async def _listed(self, work: Work, disposition: Filing | GiveBack,
                       script: Coroutine[Any, Any, bool]) -> None:
@@ -155,7 +155,7 @@ class Settler:
             if raw not in ledger.unsure:
                 ledger.want_relist()
                 raise NotListed(f"jid={job.jid_of(raw)} is not on the in-progress list")
-            ledger.doubt(raw, disposition, work.queue or ledger.queues.get(raw, ""))
+            ledger.doubt(raw, disposition, work.queue or ledger.queue_of(raw))
         ledger.needless.add(raw)  # off the list: a relist must not put it back
 
     @staticmethod
@@ -195,5 +195,5 @@ class Settler:
         if not self.reliable:
             log.error("couldn't settle jid=%s (basic fetch: outcome lost): %s", jid, why(exc))
             return
-        self.ledger.remember(work.raw, disposition)
+        self.ledger.remember(work.raw, disposition, queue=work.queue)
         log.error("couldn't settle jid=%s, will retry (it is not run again): %s", jid, why(exc))

@@ -187,13 +187,13 @@ async def test_retry_all_moves_every_runnable_entry_and_steps_over_unparseable_o
     entries = {json.dumps({"jid": f"j{n}", "class": "work", "args": [n], "queue": "default",
                            "retry_count": 2}): now + n for n in range(1200)}
     entries["not json at all"] = now
-    await store.client.zadd(store.keys.retry, entries)
+    await store.client.zadd(store.keys.retry("default"), entries)
     insp = Inspector(jobs)
     result = await insp.retries.retry_all()
     assert result.done == 1200
     assert len(result.refused) == 1
     assert await store.client.llen(store.keys.queue("default")) == 1200
-    assert await store.client.zrange(store.keys.retry, 0, -1) == [b"not json at all"]
+    assert await store.client.zrange(store.keys.retry("default"), 0, -1) == [b"not json at all"]
     assert json.loads((await queued(store))[0])["retry_count"] == 1
     assert await insp.retries.delete_all() == 1
 
@@ -203,7 +203,7 @@ async def test_kill_all_moves_retries_to_dead(
 ) -> None:
     jobs = make_app()
     entries = {json.dumps({"jid": f"j{n}", "class": "x", "args": []}): n for n in range(30)}
-    await store.client.zadd(store.keys.retry, entries)
+    await store.client.zadd(store.keys.retry("default"), entries)
     insp = Inspector(jobs)
     assert (await insp.retries.kill_all()).done == 30
     assert (await insp.retries.size(), await insp.dead.size()) == (0, 30)
@@ -257,15 +257,17 @@ async def test_a_process_that_stopped_beating_awaits_recovery(
 ) -> None:
     jobs = make_app()
     identity = "gone-host:4242:abc"
-    await store.client.rpush(store.keys.in_progress(identity), b'{"jid":"j","class":"x"}')
-    await store.client.sadd(store.keys.in_progress_identities, identity)
+    for queue in ("default", "mail"):  # its jobs on each queue it served are counted
+        await store.client.rpush(store.keys.in_progress(queue, identity),
+                                 b'{"jid":"j","class":"x"}')
+    await store.client.sadd(store.keys.processes, identity)
     await store.client.hset(store.keys.last_beat, identity, time.time() - 30)
-    await store.client.hset(store.keys.beats, identity,
-                            json.dumps({"hostname": "gone-host", "pid": 4242}))
+    await store.client.hset(store.keys.beats, identity, json.dumps(
+        {"hostname": "gone-host", "pid": 4242, "queues": ["default", "mail"]}))
     [proc] = await Inspector(jobs).processes.all()
     assert not proc.alive
     assert proc.awaiting_recovery
-    assert proc.in_progress == 1
+    assert proc.in_progress == 2
     assert proc.beat_age is not None
     assert proc.beat_age >= 29
 
@@ -275,13 +277,17 @@ async def test_periodic_jobs_show_schedule_next_and_last_run(
 ) -> None:
     jobs = make_app()
 
-    @jobs.periodic("*/5 * * * *", name="report")
+    @jobs.periodic("*/5 * * * *", name="report", queue="reports")
     async def report() -> None: ...
 
-    await store.client.hset(store.keys.cron_claimed, "report", 1_700_000_000)
+    # Its claims and running lock are in the slot of its queue.
+    await store.client.hset(store.keys.cron_claimed("reports"), "report", 1_700_000_000)
     [info] = await Inspector(jobs).periodic.all()
-    assert (info.name, info.schedule, info.last_run, info.running) == (
-        "report", "*/5 * * * *", 1_700_000_000.0, False)
+    assert (info.name, info.schedule, info.queue, info.last_run, info.running) == (
+        "report", "*/5 * * * *", "reports", 1_700_000_000.0, False)
+    await store.client.set(store.keys.periodic_running("reports", "report"), "a-jid")
+    [info] = await Inspector(jobs).periodic.all()
+    assert info.running
     assert info.next_run > time.time()
     assert info.next_run % 300 == 0
 
@@ -297,7 +303,7 @@ async def test_the_apps_periodic_jobs_are_the_admin_models_as_the_documented_dic
     @jobs.periodic("0 * * * *", name="never-ran")
     async def hourly() -> None: ...
 
-    await store.client.hset(store.keys.cron_claimed, "report", 1_700_000_000)
+    await store.client.hset(store.keys.cron_claimed("default"), "report", 1_700_000_000)
     listed = {entry["name"]: entry for entry in await jobs.periodic_jobs()}
     assert set(listed) == {"report", "never-ran"}
     assert all(set(entry) == {"name", "schedule", "tz", "next_run", "last_run"}
@@ -324,16 +330,18 @@ async def test_retry_all_steps_over_an_entry_whose_queue_cannot_be_written(
     make_app: Callable[..., App], store: Store
 ) -> None:
     jobs = make_app()
+    await store.register_queues(["blocked"])
     await store.client.set(store.keys.queue("blocked"), "a string, not a list")
     stuck = json.dumps({"jid": "stuck", "class": "work", "args": [], "queue": "blocked"})
     movable = json.dumps({"jid": "fine", "class": "work", "args": [], "queue": "default"})
-    await store.client.zadd(store.keys.retry, {stuck: 1.0, movable: 2.0})
+    await store.client.zadd(store.keys.retry("blocked"), {stuck: 1.0})
+    await store.client.zadd(store.keys.retry("default"), {movable: 2.0})
     insp = Inspector(jobs)
     result = await insp.retries.retry_all()
     assert (result.done, result.missing) == (1, 0)
     [reason] = result.refused
     assert "cannot be written" in reason
-    assert await store.client.zrange(store.keys.retry, 0, -1) == [stuck.encode()]
+    assert await store.client.zrange(store.keys.retry("blocked"), 0, -1) == [stuck.encode()]
     assert [json.loads(r)["jid"] for r in await queued(store)] == ["fine"]
     # One by one too: the entry is reported left in place, not gone.
     [record] = (await insp.retries.page()).items
@@ -348,14 +356,14 @@ async def test_an_entry_holding_nan_is_left_alone_and_the_rest_are_retried(
     # Python's JSON reads NaN, but a job may not carry it: it cannot be pushed again.
     odd = '{"jid": "odd", "class": "work", "args": [NaN], "queue": "default"}'
     entries = {odd: 1.0, json.dumps({"jid": "fine", "class": "work", "args": [1]}): 2.0}
-    await store.client.zadd(store.keys.dead, entries)
+    await store.client.zadd(store.keys.dead("default"), entries)
     insp = Inspector(jobs)
     record = next(r for r in (await insp.dead.page()).items if r.jid == "odd")
     assert not record.runnable
     assert len((await insp.dead.retry([record.token])).refused) == 1
     result = await insp.dead.retry_all()
     assert (result.done, len(result.refused)) == (1, 1)
-    assert await store.client.zrange(store.keys.dead, 0, -1) == [odd.encode()]
+    assert await store.client.zrange(store.keys.dead("default"), 0, -1) == [odd.encode()]
     assert [json.loads(r)["jid"] for r in await queued(store)] == ["fine"]
 
 
@@ -366,7 +374,7 @@ async def test_retry_all_does_not_retry_again_a_job_that_failed_again_meanwhile(
     jobs = make_app()
     entries = {json.dumps({"jid": f"j{n}", "class": "work", "args": [n]}): n
                for n in range(3)}
-    await store.client.zadd(store.keys.retry, entries)
+    await store.client.zadd(store.keys.retry("default"), entries)
     insp = Inspector(jobs)
     promote = Admin.set_to_queues
     runs: list[str] = []
@@ -382,7 +390,7 @@ async def test_retry_all_does_not_retry_again_a_job_that_failed_again_meanwhile(
             payload = json.loads(pushed)
             runs.append(payload["jid"])
             payload["retry_count"] = payload.get("retry_count", -1) + 1
-            await store.client.zadd(store.keys.retry, {json.dumps(payload): -len(runs)})
+            await store.client.zadd(store.keys.retry(queue), {json.dumps(payload): -len(runs)})
         return moved
 
     monkeypatch.setattr(Admin, "set_to_queues", fails_at_once)
@@ -400,15 +408,15 @@ async def test_finding_a_token_among_many_entries_sharing_its_score_reads_in_bat
     due = time.time() + 3600  # a batch scheduled for one time: one score for them all
     entries = {json.dumps({"jid": f"j{n:05}", "class": "work", "args": [n]}): due
                for n in range(2500)}
-    await store.client.zadd(store.keys.schedule, entries)
+    await store.client.zadd(store.keys.schedule("default"), entries)
     insp = Inspector(jobs)
     last = (await insp.scheduled.page(100)).items[-1]  # the 2,500th
     read = Admin.set_at_score
     replies: list[int] = []
 
-    async def counted(admin: Admin, *args: Any) -> list[bytes]:
+    async def counted(admin: Admin, *args: Any) -> dict[str, list[bytes]]:
         reply = await read(admin, *args)
-        replies.append(len(reply))
+        replies.extend(len(batch) for batch in reply.values())
         return reply
 
     monkeypatch.setattr(Admin, "set_at_score", counted)
@@ -453,7 +461,7 @@ async def test_a_token_named_twice_acts_on_one_entry(
     token = (await insp.queue("default").page()).items[0].token
     assert (await insp.queue("default").delete([token, token])) == Done(1, 0)
     assert await queued(store) == [twin.encode()]
-    await store.client.zadd(store.keys.dead, {twin: 1.0})
+    await store.client.zadd(store.keys.dead("default"), {twin: 1.0})
     [record] = (await insp.dead.page()).items
     assert await insp.dead.delete([record.token, record.token]) == Done(1, 0)
 
@@ -477,7 +485,7 @@ async def test_a_dead_unique_job_retried_by_hand_holds_its_lock_again(
     # ...but once the dead one is back on its queue, a second copy is a duplicate.
     assert await report.enqueue("2030-01-01") is None
     assert await store.client.llen(store.keys.queue("default")) == 1
-    [digest_key] = await store.client.keys(store.keys.unique("*"))
+    [digest_key] = await store.client.keys(store.keys.unique("default", "*"))
     assert await store.client.get(digest_key) == record.jid.encode()
 
 

@@ -37,7 +37,8 @@ def test_text_that_looks_like_markup_is_shown_as_it_is(raw: redis.Redis, keys: K
     job = {"jid": "j1", "class": "[/odd]", "args": ["[bold]x[/bold]", ":thumbs_up:"]}
     raw.sadd(keys.queues, "default")
     raw.lpush(keys.queue("default"), json.dumps(job))
-    raw.zadd(keys.dead, {json.dumps({**job, "error_class": "E", "error_message": "[/z]"}): 1.0})
+    raw.zadd(keys.dead("default"),
+             {json.dumps({**job, "error_class": "E", "error_message": "[/z]"}): 1.0})
     for command, *args in (("queues", "default"), ("dead",), ("dead", "--search", "[/")):
         result = invoke(command, *args)
         assert result.exit_code == 0, result.output
@@ -63,7 +64,7 @@ def test_json_output_is_json_even_for_nan_and_infinite_scores(raw: redis.Redis,
                                                              keys: Keys) -> None:
     raw.sadd(keys.queues, "default")
     raw.lpush(keys.queue("default"), '{"jid": "j1", "class": "c", "args": [NaN, -Infinity]}')
-    raw.zadd(keys.dead, {'{"jid": "j2", "class": "c", "args": [1]}': float("inf")})
+    raw.zadd(keys.dead("default"), {'{"jid": "j2", "class": "c", "args": [1]}': float("inf")})
     assert strict_json("queues", "default")["items"][0]["args"] == [None, None]
     [dead] = strict_json("dead")["items"]
     assert dead["score"] is None

@@ -22,6 +22,7 @@ import redis
 import redis.asyncio
 import trustme
 
+from cogworker_async.redis.liveness import as_bytes
 from tests.deploy import deployapp
 from tests.servers import START_TIMEOUT, ServerProcess, server_binary
 from tests.waiting import wait_until
@@ -70,7 +71,7 @@ def start_worker() -> Iterator[StartWorker]:
 
 async def ran(client: redis.asyncio.Redis) -> list[str]:
     """Tags of the finished runs, in order."""
-    return [tag.decode() for tag in await client.lrange(deployapp.RAN_KEY, 0, -1)]
+    return [as_bytes(tag).decode() for tag in await client.lrange(deployapp.RAN_KEY, 0, -1)]
 
 
 async def wait_ran(client: redis.asyncio.Redis, worker: WorkerProcess,

@@ -1,6 +1,7 @@
 """The ACL users documented in docs/deployment.md, created exactly as written there,
 are enough: a worker, an enqueuer and the dashboard and admin CLI each do their whole
-job, and Redis refuses nothing (its ACL LOG stays empty).
+job, and Redis refuses nothing (its ACL LOG stays empty) — on a single Redis, and on a
+Redis Cluster with the lines run on every node.
 
 The lines are read out of the document, so the document and this test cannot drift.
 """
@@ -9,19 +10,23 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any, Final
 
 import anyio
 import httpx
 import pytest
+import redis
 import redis.asyncio
 from typer.testing import CliRunner
 
 from cogworker_async import App
 from cogworker_async.admin import Inspector
 from cogworker_async.cli import cli
+from cogworker_async.redis.keys import Keys
+from cogworker_async.registry import JobFunction
 from cogworker_async.web import create_dashboard
+from tests.cluster_harness import ClusterProcess
 from tests.deploy import deployapp
 from tests.deploy.conftest import (
     StartWorker,
@@ -31,6 +36,7 @@ from tests.deploy.conftest import (
     wait_ran,
 )
 from tests.e2e.conftest import wait_ready
+from tests.e2e.jobsapp import FAST
 from tests.servers import ServerProcess
 from tests.waiting import wait_until
 from tests.web.conftest import BASE_URL, page_token
@@ -40,6 +46,7 @@ pytestmark = pytest.mark.slow
 ROLES: Final = ("cogworker-worker", "cogworker-enqueuer", "cogworker-admin")
 PARKED: Final = "parked"
 """A queue no worker fetches from: its jobs wait there for the dashboard to act on."""
+KEYS: Final = Keys(deployapp.NAMESPACE)
 FAR: Final = 3600.0
 """Seconds ahead a job is scheduled that must still be waiting when the dashboard acts."""
 CLI_COMMANDS: Final = (("stats",), ("queues",), ("queues", PARKED), ("scheduled",),
@@ -53,7 +60,7 @@ async def urls(server: ServerProcess,
     """Role -> URL, once the documented users exist on the server."""
     found = {}
     for line in documented_acl_lines():
-        await admin_client.execute_command(*line)
+        await admin_client.execute_command(*line)  # type: ignore[no-untyped-call]
         user, password = credentials(line)
         found[user] = f"redis://{user}:{password}@127.0.0.1:{server.port}/0"
     assert sorted(found) == sorted(ROLES), "docs/deployment.md names other users"
@@ -118,7 +125,8 @@ def _all_ran(tags: list[str], *, fail_runs: int) -> bool:
 
 
 async def _dead_size(client: redis.asyncio.Redis, size: int) -> bool:
-    return int(await client.zcard(f"{deployapp.NAMESPACE}:dead")) == size
+    """The default queue's dead set (the failing job's queue) holds ``size`` entries."""
+    return int(await client.zcard(KEYS.dead("default"))) == size
 
 
 async def _drive_dashboard(board: App, admin_client: redis.asyncio.Redis,
@@ -173,3 +181,91 @@ def _run_cli(url: str) -> dict[str, str]:
 def _denial(entry: dict[str, Any]) -> str:
     return (f"{entry.get('username')}: {entry.get('reason')} {entry.get('object')!r} "
             f"in {entry.get('context')} (x{entry.get('count')})")
+
+
+# -- the same lines on a Redis Cluster ---------------------------------------------------
+
+CLUSTER_QUEUES: Final = ("default", "other", "third")
+"""Queues whose slots a 3-master cluster spreads over its nodes."""
+
+
+@pytest.fixture
+def cluster() -> Iterator[ClusterProcess]:
+    """A cluster of this test's own (its users and its ACL LOG): 3 masters, no replicas."""
+    with ClusterProcess(masters=3, replicas=0) as started:
+        yield started
+
+
+def _cluster_urls(cluster: ClusterProcess) -> dict[str, str]:
+    """Role -> ``redis+cluster://`` URL, once every node has the documented users."""
+    found = {}
+    for port in cluster.ports:
+        with redis.Redis(port=port) as node:
+            for line in documented_acl_lines():
+                node.execute_command(*line)
+            node.acl_log_reset()
+    seeds = ",".join(f"127.0.0.1:{port}" for _, port in cluster.masters())
+    for line in documented_acl_lines():
+        user, password = credentials(line)
+        found[user] = f"redis+cluster://{user}:{password}@{seeds}"
+    return found
+
+
+def _cluster_app(url: str, ran: list[str]) -> tuple[App, JobFunction[[str], Awaitable[None]],
+                                                     JobFunction[[str], Awaitable[None]]]:
+    app = App(url, namespace=deployapp.NAMESPACE, queues=list(CLUSTER_QUEUES), **FAST)
+
+    async def record(tag: str) -> None:
+        ran.append(tag)
+
+    async def fail(tag: str) -> None:
+        ran.append(tag)
+        raise RuntimeError(f"boom {tag}")
+
+    return (app, app.job(name="record")(record),
+            app.job(name="fail", retry=False, unique=True)(fail))
+
+
+async def test_documented_users_suffice_on_a_cluster(cluster: ClusterProcess) -> None:
+    """Each role over a ``redis+cluster://`` URL, with the lines run on every node: jobs
+    on queues of different nodes are enqueued, scheduled, run, filed in dead, read and
+    deleted from the dashboard's model, and no node refuses anything."""
+    urls = _cluster_urls(cluster)
+    ran: list[str] = []
+    enqueuer, record, fail = _cluster_app(urls["cogworker-enqueuer"], ran)
+    try:
+        for queue in CLUSTER_QUEUES:
+            assert await record.options(queue=queue).enqueue(queue)
+        assert await record.enqueue_in(0.1, "later")
+        assert len(await record.options(queue="other").enqueue_many(
+            [(("many-1",), {}), (("many-2",), {})])) == 2
+        assert await fail.options(queue="third").enqueue("bad")
+    finally:
+        await enqueuer.close()
+
+    worker, _, _ = _cluster_app(urls["cogworker-worker"], ran)
+    try:
+        async with worker.worker(concurrency=2):
+            await wait_until(lambda: sorted(ran) == sorted(
+                [*CLUSTER_QUEUES, "later", "many-1", "many-2", "bad"]))
+    finally:
+        await worker.close()
+
+    board, _, _ = _cluster_app(urls["cogworker-admin"], ran)
+    try:
+        insp = Inspector(board)
+        summary = await insp.summary()
+        assert summary["dead"] == 1
+        await insp.processes.all()
+        await insp.scheduled.page()
+        (dead,) = (await insp.dead.page()).items
+        assert dead.home == "third"
+        assert (await insp.dead.delete([dead.token])).done == 1
+        assert await insp.dead.size() == 0
+    finally:
+        await board.close()
+
+    for port in cluster.ports:
+        with redis.Redis(port=port) as node:
+            denied = node.acl_log()
+        assert denied == [], "\n".join(_denial(entry) for entry in denied)

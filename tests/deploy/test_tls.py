@@ -18,6 +18,8 @@ from typer.testing import CliRunner
 
 from cogworker_async import App
 from cogworker_async.cli import cli
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.web import create_dashboard
 from tests.deploy import deployapp
 from tests.deploy.conftest import StartWorker, TLSServer, make_certs, wait_ran
@@ -49,8 +51,8 @@ async def _worker_runs_a_job_over(url: str, start_worker: StartWorker) -> None:
         worker = start_worker(url, url)
         await wait_ready(client, deployapp.NAMESPACE, worker)
         # The heartbeat thread has its own (blocking) client, made from the same URL.
-        (identity,) = [name.decode() for name in
-                       await client.hkeys(f"{deployapp.NAMESPACE}:beats")]
+        (identity,) = [as_bytes(name).decode() for name in
+                       await client.hkeys(Keys(deployapp.NAMESPACE).beats)]
 
         jobs = deployapp.build(url, deployapp.NAMESPACE)
         try:

@@ -16,7 +16,12 @@ from typing import Any, Final
 import pytest
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
+from tests import clients
+from tests.clients import async_client
+from tests.cluster_harness import ClusterProcess
 from tests.e2e import jobsapp
+from tests.servers import ServerProcess
 from tests.waiting import wait_until
 from tests.workerproc import WorkerProcess, worker_pool
 
@@ -38,10 +43,21 @@ def start_worker(redis_url: str, namespace: str) -> Iterator[StartWorker]:
         yield start
 
 
+@pytest.fixture(params=["single", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """Every end-to-end test runs on one Redis and on a 3-master Redis Cluster (the
+    session's, from tests/conftest.py): nothing changes for users on a cluster."""
+    if request.param == "cluster":
+        cluster: ClusterProcess = request.getfixturevalue("redis_cluster")
+        return cluster.url
+    server: ServerProcess = request.getfixturevalue("redis_server")
+    return server.url
+
+
 @pytest.fixture
 async def r(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
     """A plain client on the test server (raw bytes), to plant and inspect keys."""
-    client = redis.asyncio.Redis.from_url(redis_url)
+    client = async_client(redis_url)
     yield client
     await client.aclose()
 
@@ -69,7 +85,7 @@ async def started(r: redis.asyncio.Redis, namespace: str) -> list[str]:
 async def in_progress(r: redis.asyncio.Redis, namespace: str) -> list[bytes]:
     """Every entry on every in-progress list of the namespace."""
     entries: list[bytes] = []
-    async for key in r.scan_iter(match=f"{namespace}:in_progress:*"):
+    async for key in r.scan_iter(match=Keys(namespace).in_progress_pattern):
         entries += await r.lrange(key, 0, -1)
     return entries
 
@@ -99,7 +115,6 @@ async def wait_ready(r: redis.asyncio.Redis, namespace: str, worker: WorkerProce
     """Until the worker listens for wake-ups (its Manager runs and can fetch)."""
 
     async def listening() -> bool:
-        ((_, count),) = await r.pubsub_numsub(f"{namespace}:wake")
-        return int(count) >= subscribers
+        return await clients.subscribers(r, Keys(namespace).wake_channel) >= subscribers
 
     await wait_while_alive(worker, listening, timeout=READY_TIMEOUT)

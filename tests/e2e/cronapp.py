@@ -17,6 +17,7 @@ import anyio
 import redis.asyncio
 
 from cogworker_async import App, current_job
+from tests.clients import async_client
 from tests.e2e.jobsapp import FAST, NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
 
 LONG_RUN = 1.5
@@ -29,7 +30,7 @@ def build(url: str, namespace: str) -> App:
 
     def r() -> redis.asyncio.Redis:
         if not client:
-            client.append(redis.asyncio.Redis.from_url(url))
+            client.append(async_client(url))
         return client[0]
 
     @app.periodic("* * * * * *", name="tick")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.e2e.conftest import (
     StartWorker,
     counter,
@@ -27,17 +28,17 @@ async def test_retry_2_runs_three_times_then_dead(
     await worker.stop()  # also flushes the stats it counted
 
     assert await ran(r, namespace) == ["twice"] * 3  # the run and its 2 retries
-    (entry,) = await zset_entries(r, f"{namespace}:dead")
+    (entry,) = await zset_entries(r, Keys(namespace).dead("default"))
     assert entry["jid"] == jid
     assert entry["class"] == "fail"
     assert entry["args"] == ["twice"]
     assert entry["error_class"] == "RuntimeError"
     assert entry["error_message"] == "boom twice"
     assert entry["retry_count"] == 2  # Sidekiq's count: 0 after the first failure
-    assert await r.zcard(f"{namespace}:retry") == 0
-    assert await r.llen(f"{namespace}:queue:default") == 0
+    assert await r.zcard(Keys(namespace).retry("default")) == 0
+    assert await r.llen(Keys(namespace).queue("default")) == 0
     assert await in_progress(r, namespace) == []
-    assert await counter(r, f"{namespace}:stats:failed") == 3
+    assert await counter(r, Keys(namespace).stats_failed) == 3
 
 
 async def test_retry_false_goes_to_dead_after_one_run(
@@ -51,17 +52,17 @@ async def test_retry_false_goes_to_dead_after_one_run(
     await worker.stop()
 
     assert await ran(r, namespace) == ["once"]
-    (entry,) = await zset_entries(r, f"{namespace}:dead")
+    (entry,) = await zset_entries(r, Keys(namespace).dead("default"))
     assert entry["jid"] == jid
     assert entry["error_class"] == "RuntimeError"
     assert entry["error_message"] == "boom once"
     assert entry["retry_count"] == 0
     assert entry["retry"] is False
-    assert await r.zcard(f"{namespace}:retry") == 0
+    assert await r.zcard(Keys(namespace).retry("default")) == 0
     assert await in_progress(r, namespace) == []
-    assert await counter(r, f"{namespace}:stats:failed") == 1
+    assert await counter(r, Keys(namespace).stats_failed) == 1
 
 
 async def _dead_count(r: redis.asyncio.Redis, namespace: str, n: int) -> bool:
-    return int(await r.zcard(f"{namespace}:dead")) >= n
+    return int(await r.zcard(Keys(namespace).dead("default"))) >= n
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from cogworker_async.settings import MAX_PAYLOAD_BYTES
 from tests.e2e.conftest import (
     StartWorker,
@@ -84,7 +85,7 @@ def unwritable() -> dict[bytes, str]:
 async def test_garbage_goes_to_dead_and_the_worker_keeps_working(
     jobs: Jobs, r: redis.asyncio.Redis, namespace: str, start_worker: StartWorker
 ) -> None:
-    queue = f"{namespace}:queue:default"
+    queue = Keys(namespace).queue("default")
     pwned = Path(f"/tmp/pwned-{uuid.uuid4().hex}")
     bad = refused(pwned)
     garbage = unreadable() + list(unwritable()) + [raw for raw, _ in bad.values()]
@@ -101,7 +102,7 @@ async def test_garbage_goes_to_dead_and_the_worker_keeps_working(
     await wait_while_alive(worker, lambda: _settled(r, namespace, len(garbage), len(good)),
                            timeout=15)
 
-    dead = await zset_entries(r, f"{namespace}:dead")
+    dead = await zset_entries(r, Keys(namespace).dead("default"))
     assert len(dead) == len(garbage)
     kept = Counter((base64.b64decode(e["raw_payload_base64"]), e["error_class"])
                    for e in dead if "raw_payload_base64" in e)
@@ -131,13 +132,13 @@ async def test_garbage_goes_to_dead_and_the_worker_keeps_working(
 
     await worker.stop()  # flushes the stats
     # Each garbage entry failed once; g-types twice (its retry). Then the late junk.
-    assert await counter(r, f"{namespace}:stats:failed") == len(garbage) + 1 + 1
+    assert await counter(r, Keys(namespace).stats_failed) == len(garbage) + 1 + 1
     assert await r.llen(queue) == 0
-    assert await r.zcard(f"{namespace}:retry") == 0
+    assert await r.zcard(Keys(namespace).retry("default")) == 0
     assert await in_progress(r, namespace) == []
     assert not pwned.exists()
 
 
 async def _settled(r: redis.asyncio.Redis, namespace: str, dead: int, good: int) -> bool:
-    return (int(await r.zcard(f"{namespace}:dead")) >= dead
+    return (int(await r.zcard(Keys(namespace).dead("default"))) >= dead
             and len(await ran(r, namespace)) >= good)

@@ -13,6 +13,7 @@ import anyio
 import pytest
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.e2e.cronapp import LONG_RUN
 from tests.workerproc import WorkerProcess
 
@@ -63,5 +64,5 @@ async def test_three_processes_enqueue_each_tick_once_and_never_overlap(
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert start >= end - 0.01, f"two runs overlapped: {spans}"
     assert all(e - s >= LONG_RUN - 0.01 for s, e in spans)
-    claimed = await r.hgetall(f"{namespace}:cron:claimed")
+    claimed = await r.hgetall(Keys(namespace).cron_claimed("default"))
     assert set(claimed) == {b"tick", b"long"}

@@ -6,6 +6,7 @@ import time
 
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.e2e.conftest import StartWorker, in_progress, ran, wait_ready, wait_while_alive
 from tests.e2e.jobsapp import Jobs, ran_at_key
 
@@ -27,7 +28,7 @@ async def test_enqueue_in_and_enqueue_at_run_after_their_time_not_before(
     at = time.time() + DELAY
     await jobs.record.enqueue_at(at, "at")
     await jobs.record.enqueue("now")  # the worker is working meanwhile
-    assert await r.zcard(f"{namespace}:schedule") == 2
+    assert await r.zcard(Keys(namespace).schedule("default")) == 2
 
     await wait_while_alive(worker, lambda: _ran_count(r, namespace, 3),
                            timeout=DELAY + LATE_BOUND)
@@ -39,8 +40,8 @@ async def test_enqueue_in_and_enqueue_at_run_after_their_time_not_before(
 
     await worker.stop()
     assert sorted(await ran(r, namespace)) == ["at", "in", "now"]  # each once
-    assert await r.zcard(f"{namespace}:schedule") == 0
-    assert await r.llen(f"{namespace}:queue:default") == 0
+    assert await r.zcard(Keys(namespace).schedule("default")) == 0
+    assert await r.llen(Keys(namespace).queue("default")) == 0
     assert await in_progress(r, namespace) == []
 
 

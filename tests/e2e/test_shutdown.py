@@ -14,6 +14,7 @@ import time
 import pytest
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.e2e.conftest import (
     READY_TIMEOUT,
     StartWorker,
@@ -53,14 +54,15 @@ async def _start_long_jobs(
 
 async def _given_back(r: redis.asyncio.Redis, namespace: str) -> list[str]:
     """jids on the default queue."""
-    return [json.loads(raw)["jid"] for raw in await r.lrange(f"{namespace}:queue:default", 0, -1)]
+    queue = Keys(namespace).queue("default")
+    return [json.loads(raw)["jid"] for raw in await r.lrange(queue, 0, -1)]
 
 
 async def _assert_nothing_lost(r: redis.asyncio.Redis, namespace: str, jids: list[str]) -> None:
     assert sorted(await _given_back(r, namespace)) == sorted(jids)
     assert await in_progress(r, namespace) == []
-    assert await r.zcard(f"{namespace}:dead") == 0
-    assert await r.zcard(f"{namespace}:retry") == 0
+    assert await r.zcard(Keys(namespace).dead("default")) == 0
+    assert await r.zcard(Keys(namespace).retry("default")) == 0
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -126,7 +128,7 @@ async def test_sigterm_right_after_the_first_fetch_is_still_graceful(
     """The signal handlers must be in place before the worker fetches anything."""
     tags = [f"early-{i}" for i in range(200)]
     await jobs.record.enqueue_many([((tag,), {}) for tag in tags])
-    queue = f"{namespace}:queue:default"
+    queue = Keys(namespace).queue("default")
     worker = start_worker()
 
     async def fetching() -> bool:
@@ -141,4 +143,4 @@ async def test_sigterm_right_after_the_first_fetch_is_still_graceful(
     left = [json.loads(raw)["args"][0] for raw in await r.lrange(queue, 0, -1)]
     assert sorted(done + left) == sorted(tags)  # each ran once or waits, none both
     assert await in_progress(r, namespace) == []
-    assert await r.zcard(f"{namespace}:dead") == 0
+    assert await r.zcard(Keys(namespace).dead("default")) == 0

@@ -6,6 +6,7 @@ from collections import Counter
 
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.e2e.conftest import (
     StartWorker,
     counter,
@@ -25,7 +26,7 @@ async def test_a_thousand_jobs_each_run_exactly_once(
     tags = [f"job-{i}" for i in range(JOBS)]
     jids = await jobs.record.enqueue_many([((tag,), {}) for tag in tags])
     assert len(set(jids)) == JOBS
-    assert await r.llen(f"{namespace}:queue:default") == JOBS
+    assert await r.llen(Keys(namespace).queue("default")) == JOBS
 
     worker = start_worker("--concurrency", "20")
     await wait_ready(r, namespace, worker)
@@ -34,12 +35,12 @@ async def test_a_thousand_jobs_each_run_exactly_once(
     await worker.stop()
     runs = Counter(await ran(r, namespace))
     assert runs == Counter(tags)  # every argument exactly once, nothing else
-    assert await r.llen(f"{namespace}:queue:default") == 0
+    assert await r.llen(Keys(namespace).queue("default")) == 0
     assert await in_progress(r, namespace) == []
-    assert await r.zcard(f"{namespace}:retry") == 0
-    assert await r.zcard(f"{namespace}:dead") == 0
-    assert await counter(r, f"{namespace}:stats:processed") == JOBS
-    assert await counter(r, f"{namespace}:stats:failed") == 0
+    assert await r.zcard(Keys(namespace).retry("default")) == 0
+    assert await r.zcard(Keys(namespace).dead("default")) == 0
+    assert await counter(r, Keys(namespace).stats_processed) == JOBS
+    assert await counter(r, Keys(namespace).stats_failed) == 0
 
 
 async def _count_is(r: redis.asyncio.Redis, key: str, n: int) -> bool:

@@ -125,7 +125,7 @@ async def test_arguments_json_would_change_are_refused_and_nothing_is_written(
     with pytest.raises((TypeError, ValueError)):
         await takes.enqueue_many([((value,), {})])
     assert await store.client.llen(store.keys.queue("default")) == 0
-    assert await store.client.zcard(store.keys.schedule) == 0
+    assert await store.client.zcard(store.keys.schedule("default")) == 0
 
 
 async def test_a_refusal_says_what_would_change(make_app: Callable[..., App]) -> None:
@@ -192,7 +192,7 @@ async def test_delays_must_be_finite_and_not_negative(
         await later.enqueue_in(delay)
     with pytest.raises((TypeError, ValueError)):
         await later.enqueue_at(math.inf if isinstance(delay, float) else delay)
-    assert await store.client.zcard(store.keys.schedule) == 0
+    assert await store.client.zcard(store.keys.schedule("default")) == 0
 
 
 @pytest.mark.parametrize("ttl", [math.inf, 1e30, math.nan, 0, -1])

@@ -33,6 +33,7 @@ from tests.waiting import wait_until
 from tests.worker.units.conftest import IDENTITY, listed, put_in_progress, raw_job, store_of
 
 RETRY_PAUSE = 0.05
+QUEUES = ["default", "critical"]
 SHUTDOWN_BUDGET = 10.0
 """Seconds settle_pending_until may take (it returns as soon as nothing is pending)."""
 
@@ -52,8 +53,8 @@ class Parts:
     def __init__(self, store: Store, ledger: Ledger) -> None:
         self.ledger = ledger
         self.settler = Settler(store, IDENTITY, reliable=True, ledger=ledger)
-        self.fence = Fence(store, IDENTITY, ledger, retry_pause=RETRY_PAUSE)
-        self.reconciler = Reconciler(store, self.settler, IDENTITY, "default", ledger)
+        self.fence = Fence(store, IDENTITY, ledger, queues=QUEUES, retry_pause=RETRY_PAUSE)
+        self.reconciler = Reconciler(store, self.settler, IDENTITY, QUEUES, ledger)
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ async def test_a_failure_whose_job_is_not_listed_is_kept_and_filed_after_the_rel
     assert await parts.reconciler.reconcile() == 0
     assert await listed(store) == []
     assert parts.ledger.pending == {}
-    [entry] = await store.client.zrange(store.keys.retry, 0, -1)
+    [entry] = await store.client.zrange(store.keys.retry("default"), 0, -1)
     assert json.loads(entry)["error_message"] == "after the loss"
 
 
@@ -95,7 +96,7 @@ async def test_a_give_back_whose_job_is_not_listed_goes_back_to_its_queue(
     await parts.fence.relist()
     await parts.reconciler.reconcile()
     assert await store.client.lrange(store.keys.queue("critical"), 0, -1) == [never_started.raw]
-    assert await listed(store) == []
+    assert await listed(store, "critical") == []
 
 
 async def test_a_zero_after_a_lost_reply_means_that_attempt_settled_it(
@@ -106,9 +107,9 @@ async def test_a_zero_after_a_lost_reply_means_that_attempt_settled_it(
     class LosesTheFirstReply(Store):
         lost = 0
 
-        async def file_failure(self, identity: str, raw: bytes, target: SetName,
-                               entry: bytes, delay: float) -> bool:
-            done = await super().file_failure(identity, raw, target, entry, delay)
+        async def file_failure(self, identity: str, queue: str, raw: bytes,
+                               target: SetName, entry: bytes, delay: float) -> bool:
+            done = await super().file_failure(identity, queue, raw, target, entry, delay)
             if not self.lost:
                 self.lost += 1
                 raise LostReply("Connection closed by server.")
@@ -123,7 +124,7 @@ async def test_a_zero_after_a_lost_reply_means_that_attempt_settled_it(
     assert ledger.pending == {}
     assert not ledger.relist_wanted
     assert ledger.in_flight() == set()  # settled: a relist must not list it again
-    assert await store.client.zcard(store.keys.retry) == 1
+    assert await store.client.zcard(store.keys.retry("default")) == 1
     assert set(ledger.doubtful) == {failed.raw}
     ledger.beat_alive(1)  # the next beat found the keys: nothing was lost
     assert ledger.doubtful == {}
@@ -138,12 +139,12 @@ async def test_a_lost_reply_then_lost_keys_settles_it_again(
     class LosesTheReplyAndTheKeys(Store):
         lost = 0
 
-        async def file_failure(self, identity: str, raw: bytes, target: SetName,
-                               entry: bytes, delay: float) -> bool:
-            done = await super().file_failure(identity, raw, target, entry, delay)
+        async def file_failure(self, identity: str, queue: str, raw: bytes,
+                               target: SetName, entry: bytes, delay: float) -> bool:
+            done = await super().file_failure(identity, queue, raw, target, entry, delay)
             if not self.lost:
                 self.lost += 1
-                await self.client.delete(self.keys.retry)  # the restart
+                await self.client.delete(self.keys.retry(queue))  # the restart
                 raise LostReply("Connection closed by server.")
             return done
 
@@ -160,7 +161,7 @@ async def test_a_lost_reply_then_lost_keys_settles_it_again(
     await parts.fence.relist()
     await parts.reconciler.reconcile()
     assert ledger.pending == {}
-    assert await store.client.zcard(store.keys.retry) == 1
+    assert await store.client.zcard(store.keys.retry("default")) == 1
     assert await listed(store) == []
 
 
@@ -173,13 +174,13 @@ async def test_a_zero_after_a_connection_that_could_not_be_made_means_not_listed
     class RefusedFirst(Store):
         refused = 0
 
-        async def file_failure(self, identity: str, raw: bytes, target: SetName,
-                               entry: bytes, delay: float) -> bool:
+        async def file_failure(self, identity: str, queue: str, raw: bytes,
+                               target: SetName, entry: bytes, delay: float) -> bool:
             if not self.refused:
                 self.refused += 1
                 raise redis.exceptions.ConnectionError(
                     "Error 111 connecting to 127.0.0.1:1. Connection refused.")
-            return await super().file_failure(identity, raw, target, entry, delay)
+            return await super().file_failure(identity, queue, raw, target, entry, delay)
 
     failed = Work("default", raw_job(1))
     ledger.admit(failed)
@@ -200,7 +201,7 @@ async def test_at_shutdown_the_relist_runs_before_the_pending_settles(
     await handover.settle_pending_until(parts.reconciler, parts.ledger,
                                         time.monotonic() + SHUTDOWN_BUDGET, parts.fence.relist)
     assert parts.ledger.pending == {}
-    assert await store.client.zcard(store.keys.retry) == 1
+    assert await store.client.zcard(store.keys.retry("default")) == 1
     assert await listed(store) == []
 
 
@@ -251,7 +252,7 @@ async def test_a_failure_filed_before_the_relist_is_not_listed_again(
 
     assert await listed(store) == []
     assert [await parts.reconciler.reconcile() for _ in range(3)] == [0, 0, 0]
-    assert await store.client.zcard(store.keys.retry) == 1
+    assert await store.client.zcard(store.keys.retry("default")) == 1
 
 
 # -- the whole worker, Redis restarted under it -----------------------------------------
@@ -291,10 +292,10 @@ async def test_a_job_that_fails_right_after_redis_lost_every_key_is_retried(
             gate.set()
 
             async def retried() -> bool:
-                return bool(await client.zcard(manager.store.keys.retry) == 1)
+                return bool(await client.zcard(manager.store.keys.retry("default")) == 1)
 
             await wait_until(retried, timeout=20)
-            listed_key = manager.store.keys.in_progress(manager.identity)
+            listed_key = manager.store.keys.in_progress("default", manager.identity)
             assert await client.llen(listed_key) == 0
             assert manager.ledger.pending == {}
     finally:

@@ -60,7 +60,7 @@ async def test_running_jobs_survive_a_redis_restart_that_lost_every_key(
                 server.stop()
                 server.start()  # same port, empty
 
-                listed = manager.store.keys.in_progress(manager.identity)
+                listed = manager.store.keys.in_progress("default", manager.identity)
 
                 async def relisted() -> bool:
                     return bool(await client.llen(listed) == 2)
@@ -71,10 +71,10 @@ async def test_running_jobs_survive_a_redis_restart_that_lost_every_key(
 
                 async def settled() -> bool:
                     return bool(await client.llen(listed) == 0
-                                and await client.zcard(manager.store.keys.retry) == 1)
+                                and await client.zcard(manager.store.keys.retry("default")) == 1)
 
                 await wait_until(settled, timeout=15)
-                [entry] = await client.zrange(manager.store.keys.retry, 0, -1)
+                [entry] = await client.zrange(manager.store.keys.retry("default"), 0, -1)
                 retried: dict[str, Any] = json.loads(entry)
                 assert retried["class"] == "fails"
                 assert retried["error_message"] == "after the restart"

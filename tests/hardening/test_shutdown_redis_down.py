@@ -51,7 +51,7 @@ async def test_settlements_wait_for_redis_through_the_shutdown(server: ServerPro
         async with jobs.worker() as manager:
             for n in range(JOBS):
                 await jobs.enqueue("counted", n)
-            listed = manager.store.keys.in_progress(manager.identity)
+            listed = manager.store.keys.in_progress("default", manager.identity)
 
             async def all_listed() -> bool:
                 return bool(await client.llen(listed) == JOBS)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
+from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.redis.scripts import source
 from cogworker_async.redis.store import Store
 
@@ -54,12 +55,13 @@ async def redis_now(store: Store) -> float:
 
 async def items(store: Store, key: str) -> list[bytes]:
     """A list key's entries, head (left) first."""
-    return [bytes(x) for x in await store.client.lrange(key, 0, -1)]
+    return [as_bytes(x) for x in await store.client.lrange(key, 0, -1)]
 
 
 async def scored(store: Store, key: str) -> list[tuple[bytes, float]]:
     """A zset key's ``(member, score)`` pairs, lowest score first."""
-    return [(bytes(m), float(s)) for m, s in await store.client.zrange(key, 0, -1, withscores=True)]
+    pairs = await store.client.zrange(key, 0, -1, withscores=True)
+    return [(as_bytes(m), float(s)) for m, s in cast(list[tuple[bytes, float]], pairs)]
 
 
 async def plant_wrong_type(store: Store, key: str) -> None:

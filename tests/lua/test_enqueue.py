@@ -1,4 +1,5 @@
-"""enqueue.lua: push jobs on one queue, record its name, wake idle workers."""
+"""enqueue.lua: push jobs on one queue, wake idle workers. The queue's name is recorded
+by ``Store.enqueue`` (``register_queues``: the namespace's slot, not the queue's)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import redis
 
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
-from tests.lua.helpers import NOT_UTF8, items, make_job, plant_wrong_type, still_planted
+from tests.lua.helpers import (
+    NOT_UTF8,
+    items,
+    make_job,
+    plant_wrong_type,
+    run_raw,
+    still_planted,
+)
 
 IDENTITY = "host:1:abc"
 
@@ -42,6 +50,19 @@ async def test_records_each_queue_name(store: Store, keys: Keys) -> None:
     await store.enqueue("reports", [make_job("reports")])
 
     assert await store.client.smembers(keys.queues) == {b"emails", b"reports"}
+    assert await store.queue_names() == ["emails", "reports"]
+
+
+async def test_the_script_writes_the_queue_list_only(store: Store, keys: Keys) -> None:
+    # Every key it writes is in the queue's slot: the name is the Store's to record.
+    job = make_job("emails")
+
+    reply = await run_raw(store, "enqueue", [keys.queue("emails")],
+                          ["emails", keys.wake_channel, job])
+
+    assert reply == [1]
+    assert await store.client.keys(f"{keys.namespace}:*") == [keys.queue("emails").encode()]
+    assert await items(store, keys.queue("emails")) == [job]
 
 
 async def test_publishes_the_queue_name_on_the_wake_channel(store: Store, keys: Keys) -> None:
@@ -54,7 +75,7 @@ async def test_publishes_the_queue_name_on_the_wake_channel(store: Store, keys: 
 
         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
     finally:
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
     assert message is not None
     assert message["channel"] == keys.wake_channel.encode()
     assert message["data"] == b"emails"
@@ -97,6 +118,7 @@ async def test_a_queue_key_of_the_wrong_type_refuses_the_jobs(store: Store, keys
 
 async def test_an_error_means_nothing_was_enqueued(store: Store, keys: Keys) -> None:
     # A caller that sees an error may enqueue again: the job must not be there already.
+    # The name is recorded before the push, so a queue with jobs is always registered.
     await plant_wrong_type(store, keys.queues)
 
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):

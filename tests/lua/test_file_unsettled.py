@@ -1,5 +1,5 @@
 """file_unsettled.lua: a live process files a record handed over by a stopping process
-in retry or dead (score = Redis TIME + delay), head first, then pops it.
+in the queue's retry or dead set (score = Redis TIME + delay), head first, then pops it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tests.lua.helpers import (
 )
 
 IDENTITY = "host:1:abc"
+QUEUE = "default"
 
 
 def failed_entry(raw: bytes) -> bytes:
@@ -37,7 +38,7 @@ def record(entry: bytes, target: str = "retry", delay: float = 30.0) -> bytes:
 
 
 async def handed_over(store: Store, keys: Keys, *records: bytes) -> None:
-    await store.client.rpush(keys.unsettled, *records)
+    await store.client.rpush(keys.unsettled(QUEUE), *records)
 
 
 async def test_files_the_head_in_retry_after_the_delay_by_redis_time(
@@ -47,13 +48,13 @@ async def test_files_the_head_in_retry_after_the_delay_by_redis_time(
     await handed_over(store, keys, record(entry), record(other))
 
     before = await redis_now(store)
-    assert await store.file_unsettled(record(entry), "retry", entry, 30.0) is True
+    assert await store.file_unsettled(QUEUE, record(entry), "retry", entry, 30.0) is True
     after = await redis_now(store)
 
-    [(member, score)] = await scored(store, keys.retry)
+    [(member, score)] = await scored(store, keys.retry(QUEUE))
     assert member == entry
     assert before + 30.0 <= score <= after + 30.0
-    assert await items(store, keys.unsettled) == [record(other)]
+    assert await items(store, keys.unsettled(QUEUE)) == [record(other)]
 
 
 async def test_files_in_dead_at_the_time_of_filing(store: Store, keys: Keys) -> None:
@@ -61,23 +62,23 @@ async def test_files_in_dead_at_the_time_of_filing(store: Store, keys: Keys) -> 
     await handed_over(store, keys, record(entry, "dead", 0.0))
 
     before = await redis_now(store)
-    assert await store.file_unsettled(record(entry, "dead", 0.0), "dead", entry, 0.0) is True
+    assert await store.file_unsettled(QUEUE, record(entry, "dead", 0.0), "dead", entry, 0.0) is True
     after = await redis_now(store)
 
-    [(member, score)] = await scored(store, keys.dead)
+    [(member, score)] = await scored(store, keys.dead(QUEUE))
     assert member == entry
     assert before <= score <= after
-    assert await store.client.exists(keys.unsettled, keys.retry) == 0
+    assert await store.client.exists(keys.unsettled(QUEUE), keys.retry(QUEUE)) == 0
 
 
 async def test_a_record_that_is_not_the_head_is_not_filed(store: Store, keys: Keys) -> None:
     head, second = failed_entry(make_job()), failed_entry(make_job())
     await handed_over(store, keys, record(head), record(second))
 
-    assert await store.file_unsettled(record(second), "retry", second, 30.0) is False
+    assert await store.file_unsettled(QUEUE, record(second), "retry", second, 30.0) is False
 
-    assert await store.client.exists(keys.retry) == 0
-    assert await items(store, keys.unsettled) == [record(head), record(second)]
+    assert await store.client.exists(keys.retry(QUEUE)) == 0
+    assert await items(store, keys.unsettled(QUEUE)) == [record(head), record(second)]
 
 
 async def test_a_second_call_after_a_lost_reply_changes_nothing(
@@ -85,21 +86,21 @@ async def test_a_second_call_after_a_lost_reply_changes_nothing(
 ) -> None:
     entry, other = failed_entry(make_job()), failed_entry(make_job())
     await handed_over(store, keys, record(entry), record(other))
-    await store.file_unsettled(record(entry), "retry", entry, 30.0)
-    filed = await scored(store, keys.retry)
+    await store.file_unsettled(QUEUE, record(entry), "retry", entry, 30.0)
+    filed = await scored(store, keys.retry(QUEUE))
 
-    assert await store.file_unsettled(record(entry), "retry", entry, 30.0) is False
+    assert await store.file_unsettled(QUEUE, record(entry), "retry", entry, 30.0) is False
 
-    assert await scored(store, keys.retry) == filed
-    assert await items(store, keys.unsettled) == [record(other)]
+    assert await scored(store, keys.retry(QUEUE)) == filed
+    assert await items(store, keys.unsettled(QUEUE)) == [record(other)]
 
 
 async def test_nothing_handed_over_is_a_no_op(store: Store, keys: Keys) -> None:
     entry = failed_entry(make_job())
 
-    assert await store.file_unsettled(record(entry), "retry", entry, 30.0) is False
+    assert await store.file_unsettled(QUEUE, record(entry), "retry", entry, 30.0) is False
 
-    assert await store.client.exists(keys.retry) == 0
+    assert await store.client.exists(keys.retry(QUEUE)) == 0
 
 
 async def test_a_record_that_is_not_utf8_is_found_byte_for_byte(
@@ -110,11 +111,11 @@ async def test_a_record_that_is_not_utf8_is_found_byte_for_byte(
     mangled = NOT_UTF8.decode("utf-8", "replace").encode()
     entry = b'{"jid": "x", "class": null, "raw": "\xff\xfe"}'
 
-    assert await store.file_unsettled(mangled, "dead", entry, 0.0) is False
-    assert await store.file_unsettled(NOT_UTF8, "dead", entry, 0.0) is True
+    assert await store.file_unsettled(QUEUE, mangled, "dead", entry, 0.0) is False
+    assert await store.file_unsettled(QUEUE, NOT_UTF8, "dead", entry, 0.0) is True
 
-    assert [m for m, _ in await scored(store, keys.dead)] == [entry]
-    assert await store.client.exists(keys.unsettled) == 0
+    assert [m for m, _ in await scored(store, keys.dead(QUEUE))] == [entry]
+    assert await store.client.exists(keys.unsettled(QUEUE)) == 0
 
 
 async def test_a_destination_of_the_wrong_type_leaves_the_record_handed_over(
@@ -123,13 +124,13 @@ async def test_a_destination_of_the_wrong_type_leaves_the_record_handed_over(
     # Written before removed: Redis does not roll a script back.
     entry = failed_entry(make_job())
     await handed_over(store, keys, record(entry))
-    await plant_wrong_type(store, keys.retry)
+    await plant_wrong_type(store, keys.retry(QUEUE))
 
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
-        await store.file_unsettled(record(entry), "retry", entry, 30.0)
+        await store.file_unsettled(QUEUE, record(entry), "retry", entry, 30.0)
 
-    assert await items(store, keys.unsettled) == [record(entry)]
-    assert await still_planted(store, keys.retry)
+    assert await items(store, keys.unsettled(QUEUE)) == [record(entry)]
+    assert await still_planted(store, keys.retry(QUEUE))
 
 
 @pytest.mark.parametrize("delay", [float("nan"), float("inf")])
@@ -142,13 +143,13 @@ async def test_a_delay_that_is_not_a_finite_number_files_at_once(
     await handed_over(store, keys, b"corrupt record", record(behind))
 
     before = await redis_now(store)
-    assert await store.file_unsettled(b"corrupt record", "retry", entry, delay) is True
+    assert await store.file_unsettled(QUEUE, b"corrupt record", "retry", entry, delay) is True
     after = await redis_now(store)
 
-    [(member, score)] = await scored(store, keys.retry)
+    [(member, score)] = await scored(store, keys.retry(QUEUE))
     assert member == entry
     assert before <= score <= after
-    assert await items(store, keys.unsettled) == [record(behind)]
+    assert await items(store, keys.unsettled(QUEUE)) == [record(behind)]
 
 
 async def test_the_callers_clock_is_only_a_fallback(store: Store, keys: Keys) -> None:
@@ -156,11 +157,11 @@ async def test_the_callers_clock_is_only_a_fallback(store: Store, keys: Keys) ->
     await handed_over(store, keys, record(entry))
     now = await redis_now(store)
 
-    filed = await run_raw(store, "file_unsettled", [keys.unsettled, keys.retry],
+    filed = await run_raw(store, "file_unsettled", [keys.unsettled(QUEUE), keys.retry(QUEUE)],
                           [record(entry), entry, "60", repr(now + 86_400)])
 
     assert filed == 1
-    [(_, score)] = await scored(store, keys.retry)
+    [(_, score)] = await scored(store, keys.retry(QUEUE))
     assert score == pytest.approx(now + 60, abs=5)
 
 
@@ -170,13 +171,13 @@ async def test_a_hand_over_ends_filed_once_and_never_requeued(
     # The whole way: a stopping process parks its unfiled failure, a live one files it.
     failed, running = await fetched(store, IDENTITY, [make_job(), make_job()])
     entry = failed_entry(failed)
-    assert await store.park_unsettled(IDENTITY, failed, record(entry)) is True
+    assert await store.park_unsettled(IDENTITY, QUEUE, failed, record(entry)) is True
 
-    for handed in await store.list_head(keys.unsettled, 100):
+    for handed in await store.list_head(keys.unsettled(QUEUE), 100):
         parsed = json.loads(handed)
-        assert await store.file_unsettled(handed, parsed["set"], parsed["payload"].encode(),
+        assert await store.file_unsettled(QUEUE, handed, parsed["set"], parsed["payload"].encode(),
                                           parsed["delay"]) is True
 
-    assert [m for m, _ in await scored(store, keys.retry)] == [entry]
-    assert await store.client.exists(keys.unsettled, keys.queue("default")) == 0
-    assert await items(store, keys.in_progress(IDENTITY)) == [running]
+    assert [m for m, _ in await scored(store, keys.retry(QUEUE))] == [entry]
+    assert await store.client.exists(keys.unsettled(QUEUE), keys.queue(QUEUE)) == 0
+    assert await items(store, keys.in_progress(QUEUE, IDENTITY)) == [running]

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.redis.store import Store
 from tests.lua.helpers import plant_wrong_type, still_planted
 from tests.waiting import wait_until
@@ -22,7 +23,7 @@ SHORT_TTL = 0.05
 
 async def holder(store: Store, keys: Keys) -> bytes | None:
     value = await store.client.get(keys.recovery_lock)
-    return None if value is None else bytes(value)
+    return None if value is None else as_bytes(value)
 
 
 async def test_the_first_owner_takes_it_for_its_ttl(store: Store, keys: Keys) -> None:

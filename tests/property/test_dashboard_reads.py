@@ -2,6 +2,9 @@
 model reads it without an exception and every dashboard page renders (200; 404 only for
 a queue name no queue can have).
 
+Each queue has its own schedule, retry and dead set: an example spreads a set's entries
+over the queues it names, and the pages show them merged.
+
 Entries come from anywhere: another client, a hand-typed ZADD, a bug, an older version.
 One bad entry must not take a page down: the page is how a person finds and removes it.
 """
@@ -12,7 +15,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 from urllib.parse import quote
 
 import httpx
@@ -22,7 +25,7 @@ from hypothesis import strategies as st
 
 from cogworker_async import App
 from cogworker_async.admin import Inspector, JobRecord, JobSet
-from cogworker_async.redis.store import Store
+from cogworker_async.redis.store import SetName, Store
 from cogworker_async.settings import check_queue_name
 from cogworker_async.web import create_dashboard
 from tests.property.conftest import examples
@@ -60,6 +63,9 @@ class Stored:
     odd_queue_names: list[bytes]
     """Members of the set of queue names that are no queue name at all."""
     sets: dict[str, dict[bytes, float]]
+    homes: tuple[str, ...] = ("default",)
+    """The queues whose sets hold the entries: a set's i-th entry goes to the set of
+    ``homes[i % len(homes)]``."""
 
 
 def stored(entries: st.SearchStrategy[bytes]) -> st.SearchStrategy[Stored]:
@@ -69,6 +75,7 @@ def stored(entries: st.SearchStrategy[bytes]) -> st.SearchStrategy[Stored]:
         queues=st.dictionaries(QUEUE_NAMES, st.lists(entries, max_size=4), max_size=2),
         odd_queue_names=st.lists(st.binary(min_size=1, max_size=12), max_size=2),
         sets=st.fixed_dictionaries(dict.fromkeys(SET_PATHS, members)),
+        homes=st.lists(QUEUE_NAMES, min_size=1, max_size=3, unique=True).map(tuple),
     )
 
 
@@ -87,9 +94,11 @@ async def write(store: Store, data: Stored) -> None:
             await client.lpush(keys.queue(name), *raws)
     if data.odd_queue_names:
         await client.sadd(keys.queues, *data.odd_queue_names)
+    await client.sadd(keys.queues, *data.homes)
     for name, members in data.sets.items():
-        if members:
-            await client.zadd(getattr(keys, name), members)
+        for i, (member, score) in enumerate(members.items()):
+            home = data.homes[i % len(data.homes)]
+            await client.zadd(store.zset_key(home, cast(SetName, name)), {member: score})
 
 
 @pytest.fixture
@@ -172,7 +181,8 @@ async def assert_pages_render(client: httpx.AsyncClient, data: Stored,
     for path in paths:
         response = await client.get(path)
         assert response.status_code == 200, (path, response.text[-2000:])
-    names = [*data.queues, *(raw.decode("utf-8", "replace") for raw in data.odd_queue_names)]
+    names = [*data.queues, *data.homes,
+             *(raw.decode("utf-8", "replace") for raw in data.odd_queue_names)]
     for name in names:
         response = await client.get(f"/queues/{quote(name, safe='')}")
         assert response.status_code == expected_queue_status(name), (name, response.text)
@@ -202,6 +212,7 @@ NASTY: Final = Stored(
           "retry": {b'{"error_backtrace": [1, null, {"a": []}], "retry_count": true}': -1e308},
           "dead": {('{"jid": "d", "class": "x", "args": [' + deep_text(980, "dict")
                     + "]}").encode(): 1.0, b'{"failed_at": 1e300, "enqueued_at": NaN}': 2.0}},
+    homes=("default", "other"),
 )
 
 

@@ -51,7 +51,7 @@ def decoded_or_refused(raw: bytes, max_bytes: int) -> dict[str, Any] | None:
         assert isinstance(payload["args"], list)
         assert isinstance(payload["kwargs"], dict)
         assert len(raw) <= max_bytes
-        return payload
+        return dict(payload)
     assert str(refusal), "a refusal says why"
     return None
 

@@ -6,6 +6,10 @@ A token is ``<where>:<digest>``: the entry's score (sets) or position (queues) a
 seen, and the first 16 hex digits of the SHA-1 of its bytes. It names an entry when
 the digest is that entry's and the place is where the entry is (the same score, or a
 position within ``QUEUE_FIND_WINDOW`` of it). Anything else names nothing.
+
+Each queue has its own schedule, retry and dead set, and a token does not say which
+queue's: the entries of each set are spread over two queues, so that a token is looked
+for, and acted on, in the set that holds it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 from urllib.parse import quote
 
 import httpx
@@ -26,7 +30,7 @@ from cogworker_async import App
 from cogworker_async.admin import Inspector
 from cogworker_async.admin.api import QUEUE_FIND_WINDOW
 from cogworker_async.admin.records import digest
-from cogworker_async.redis.store import Store
+from cogworker_async.redis.store import SetName, Store
 from cogworker_async.web import create_dashboard
 from cogworker_async.web.security import CSRF_COOKIE
 from tests.property.conftest import examples
@@ -39,6 +43,8 @@ BASE_URL: Final = "http://dashboard.test"
 KINDS: Final = ("scheduled", "retries", "dead")
 SET_OF: Final = {"scheduled": "schedule", "retries": "retry", "dead": "dead"}
 HOUR: Final = 3600.0
+OTHER: Final = "other"
+"""A second queue, whose sets hold one entry of each kind."""
 ENTRIES_PER_PLACE: Final = 3
 ODD_PLACES: Final = ("nan", "NaN", "inf", "-inf", "1e400", "-0.0", "0x10", " 1 ", "1_0", "١",
                      "", "-1", str(2**64), "9" * 5000, "1.0", "2", "None")
@@ -53,6 +59,8 @@ class Entry:
     raw: bytes
     score: float | None
     position: int | None
+    home: str = "default"
+    """The queue whose list or set holds it."""
 
     def named_by(self, token: str) -> bool:
         """Does ``token`` name this entry (by the Inspector's rule)?"""
@@ -68,41 +76,48 @@ class Entry:
 
 
 def entries(now: float) -> list[Entry]:
-    """Three jobs in each set (scores an hour apart: ahead of ``now`` in the schedule
-    and retry sets, behind it in dead, which drops entries past ``dead_max_age``) and
-    three on the default queue."""
+    """Three jobs in each kind of set (scores an hour apart: ahead of ``now`` in the
+    schedule and retry sets, behind it in dead, which drops entries past
+    ``dead_max_age``), the second in the set of queue ``OTHER``, the others in the
+    default queue's; and three on the default queue."""
     made = []
     for place in ("schedule", "retry", "dead", "queue"):
         for i in range(ENTRIES_PER_PLACE):
+            home = OTHER if place != "queue" and i == 1 else "default"
             raw = json.dumps({"jid": f"{place}-{i}", "class": "prop.ok", "args": [i],
-                              "kwargs": {}, "queue": "default", "retry": False,
+                              "kwargs": {}, "queue": home, "retry": False,
                               "created_at": 1.0, "enqueued_at": 1.0}).encode()
             if place == "queue":  # pushed oldest first: position 0 runs next
                 made.append(Entry(place, raw, None, i))
             else:
                 step = -HOUR if place == "dead" else HOUR
-                made.append(Entry(place, raw, float(round(now)) + (i + 1) * step, None))
+                made.append(Entry(place, raw, float(round(now)) + (i + 1) * step, None, home))
     return made
 
 
 ENTRIES: Final = entries(time.time())
 
 
+def set_key(store: Store, entry: Entry) -> str:
+    """The key of the set that holds ``entry`` (its queue's set of its kind)."""
+    return store.zset_key(entry.home, cast(SetName, entry.place))
+
+
 async def write(store: Store) -> None:
     for entry in ENTRIES:
         if entry.place == "queue":
-            await store.client.rpush(store.keys.queue("default"), entry.raw)
+            await store.client.rpush(store.keys.queue(entry.home), entry.raw)
         else:
             assert entry.score is not None
-            await store.client.zadd(getattr(store.keys, entry.place), {entry.raw: entry.score})
-    await store.client.sadd(store.keys.queues, "default")
+            await store.client.zadd(set_key(store, entry), {entry.raw: entry.score})
+    await store.client.sadd(store.keys.queues, "default", OTHER)
 
 
 async def still_there(store: Store, entry: Entry) -> bool:
     if entry.place == "queue":
-        found = await store.client.lpos(store.keys.queue("default"), entry.raw.decode())
+        found = await store.client.lpos(store.keys.queue(entry.home), entry.raw.decode())
         return found is not None
-    return await store.client.zscore(getattr(store.keys, entry.place), entry.raw) is not None
+    return await store.client.zscore(set_key(store, entry), entry.raw) is not None
 
 
 def places(text: st.SearchStrategy[str]) -> st.SearchStrategy[str]:

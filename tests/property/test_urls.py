@@ -1,6 +1,7 @@
 """Redis URLs as people write them: ``mask`` never shows the password and changes
-nothing else, and ``check`` takes exactly redis://, rediss:// and unix:// in any letter
-case, and never shows the password when it refuses one.
+nothing else, and ``check`` takes exactly redis://, rediss:// and unix:// (and the
+cluster schemes, whose URLs have rules of their own: tests/property/test_cluster_urls.py)
+in any letter case, and never shows the password when it refuses one.
 
 URLs are built from parts, so that the expected masked form is known exactly: the same
 URL with ``***`` in place of the password.
@@ -17,7 +18,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.urls import MASK, SCHEMES, check, mask
+from cogworker_async.urls import CLUSTER_SCHEMES, MASK, SCHEMES, check, mask
 
 SECRET_KEYS: Final = ("password", "pass", "pwd", "auth")
 """Query parameters that carry a password (any letter case)."""
@@ -36,6 +37,9 @@ def any_case(word: str) -> st.SearchStrategy[str]:
 
 
 ACCEPTED: Final = st.sampled_from(SCHEMES).flatmap(any_case)
+SINGLE_NODE: Final = st.sampled_from(
+    [s for s in SCHEMES if s not in CLUSTER_SCHEMES]).flatmap(any_case)
+"""redis://, rediss:// and unix://: one server, read as redis-py reads it."""
 REFUSED: Final = st.one_of(
     st.sampled_from(["http", "redis+sentinel", "rediss+tls", "valkey", "unixx", "re-dis",
                      "redi", "s", "tcp"]).flatmap(any_case),
@@ -118,6 +122,9 @@ ANY_SCHEME: Final = ACCEPTED | REFUSED
 @example(url=Url("unix", None, "s3cr:et", "", "/run/redis.sock", [("db", "0")],
                  ("PassWord", "x=y")))
 @example(url=Url("redis", "", ":", "[::1]:6379", "", []))
+@example(url=Url("rediss+cluster", "u", "p@ss:w", "[::1]:7000,h2:7001,10.0.0.3:7002", "/0",
+                 [("ssl_ca_certs", "/etc/ca.pem")], ("password", "q:s")))
+@example(url=Url("REDIS+CLUSTER", None, None, "h1:7000,h2:7001", "", [], ("PASSWORD", "x")))
 def test_mask_replaces_the_password_and_nothing_else(url: Url) -> None:
     shown = mask(str(url))
     assert shown == str(url.masked())
@@ -144,7 +151,7 @@ def one_host(url: Url) -> bool:
     return "," not in url.hosts
 
 
-@given(url=(urls(ACCEPTED, secret=True) | urls(ACCEPTED, secret=False)).filter(one_host))
+@given(url=(urls(SINGLE_NODE, secret=True) | urls(SINGLE_NODE, secret=False)).filter(one_host))
 @example(url=Url("REDIS", None, None, "h", "/0", []))
 @example(url=Url("UnIx", None, None, "", "/tmp/r.sock", []))
 def test_check_accepts_the_three_schemes_in_any_case_and_lowers_them(url: Url) -> None:

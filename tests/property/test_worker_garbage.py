@@ -36,13 +36,13 @@ def bench(make_app: Callable[..., App]) -> Bench:
 
 
 async def dead_entries(store: Store) -> list[dict[str, Any]]:
-    members = cast("list[bytes]", await store.client.zrange(store.keys.dead, 0, -1))
+    members = cast("list[bytes]", await store.client.zrange(store.keys.dead("default"), 0, -1))
     return [json.loads(raw) for raw in members]
 
 
 def readable(raw: bytes) -> dict[str, Any] | None:
     try:
-        return job.decode(raw, MAX_PAYLOAD_BYTES)
+        return cast("dict[str, Any]", job.decode(raw, MAX_PAYLOAD_BYTES))
     except UnparseablePayload:
         return None
 
@@ -100,5 +100,5 @@ async def test_a_job_whose_jid_holds_a_lone_surrogate_goes_to_dead_with_its_byte
     [entry] = await dead_entries(store)
     assert base64.b64decode(entry["raw_payload_base64"]) == raw
     in_progress = [key async for key in store.client.scan_iter(
-        match=f"{store.keys.in_progress_prefix}*")]
+        match=store.keys.in_progress_pattern)]
     assert [await store.client.llen(key) for key in in_progress] == [0] * len(in_progress)

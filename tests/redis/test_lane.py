@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
+import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
 from tests.servers import ServerProcess
 
@@ -38,11 +40,20 @@ async def test_a_connection_whose_server_restarted_is_replaced_before_use(
         # and sees the old server close the idle connection.
         await anyio.to_thread.run_sync(_restart, private_server)
         # The idle connection has EOF pending: it is replaced, and the call succeeds
-        # without an error the caller would have to treat as uncertain.
+        # without an error the caller would have to treat as uncertain. So does the
+        # first push on a queue this Store has not registered yet: the registration
+        # (SADD of the queue's name) is part of the enqueue, and must not be the one
+        # call of it sent on a connection the restart closed.
         await store.enqueue("q", [b"after"])
-        assert await store.client.lrange(store.keys.queue("q"), 0, -1) == [b"after"]
+        await store.enqueue("new", [b"first"])
     finally:
         await store.aclose()
+    # Read back on a connection of the test's own (the Store's pool is not under test).
+    async with redis.asyncio.Redis.from_url(private_server.url) as reader:
+        keys = Keys("lane")
+        assert await reader.lrange(keys.queue("q"), 0, -1) == [b"after"]
+        assert await reader.lrange(keys.queue("new"), 0, -1) == [b"first"]
+        assert b"new" in await reader.smembers(keys.queues)
 
 
 def _restart(server: ServerProcess) -> None:
@@ -64,7 +75,8 @@ async def _cancel_one_fetch_then_fetch(store: Store) -> None:
     await store.enqueue("q", [b"a", b"b"])
     # The server holds writes for 300 ms: the first fetch is cancelled while its reply
     # is outstanding.
-    await store.client.execute_command("CLIENT", "PAUSE", "300", "WRITE")
+    await store.client.execute_command(  # type: ignore[no-untyped-call]
+        "CLIENT", "PAUSE", "300", "WRITE")
     with anyio.move_on_after(0.05) as waited:
         await store.fetch("lane-test", ["q"], 1)
     assert waited.cancelled_caught
@@ -73,6 +85,6 @@ async def _cancel_one_fetch_then_fetch(store: Store) -> None:
     # cancelled call run on the server, its job would sit on the in-progress list
     # too, where reconcile finds it; its reply never reaches this caller.)
     assert len(fetched.jobs) == 1
-    in_progress = await store.client.lrange(store.keys.in_progress("lane-test"), 0, -1)
+    in_progress = await store.client.lrange(store.keys.in_progress("q", "lane-test"), 0, -1)
     assert fetched.jobs[0][1] in in_progress
     assert await store.client.llen(store.keys.queue("q")) + len(in_progress) == 2

@@ -32,7 +32,7 @@ def store_broken(client: redis.Redis, keys: Keys) -> None:
     assert b"\\ud800" in raw
     client.sadd(keys.queues, "default")
     client.lpush(keys.queue("default"), raw, NOT_UTF8)
-    for key in (keys.schedule, keys.retry, keys.dead):
+    for key in (keys.schedule("default"), keys.retry("default"), keys.dead("default")):
         client.zadd(key, {raw: 1.0, NOT_UTF8: 2.0})
     client.hset(keys.beats, "w-1", json.dumps({"hostname": "host\ud800",
                                                "queues": ["q\ud800"]}))

@@ -64,7 +64,7 @@ async def test_a_token_no_page_wrote_is_a_404_or_a_400(board: Board,
 
 async def test_entries_that_are_not_jobs_are_listed_and_shown(
         board: Board, client: httpx.AsyncClient, store: Store) -> None:
-    await store.client.zadd(store.keys.dead, {
+    await store.client.zadd(store.keys.dead("default"), {
         b"\xff\xfe not utf-8": 1.0, b"[1, 2]": 2.0, b'{"args": [NaN, Infinity]}': 3.0,
         b'{"class": 5, "args": {"a": 1}, "error_backtrace": [1, null]}': float("inf")})
     html = (await client.get("/dead")).text
@@ -80,9 +80,9 @@ async def test_every_tab_renders_when_a_fixed_key_has_another_type(
     # type (a bug, a stray SET by hand) must not take the whole dashboard down.
     keys = store.keys
     await board.ok.enqueue_in(3600, "still-here")
-    await store.client.set(keys.dead, "a string, not a zset")
+    await store.client.set(keys.dead("default"), "a string, not a zset")
     await store.client.set(keys.queues, "a string, not a set")
-    await store.client.set(keys.retry, "a string, not a zset")
+    await store.client.set(keys.retry("default"), "a string, not a zset")
     for path in ("/", "/queues", "/busy", "/scheduled", "/retries", "/dead", "/periodic"):
         response = await client.get(path)
         assert response.status_code == 200, (path, response.text)

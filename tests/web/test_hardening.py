@@ -152,7 +152,7 @@ async def test_an_action_refused_for_lack_of_memory_says_so_and_keeps_the_job(
     admin.config_set("requirepass", PASSWORD)  # the connection made before stays logged in
     app = apps(url_of(server, password=PASSWORD))
     entry = json.dumps({"jid": "j1", "class": "web.ok", "queue": "default", "args": []})
-    admin.zadd(Keys(NAMESPACE).retry, {entry: 1.0})
+    admin.zadd(Keys(NAMESPACE).retry("default"), {entry: 1.0})
     async with http(app) as client:
         form_token = await page_token(client, "/retries")
         [record] = (await Inspector(app).retries.page()).items

@@ -18,7 +18,8 @@ from tests.waiting import wait_until
 
 
 async def dead_entries(store: Store) -> list[dict[str, Any]]:
-    return [json.loads(e) for e in await store.client.zrange(store.keys.dead, 0, -1)]
+    entries = await store.client.zrange(store.keys.dead("default"), 0, -1)
+    return [json.loads(e) for e in entries]
 
 
 async def test_a_unique_job_enqueued_100_times_by_10_clients_is_one_job(
@@ -63,14 +64,17 @@ async def test_a_unique_lock_is_released_when_the_job_lands_in_dead(
 
     assert await fragile.enqueue(1) is not None
     assert await fragile.enqueue(1) is None  # locked while waiting
+    assert not await _no_unique_locks(store)  # the pattern finds the lock
     async with jobs.worker():
-        await wait_until(lambda: store.client.zcard(store.keys.dead))
+        await wait_until(lambda: store.client.zcard(store.keys.dead("default")))
         await wait_until(lambda: _no_unique_locks(store))
     assert await fragile.enqueue(1) is not None  # free again
 
 
 async def _no_unique_locks(store: Store) -> bool:
-    return [k async for k in store.client.scan_iter(match=store.keys.unique("*"))] == []
+    """No unique lock in any queue's slot (the pattern matches every queue and digest)."""
+    pattern = store.keys.unique("*", "*")
+    return [k async for k in store.client.scan_iter(match=pattern)] == []
 
 
 async def test_until_executed_keeps_the_lock_over_a_retry_then_releases_on_success(
@@ -88,7 +92,7 @@ async def test_until_executed_keeps_the_lock_over_a_retry_then_releases_on_succe
     await flaky.enqueue()
     async with jobs.worker():
         await wait_until(lambda: len(attempts) == 1)
-        await wait_until(lambda: store.client.zcard(store.keys.retry))
+        await wait_until(lambda: store.client.zcard(store.keys.retry("default")))
         assert await flaky.enqueue() is None  # still locked while waiting to retry
         await wait_until(lambda: len(attempts) == 2, timeout=5)
         await wait_until(lambda: _no_unique_locks(store))
@@ -128,7 +132,7 @@ async def test_a_timeout_that_fires_is_retried_then_dead(
 
     await slow.enqueue()
     async with jobs.worker():
-        await wait_until(lambda: store.client.zcard(store.keys.dead), timeout=5)
+        await wait_until(lambda: store.client.zcard(store.keys.dead("default")), timeout=5)
     [entry] = await dead_entries(store)
     assert entry["error_class"] == "JobTimeout"
     assert len(runs) == 2
@@ -152,7 +156,7 @@ async def test_a_plain_function_that_times_out_is_reported_and_holds_its_slot(
     await stuck.enqueue()
     await other.enqueue()
     async with jobs.worker(concurrency=1):
-        await wait_until(lambda: store.client.zcard(store.keys.dead), timeout=5)
+        await wait_until(lambda: store.client.zcard(store.keys.dead("default")), timeout=5)
         [entry] = await dead_entries(store)
         assert entry["error_class"] == "JobTimeout"
         # The only slot is still held by the thread: the other job waits.
@@ -183,7 +187,7 @@ async def test_the_job_context(make_app: Callable[..., App], store: Store) -> No
 
     jid = await aware.enqueue(1)
     assert jid is not None
-    await store.client.set(store.keys.orphanings(jid), 1)
+    await store.client.set(store.keys.orphanings("default", jid), 1)
     await aware_sync.enqueue()
     async with jobs.worker():
         await wait_until(lambda: len(seen) == 3, timeout=5)
@@ -217,7 +221,7 @@ async def test_retry_control_from_the_job(make_app: Callable[..., App], store: S
     await hooked.enqueue()
     await forbidden.enqueue()
     async with jobs.worker():
-        await wait_until(lambda: _zcard_is(store, store.keys.dead, 2), timeout=5)
+        await wait_until(lambda: _zcard_is(store, store.keys.dead("default"), 2), timeout=5)
     assert asked == [(1, "KeyError")]
     classes = sorted(e["error_class"] for e in await dead_entries(store))
     assert classes == ["KeyError", "PermissionError"]
@@ -232,8 +236,9 @@ async def test_raise_retry_sets_the_delay(make_app: Callable[..., App], store: S
 
     await later.enqueue()
     async with jobs.worker():
-        await wait_until(lambda: store.client.zcard(store.keys.retry))
-    [(_, score)] = await store.client.zrange(store.keys.retry, 0, -1, withscores=True)
+        await wait_until(lambda: store.client.zcard(store.keys.retry("default")))
+    [(_, score)] = await store.client.zrange(store.keys.retry("default"), 0, -1,
+                                             withscores=True)
     assert 110 < score - time.time() <= 121
 
 

@@ -21,6 +21,7 @@ import redis
 import redis.exceptions
 
 from cogworker_async import App, job
+from cogworker_async.redis.keys import Keys
 from cogworker_async.worker.streak import Streak
 from tests.conftest import FAST
 from tests.servers import ServerProcess
@@ -167,7 +168,7 @@ async def test_redis_refusing_the_move_is_logged_as_what_redis_said(
             # The job and the memory limit in one step: the worker's next fetch is the
             # first command to meet the limit.
             with raw.pipeline(transaction=True) as pipe:
-                pipe.lpush(f"{namespace}:queue:default", queued)
+                pipe.lpush(Keys(namespace).queue("default"), queued)
                 pipe.config_set("maxmemory", "1")
                 pipe.execute()
             await wait_until(lambda: _fetch_failed_with(caplog.records, "maxmemory"),

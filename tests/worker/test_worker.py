@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from cogworker_async import App
+from cogworker_async import App, current_job
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
 from tests.waiting import wait_until
@@ -26,8 +26,9 @@ async def lengths(store: Store, *keys: str) -> list[int]:
 
 
 async def in_progress_total(store: Store, keys: Keys) -> int:
+    """Entries on every in-progress list of the namespace (every queue, every process)."""
     total = 0
-    async for key in store.client.scan_iter(match=keys.in_progress_prefix + "*"):
+    async for key in store.client.scan_iter(match=keys.in_progress_pattern):
         total += int(await store.client.llen(key))
     return total
 
@@ -74,7 +75,8 @@ async def test_bad_arguments_are_refused_at_enqueue_and_nothing_is_pushed(
         f.options(retry="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no job is registered"):
         await jobs.enqueue("nope")
-    assert await lengths(store, store.keys.queue("default"), store.keys.schedule) == [0, 0]
+    assert await lengths(store, store.keys.queue("default"),
+                         store.keys.schedule("default")) == [0, 0]
 
 
 async def test_a_plain_function_runs_in_a_thread_without_blocking_async_jobs(
@@ -171,11 +173,33 @@ async def test_scheduled_jobs_wait_for_their_time(make_app: Callable[..., App],
     start = time.time()
     await tick.enqueue_in(0.6, "later")
     await tick.enqueue_at(start - 100, "past")  # already due: enqueued at once
-    assert await lengths(store, store.keys.schedule, store.keys.queue("default")) == [1, 1]
+    assert await lengths(store, store.keys.schedule("default"),
+                         store.keys.queue("default")) == [1, 1]
     async with jobs.worker():
         await wait_until(lambda: len(ran_at) == 2)
     assert ran_at["later"] >= start + 0.6 - 0.01
     assert ran_at["past"] < ran_at["later"]
+
+
+async def test_a_job_scheduled_on_a_queue_runs_from_that_queue(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    """Its schedule is that queue's, and a worker serving only that queue promotes it
+    onto it (had it gone to the default queue, this worker would never run it)."""
+    jobs = make_app(queues=["reports"])
+    ran: list[str] = []
+
+    @jobs.job(queue="reports")
+    async def report() -> None:
+        ran.append(current_job().queue)
+
+    await report.enqueue_in(0.3)
+    assert await lengths(store, store.keys.schedule("reports"),
+                         store.keys.schedule("default")) == [1, 0]
+    async with jobs.worker():
+        await wait_until(lambda: ran == ["reports"], timeout=5)
+    assert await lengths(store, store.keys.schedule("reports"), store.keys.queue("reports"),
+                         store.keys.queue("default")) == [0, 0, 0]
 
 
 async def test_failures_retry_then_die_with_the_error(make_app: Callable[..., App],
@@ -191,10 +215,10 @@ async def test_failures_retry_then_die_with_the_error(make_app: Callable[..., Ap
     await flaky.enqueue()
     async with jobs.worker():
         await wait_until(lambda: len(runs) == 3)
-        await wait_until(lambda: store.client.zcard(store.keys.dead), timeout=5)
+        await wait_until(lambda: store.client.zcard(store.keys.dead("default")), timeout=5)
     import json
 
-    [entry] = await store.client.zrange(store.keys.dead, 0, -1)
+    [entry] = await store.client.zrange(store.keys.dead("default"), 0, -1)
     dead = json.loads(entry)
     assert (dead["error_class"], dead["error_message"], dead["retry_count"]) == (
         "RuntimeError", "still broken", 2)
@@ -287,7 +311,7 @@ async def test_basic_fetch_runs_jobs_without_an_in_progress_list(
     await f.enqueue(2)
     async with jobs.worker():
         await wait_until(lambda: len(ran) == 2)
-        await wait_until(lambda: store.client.zcard(store.keys.dead))
+        await wait_until(lambda: store.client.zcard(store.keys.dead("default")))
     assert await in_progress_total(store, store.keys) == 0
 
 

@@ -1,11 +1,15 @@
--- beat: this process is alive. Written from the heartbeat thread, on its own connection.
+-- beat: this process is alive, as seen by one slot. Written from the heartbeat thread,
+-- on its own connection: once in the namespace's slot (the registry the dashboard and
+-- recovery read) and once in the slot of each queue the process serves (where recovery
+-- decides, atomically with the requeue, whether its list there is an orphan's).
 -- KEYS[1] process:<identity> (alive marker, with a TTL)   KEYS[2] last_beat hash
--- KEYS[3] in_progress_identities set (the registry recovery walks)
--- KEYS[4] beats hash (identity -> the last beat's info, no TTL: forensics)
--- KEYS[5] declared_dead set (identities whose jobs recovery took)
--- ARGV[1] identity   ARGV[2] info (JSON)   ARGV[3] TTL of the alive marker (ms)
+-- KEYS[3] the slot's registry of identities (a set)
+-- KEYS[4] declared_dead set (identities whose jobs recovery took from this slot)
+-- KEYS[5] beats hash (identity -> the last beat's info, no TTL: forensics), optional
+-- ARGV[1] identity   ARGV[2] info (JSON), the alive marker's value
+-- ARGV[3] TTL of the alive marker (ms)
 -- ARGV[4] the caller's clock (epoch s), used only if TIME is refused
--- ARGV[5] "1" if this process has beaten before, else "0"
+-- ARGV[5] "1" if this process has beaten here before, else "0"
 -- Returns {status, now}: status 1 = alive, as expected; 2 = this process had been
 -- declared dead while it was paused (recovery took its jobs and left the mark in
 -- declared_dead): a zombie; 3 = its keys are gone but no recovery declared it dead (Redis
@@ -23,16 +27,16 @@ local now = redis_now(ARGV[4])
 local status = 1
 local declared = false
 if ARGV[5] == "1" then
-  declared = redis.pcall("SISMEMBER", KEYS[5], ARGV[1]) == 1
+  declared = redis.pcall("SISMEMBER", KEYS[4], ARGV[1]) == 1
   local forgotten = redis.call("EXISTS", KEYS[1]) == 0 and redis.call("HEXISTS", KEYS[2], ARGV[1]) == 0
   if declared then status = 2 elseif forgotten then status = 3 end
 else
   -- On a first beat the mark can only be a predecessor's (a configured identity reused
   -- after that process died); this process fetched nothing yet.
-  redis.pcall("SREM", KEYS[5], ARGV[1])
+  redis.pcall("SREM", KEYS[4], ARGV[1])
 end
 redis.call("SET", KEYS[1], ARGV[2], "PX", tonumber(ARGV[3]))
 redis.call("HSET", KEYS[2], ARGV[1], string.format("%.6f", now))
-redis.pcall("HSET", KEYS[4], ARGV[1], ARGV[2])
+if KEYS[5] then redis.pcall("HSET", KEYS[5], ARGV[1], ARGV[2]) end
 redis.call("SADD", KEYS[3], ARGV[1])
 return {status, string.format("%.6f", now)}

@@ -1,6 +1,6 @@
 -- cron_claim: enqueue a periodic job's tick once, however many processes tick.
--- KEYS[1] hash periodic name -> last claimed tick (epoch s)   KEYS[2] the queue list
--- KEYS[3] set of queue names
+-- KEYS[1] hash periodic name -> last claimed tick (epoch s), in the queue's slot
+-- KEYS[2] the queue list
 -- ARGV[1] periodic name   ARGV[2] tick (epoch s)   ARGV[3] queue name
 -- ARGV[4] wake channel    ARGV[5] raw job
 -- Returns 1 if this call claimed the tick and pushed the job, 0 if the tick (or a later
@@ -10,7 +10,6 @@ if last and last >= tonumber(ARGV[2]) then
   return 0
 end
 redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
-redis.call("SADD", KEYS[3], ARGV[3])
 redis.call("LPUSH", KEYS[2], ARGV[5])
 wake(ARGV[4], ARGV[3])
 return 1

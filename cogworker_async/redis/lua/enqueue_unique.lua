@@ -1,6 +1,6 @@
 -- enqueue_unique: take a unique job's lock and push (or schedule) the job, in one step.
 -- KEYS[1] the lock (unique:<digest>)   KEYS[2] the queue list, or the schedule zset
--- KEYS[3] set of queue names
+-- (both in the queue's slot; the caller registers the queue's name)
 -- ARGV[1] jid (the lock's owner)       ARGV[2] lock TTL (ms)
 -- ARGV[3] "now" (push on the queue), "at" (ARGV[4] is an epoch time) or "in" (ARGV[4]
 -- is a delay from Redis TIME)
@@ -12,7 +12,6 @@ if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", tonumber(ARGV[2])) then
   return 0
 end
 if ARGV[3] == "now" then
-  redis.call("SADD", KEYS[3], ARGV[5])
   redis.call("LPUSH", KEYS[2], ARGV[8])
   local refused = wake(ARGV[6], ARGV[5])
   if refused then return {1, refused} end

@@ -1,26 +1,22 @@
--- promote: due members of a zset (schedule or retry) onto their queues.
--- KEYS[1] the zset                   KEYS[2] set of queue names
--- KEYS[2 + i] the queue list of the i-th job
--- ARGV[1] wake channel (pub/sub, not a key)
--- ARGV[3i - 1], ARGV[3i], ARGV[3i + 1]: the i-th member as it stands in the zset, the
--- job to push (the same job with enqueued_at renewed), and its queue's name.
+-- promote: due members of a queue's zset (schedule or retry) onto that queue.
+-- KEYS[1] the zset                   KEYS[2] the queue's list (the same slot)
+-- ARGV[1] wake channel (pub/sub, not a key)   ARGV[2] the queue's name
+-- ARGV[2i + 1], ARGV[2i + 2]: the i-th member as it stands in the zset, and the job to
+-- push (the same job with enqueued_at renewed).
 -- Returns how many were moved. A member no longer in the zset (moved by another
 -- process, deleted by an admin) is skipped, so two pollers never both move one job.
--- Written before removed: a job is always in at least one place. A job whose queue
--- key cannot be written (wrong type) stays in the zset and is not counted; the others
--- are still moved (one bad queue must not stop every due job behind it). The set of
--- queue names is best effort: an error there after the push would leave the job in the
--- zset too, to be pushed (and run) again on every poll.
+-- Written before removed: a job is always in at least one place. A queue key that cannot
+-- be written (wrong type, or Redis out of memory) leaves the jobs in the zset, not
+-- counted: they are looked at again on the next poll.
 local moved = 0
-for i = 1, #KEYS - 2 do
-  local member, job, name = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+for i = 3, #ARGV - 1, 2 do
+  local member, job = ARGV[i], ARGV[i + 1]
   if redis.call("ZSCORE", KEYS[1], member) then
-    if type(redis.pcall("LPUSH", KEYS[2 + i], job)) == "number" then
-      redis.pcall("SADD", KEYS[2], name)
+    if type(redis.pcall("LPUSH", KEYS[2], job)) == "number" then
       redis.call("ZREM", KEYS[1], member)
       moved = moved + 1
     end
   end
 end
-if moved > 0 then wake(ARGV[1], "due") end
+if moved > 0 then wake(ARGV[1], ARGV[2]) end
 return moved

@@ -1,28 +1,28 @@
--- requeue: jobs left on an in-progress list back onto their queues. Used for a dead
+-- requeue: jobs left on an in-progress list back onto their queue. Used for a dead
 -- process's list (orphan recovery) and for this process's own list on shutdown.
--- KEYS[1] in-progress list           KEYS[2] the owner's process key (alive marker)
--- KEYS[3] last_beat hash             KEYS[4] repeat_orphans list
--- KEYS[5] set of queue names        KEYS[6] declared_dead set (recovery marks the owner
---                                   there once it took any of its jobs)
+-- KEYS[1] in-progress list (one queue's)   KEYS[2] the owner's alive marker in this slot
+-- KEYS[3] last_beat hash of this slot      KEYS[4] repeat_orphans list
+-- KEYS[5] the queue's list                 KEYS[6] declared_dead set of this slot
+-- (recovery marks the owner there once it took any of its jobs)
 -- ARGV[1] JSON options:
---   queue_prefix, default_queue   where a job goes: queue_prefix .. its "queue" field
 --   identity                      the list's owner (its field in last_beat)
 --   threshold                     seconds without a beat that make the owner dead, or
 --                                 -1: requeue unconditionally (this process's own list)
 --   now                           the caller's clock (epoch s), used only if TIME is refused
 --   orphan_prefix, orphan_ttl, max_orphanings   per-jid orphan counters (recovery only)
 --   limit                         the most entries to look at in this call
---   wake_channel                  pub/sub channel to wake idle workers on (optional)
+--   wake_channel, queue           pub/sub channel to wake idle workers on, and the
+--                                 queue's name as the message (optional)
 --   max_declared                  bound on the declared_dead set (optional, 10000)
 -- ARGV[2] n, the number of jobs to drop: ARGV[3 .. n + 2] (they ran; only their ack
 -- failed, so dropping them is their ack). ARGV[n + 3 ..] jobs to keep on the list.
--- Derived keys (named here for Cluster: they share the namespace's hash tag): queue
--- lists, orphan counters.
+-- Every key, the orphan counters included (orphan_prefix), is in the queue's slot: the
+-- liveness check and the move are one step, as on a single Redis.
 -- Returns {-1, 0, 0} if the owner is alive after all (nothing done), else
 -- {moved, looked_at, parked}: looked_at < limit means the whole list was seen.
--- Entries are taken from the head (newest) and pushed on the fetch end of their queue,
+-- Entries are taken from the head (newest) and pushed on the fetch end of the queue,
 -- so the oldest lands in front and the order is kept. Each job is written where it
--- goes before it is taken off; one that cannot be written (its queue key of the wrong
+-- goes before it is taken off; one that cannot be written (the queue key of the wrong
 -- type) or that is to be kept goes to the tail and is looked at again on a later call.
 local opts = cjson.decode(ARGV[1])
 local threshold = tonumber(opts.threshold)
@@ -55,14 +55,6 @@ local function decoded(job)
   return nil
 end
 
-local function queue_of(payload)
-  local name = payload and payload.queue
-  if type(name) == "string" and #name <= 128 and string.match(name, "^[%w_%.:%-]+$") then
-    return name
-  end
-  return opts.default_queue
-end
-
 local moved, parked, looked = 0, 0, 0
 local limit = math.min(tonumber(opts.limit), redis.call("LLEN", KEYS[1]))
 for _ = 1, limit do
@@ -92,9 +84,7 @@ for _ = 1, limit do
     if park then
       written = type(redis.pcall("RPUSH", KEYS[4], job)) == "number"
     else
-      local name = queue_of(payload)
-      written = type(redis.pcall("RPUSH", opts.queue_prefix .. name, job)) == "number"
-      if written then redis.pcall("SADD", KEYS[5], name) end
+      written = type(redis.pcall("RPUSH", KEYS[5], job)) == "number"
     end
     if written then
       redis.call("LPOP", KEYS[1])
@@ -121,6 +111,6 @@ if recovering and moved + parked > 0 then
   redis.pcall("SADD", KEYS[6], opts.identity)
 end
 if moved > 0 and opts.wake_channel then
-  wake(opts.wake_channel, "requeued") -- idle workers fetch them now
+  wake(opts.wake_channel, opts.queue or "requeued") -- idle workers fetch them now
 end
 return {moved, looked, parked}

@@ -27,6 +27,7 @@ import anyio
 import redis.asyncio
 
 from cogworker_async import App
+from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.registry import JobFunction
 from tests.e2e.jobsapp import NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
 
@@ -58,7 +59,7 @@ async def runs(r: redis.asyncio.Redis, key: str) -> list[tuple[str, int]]:
     """(tag, pid) of each entry of a record list, in order."""
     found = []
     for entry in await r.lrange(key, 0, -1):
-        tag, pid = entry.decode().split(" ")
+        tag, pid = as_bytes(entry).decode().split(" ")
         found.append((tag, int(pid)))
     return found
 

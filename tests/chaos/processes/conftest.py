@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, Final
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, Final, cast
 
 import pytest
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.liveness import as_bytes
 from tests.chaos.processes import chaosapp
 from tests.servers import ServerProcess
 from tests.waiting import wait_until
@@ -134,8 +136,8 @@ def fleet(request: pytest.FixtureRequest, server: ServerProcess,
 async def beats(r: redis.asyncio.Redis, namespace: str) -> dict[str, dict[str, Any]]:
     """identity -> its last beat's info (pid, busy, lag_ms, ...)."""
     found = {}
-    for identity, raw in (await r.hgetall(f"{namespace}:beats")).items():
-        found[identity.decode()] = json.loads(raw)
+    for identity, raw in (await r.hgetall(Keys(namespace).beats)).items():
+        found[as_bytes(identity).decode()] = json.loads(raw)
     return found
 
 
@@ -161,31 +163,34 @@ async def wait_ready(r: redis.asyncio.Redis, namespace: str,
     async def listening() -> bool:
         for worker in workers:
             assert worker.alive(), f"worker exited with {worker.returncode}:\n{worker.log()}"
-        ((_, count),) = await r.pubsub_numsub(f"{namespace}:wake")
+        ((_, count),) = await r.pubsub_numsub(Keys(namespace).wake_channel)
         return int(count) >= len(workers)
 
     await wait_until(listening, timeout=READY_TIMEOUT, every=0.05)
 
 
-async def in_progress_lists(r: redis.asyncio.Redis, namespace: str) -> dict[str, list[bytes]]:
-    """identity -> its in-progress list, for every such list in the namespace."""
-    prefix = f"{namespace}:in_progress:"
+async def in_progress_lists(r: redis.asyncio.Redis,
+                            namespace: str) -> dict[tuple[str, str], list[bytes]]:
+    """(queue, identity) -> its in-progress list, for every such list in the namespace
+    (a process has one per queue it fetched from)."""
+    keys = Keys(namespace)
     found = {}
-    async for key in r.scan_iter(match=prefix + "*"):
-        found[key.decode()[len(prefix):]] = await r.lrange(key, 0, -1)
+    async for key in r.scan_iter(match=keys.in_progress_pattern):
+        found[keys.identity_of_list(key.decode())] = [
+            as_bytes(raw) for raw in await r.lrange(key, 0, -1)]
     return found
 
 
 async def zset_entries(r: redis.asyncio.Redis, key: str) -> list[dict[str, Any]]:
-    return [json.loads(member) for member in await r.zrange(key, 0, -1)]
+    return [json.loads(member) for member in cast("list[bytes]", await r.zrange(key, 0, -1))]
 
 
 async def recoveries(r: redis.asyncio.Redis, namespace: str) -> list[dict[str, Any]]:
     """Recovery events, newest first."""
-    return [json.loads(raw) for raw in await r.lrange(f"{namespace}:recoveries", 0, -1)]
+    return [json.loads(raw) for raw in await r.lrange(Keys(namespace).recoveries, 0, -1)]
 
 
-def tags_of(raws: list[bytes]) -> list[str]:
+def tags_of(raws: Sequence[bytes | str]) -> list[str]:
     """The tag (first argument) of each raw job."""
     return [str(json.loads(raw)["args"][0]) for raw in raws]
 

@@ -16,6 +16,8 @@ from typing import Final
 
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.liveness import as_bytes
 from tests.chaos.processes import chaosapp
 from tests.chaos.processes.conftest import (
     EXIT_SLACK,
@@ -61,9 +63,9 @@ async def test_blocked_event_loop_is_not_a_dead_process(
         beat after it was read."""
         info = (await beats(r, namespace)).get(identity, {})
         lags.append(float(info.get("lag_ms", 0.0)))
-        holder = await r.get(f"{namespace}:recovery_lock")
+        holder = await r.get(Keys(namespace).recovery_lock)
         if holder:
-            lock_holders.add(holder.decode())
+            lock_holders.add(as_bytes(holder).decode())
         return await r.llen(finished) >= 1 and clock() > BLOCK + SETTINGS["heartbeat_interval"]
 
     await wait_until(done_while_watching, timeout=BLOCK + 15, every=0.05)
@@ -80,9 +82,11 @@ async def test_blocked_event_loop_is_not_a_dead_process(
     assert max(lags) > LAG_SEEN_MS
     assert observer_identity in lock_holders, "recovery never ran elsewhere meanwhile"
     assert blocked.alive()
-    assert await r.sismember(f"{namespace}:in_progress_identities", identity)
-    await wait_until(lambda: _acked(r, f"{namespace}:in_progress:{identity}"), timeout=5)
-    assert await r.zcard(f"{namespace}:dead") == 0
+    keys = Keys(namespace)
+    assert await r.sismember(keys.processes, identity)
+    assert await r.sismember(keys.queue_identities("blocking"), identity)
+    await wait_until(lambda: _acked(r, keys.in_progress("blocking", identity)), timeout=5)
+    assert await r.zcard(keys.dead("blocking")) == 0
     limit = SETTINGS["shutdown_timeout"] + EXIT_SLACK
     for worker in (blocked, observer):
         worker.signal(signal.SIGTERM)

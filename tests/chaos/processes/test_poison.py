@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, cast
 
 import anyio
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.chaos.processes import chaosapp
 from tests.chaos.processes.conftest import (
     FULL,
@@ -63,11 +64,15 @@ class Supervisor:
 
 
 async def _buried(r: redis.asyncio.Redis, namespace: str, jid: str) -> dict[str, object] | None:
-    for member in await r.zrange(f"{namespace}:dead", 0, -1):
+    for member in cast("list[bytes]", await r.zrange(Keys(namespace).dead("default"), 0, -1)):
         entry = json.loads(member)
         if entry.get("jid") == jid:
             return dict(entry)
     return None
+
+
+async def _is_buried(r: redis.asyncio.Redis, namespace: str, jid: str) -> bool:
+    return await _buried(r, namespace, jid) is not None
 
 
 async def _innocents_settled(r: redis.asyncio.Redis, namespace: str,
@@ -79,7 +84,8 @@ async def _innocents_settled(r: redis.asyncio.Redis, namespace: str,
 
 
 async def _dead_tags(r: redis.asyncio.Redis, namespace: str) -> list[str]:
-    return [str(json.loads(m)["args"][0]) for m in await r.zrange(f"{namespace}:dead", 0, -1)]
+    dead = cast("list[bytes]", await r.zrange(Keys(namespace).dead("default"), 0, -1))
+    return [str(json.loads(m)["args"][0]) for m in dead]
 
 
 async def test_poison_job_is_buried_after_max_orphanings_and_the_rest_finish(
@@ -90,14 +96,17 @@ async def test_poison_job_is_buried_after_max_orphanings_and_the_rest_finish(
     supervisor = Supervisor(fleet, Clock(), workers)
     half = INNOCENTS // 2
     innocents = [f"ok{i}" for i in range(INNOCENTS)]
-    calls = [((tag, INNOCENT_SECONDS), {}) for tag in innocents]
+    calls: list[tuple[tuple[str, float], dict[str, Any]]] = [
+        ((tag, INNOCENT_SECONDS), {}) for tag in innocents]
     await jobs.work.enqueue_many(calls[:half])
     pill = await jobs.poison.enqueue("pill")
+    assert pill is not None
     await jobs.work.enqueue_many(calls[half:])
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(supervisor.run)
-        await wait_until(lambda: _buried(r, namespace, pill), timeout=BURIAL_BUDGET, every=0.05)
+        await wait_until(lambda: _is_buried(r, namespace, pill), timeout=BURIAL_BUDGET,
+                         every=0.05)
         buried_at = supervisor.clock()
         await wait_until(lambda: _innocents_settled(r, namespace, innocents), timeout=30,
                          every=0.05)
@@ -118,7 +127,7 @@ async def test_poison_job_is_buried_after_max_orphanings_and_the_rest_finish(
     assert entry["error_class"] == "ProcessDied"
     assert starts["pill"] == MAX_ORPHANINGS + 1
     assert len(supervisor.deaths) == MAX_ORPHANINGS + 1
-    assert not await r.exists(f"{namespace}:orphanings:{pill}")
+    assert not await r.exists(Keys(namespace).orphanings("default", pill))
     # No bystander is buried: repeat orphans come back one per recovery pass, so the
     # poison dies alone (Recovery._held_back).
     assert buried_innocents == []

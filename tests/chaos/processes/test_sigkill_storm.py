@@ -9,7 +9,8 @@ Must hold:
 - a job ran more than once only if it was on a victim's list at a kill — at most once
   more per kill that held it (no job that was settled ever runs again);
 - each victim's jobs were back within ``orphan_threshold + recovery_interval + 2 s`` of
-  the kill (its list empty), and the victim was then forgotten by the registries;
+  the kill (its list empty), and the victim was then forgotten by the registries (the
+  queue's and the namespace's);
 - at the end, after a graceful stop of the survivors: no in-progress list, no registered
   identity, no stale beat, no orphan counter without a TTL, nothing in retry or dead.
 """
@@ -22,11 +23,12 @@ import signal
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.chaos.processes import chaosapp
 from tests.chaos.processes.conftest import (
     EXIT_SLACK,
@@ -105,7 +107,7 @@ class Storm:
     async def kill(self, worker: WorkerProcess, identity: str) -> Kill:
         """Freeze, read its list, SIGKILL, read again (a command it sent just before the
         freeze may still be applied), start a replacement."""
-        key = f"{self.namespace}:in_progress:{identity}"
+        key = Keys(self.namespace).in_progress("default", identity)
         worker.signal(signal.SIGSTOP)
         at = self.clock()
         before = await self.r.lrange(key, 0, -1)
@@ -118,12 +120,13 @@ class Storm:
 
     async def watch(self, kill: Kill) -> None:
         """Time the recovery of one victim (left at None if it never came)."""
-        key = f"{self.namespace}:in_progress:{kill.identity}"
-        registry = f"{self.namespace}:in_progress_identities"
+        keys = Keys(self.namespace)
+        key = keys.in_progress("default", kill.identity)
+        registries = [keys.queue_identities("default"), keys.processes]
         try:
             await wait_until(lambda: self._gone(key), timeout=BOUND + 30, every=0.02)
             kill.back_after = self.clock() - kill.at
-            await wait_until(lambda: self._forgotten(registry, kill.identity),
+            await wait_until(lambda: self._forgotten(registries, kill.identity),
                              timeout=BOUND + 30, every=0.02)
             kill.forgotten_after = self.clock() - kill.at
         except AssertionError:
@@ -132,14 +135,15 @@ class Storm:
     async def _gone(self, key: str) -> bool:
         return not await self.r.exists(key)
 
-    async def _forgotten(self, registry: str, identity: str) -> bool:
-        return not await self.r.sismember(registry, identity)
+    async def _forgotten(self, registries: list[str], identity: str) -> bool:
+        return not any([await self.r.sismember(key, identity) for key in registries])
 
 
 async def _enqueue(jobs: chaosapp.Jobs, size: Size, rng: random.Random) -> list[str]:
     tags = [f"j{i}" for i in range(size.jobs)]
     low, high = size.seconds
-    calls = [((tag, round(rng.uniform(low, high), 3)), {}) for tag in tags]
+    calls: list[tuple[tuple[str, float], dict[str, Any]]] = [
+        ((tag, round(rng.uniform(low, high), 3)), {}) for tag in tags]
     for start in range(0, len(calls), 500):
         await jobs.work.enqueue_many(calls[start:start + 500])
     return tags
@@ -149,7 +153,7 @@ async def _quiescent(r: redis.asyncio.Redis, namespace: str, tags: list[str]) ->
     """Every job finished, none waiting, none in progress anywhere."""
     if len(await chaosapp.counts(r, chaosapp.finished_key(namespace))) < len(tags):
         return False
-    if await r.llen(f"{namespace}:queue:default"):
+    if await r.llen(Keys(namespace).queue("default")):
         return False
     return not any((await in_progress_lists(r, namespace)).values())
 
@@ -157,7 +161,7 @@ async def _quiescent(r: redis.asyncio.Redis, namespace: str, tags: list[str]) ->
 async def _storm(storm: Storm, size: Size, tags: list[str]) -> None:
     """Kill every KILL_EVERY s while jobs wait; then wait until all is done and every
     victim recovered."""
-    queue = f"{storm.namespace}:queue:default"
+    queue = Keys(storm.namespace).queue("default")
     next_kill = FIRST_KILL
     async with anyio.create_task_group() as watchers:
         while size.kills is None or len(storm.kills) < size.kills:
@@ -202,16 +206,18 @@ def _check_runs(tags: list[str], kills: list[Kill], starts: Counter[str],
 
 
 async def _check_clean(r: redis.asyncio.Redis, namespace: str) -> None:
-    ns = namespace
-    assert await in_progress_lists(r, ns) == {}
-    assert await r.scard(f"{ns}:in_progress_identities") == 0
-    assert await r.hlen(f"{ns}:last_beat") == 0
-    assert await r.hlen(f"{ns}:beats") == 0
-    assert await r.llen(f"{ns}:queue:default") == 0
-    assert await r.zcard(f"{ns}:retry") == 0
-    assert await r.zcard(f"{ns}:dead") == 0
-    assert await r.llen(f"{ns}:repeat_orphans") == 0
-    async for key in r.scan_iter(match=f"{ns}:orphanings:*"):
+    keys = Keys(namespace)
+    assert await in_progress_lists(r, namespace) == {}
+    assert await r.scard(keys.processes) == 0
+    assert await r.scard(keys.queue_identities("default")) == 0
+    assert await r.hlen(keys.last_beat) == 0
+    assert await r.hlen(keys.queue_last_beat("default")) == 0
+    assert await r.hlen(keys.beats) == 0
+    assert await r.llen(keys.queue("default")) == 0
+    assert await r.zcard(keys.retry("default")) == 0
+    assert await r.zcard(keys.dead("default")) == 0
+    assert await r.llen(keys.repeat_orphans("default")) == 0
+    async for key in r.scan_iter(match=keys.orphanings_prefix("default") + "*"):
         assert await r.ttl(key) > 0, f"{key!r} has no TTL"
 
 

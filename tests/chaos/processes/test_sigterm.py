@@ -16,10 +16,11 @@ import json
 import signal
 import time
 from collections import Counter
-from typing import Final
+from typing import Final, cast
 
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.chaos.processes import chaosapp
 from tests.chaos.processes.conftest import (
     EXIT_SLACK,
@@ -51,7 +52,16 @@ async def _all_started(r: redis.asyncio.Redis, namespace: str, tags: list[str],
 
 async def _dead_tags(r: redis.asyncio.Redis, namespace: str) -> list[str]:
     return sorted(str(json.loads(m)["args"][0])
-                  for m in await r.zrange(f"{namespace}:dead", 0, -1))
+                  for m in cast("list[bytes]",
+                                await r.zrange(Keys(namespace).dead("default"), 0, -1)))
+
+
+async def _any_dead(r: redis.asyncio.Redis, namespace: str) -> bool:
+    return bool(await _dead_tags(r, namespace))
+
+
+async def _listed(r: redis.asyncio.Redis, key: str, entry: str) -> bool:
+    return await r.lpos(key, entry) is not None
 
 
 async def test_sigterm_requeues_unfinished_jobs_and_never_reruns_a_failed_one(
@@ -61,7 +71,7 @@ async def test_sigterm_requeues_unfinished_jobs_and_never_reruns_a_failed_one(
     worker = fleet.start(**settings)
     await wait_ready(r, namespace, [worker])
     await jobs.fail.enqueue("fails-early", 0.0)
-    await wait_until(lambda: _dead_tags(r, namespace), timeout=10)
+    await wait_until(lambda: _any_dead(r, namespace), timeout=10)
     long_tags = [f"long-{i}" for i in range(LONG_JOBS)]
     await jobs.work.enqueue_many([((tag, LONG), {}) for tag in long_tags])
     await jobs.work.enqueue("short", FAIL_LATE)
@@ -73,11 +83,11 @@ async def test_sigterm_requeues_unfinished_jobs_and_never_reruns_a_failed_one(
     worker.signal(signal.SIGTERM)
     status = await worker.wait_exit(SHUTDOWN_TIMEOUT + EXIT_SLACK)
     exit_s = time.monotonic() - began
-    queued = tags_of(await r.lrange(f"{namespace}:queue:default", 0, -1))
+    queued = tags_of(await r.lrange(Keys(namespace).queue("default"), 0, -1))
     assert status == 0, worker.log()
     assert sorted(queued) == sorted(long_tags)
     assert await in_progress_lists(r, namespace) == {}
-    assert await r.zcard(f"{namespace}:retry") == 0
+    assert await r.zcard(Keys(namespace).retry("default")) == 0
     assert await _dead_tags(r, namespace) == ["fails-early", "fails-late"]
 
     restarted = fleet.start(**settings)
@@ -86,7 +96,7 @@ async def test_sigterm_requeues_unfinished_jobs_and_never_reruns_a_failed_one(
     await wait_until(lambda: _all_started(r, namespace, long_tags, times=2), timeout=10)
     finished = chaosapp.finished_key(namespace)
     await wait_until(lambda: _all_started(r, namespace, ["marker"]), timeout=10)
-    await wait_until(lambda: r.lpos(finished, f"marker {restarted.pid}"), timeout=10)
+    await wait_until(lambda: _listed(r, finished, f"marker {restarted.pid}"), timeout=10)
     starts = await chaosapp.counts(r, chaosapp.started_key(namespace))
     finishes = Counter(tag for tag, _ in await chaosapp.runs(r, finished))
     report("sigterm", long_jobs=LONG_JOBS, shutdown_timeout=SHUTDOWN_TIMEOUT,

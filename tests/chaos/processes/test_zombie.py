@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.chaos.processes import chaosapp
 from tests.chaos.processes.conftest import (
     EXIT_SLACK,
@@ -55,12 +56,13 @@ async def _ran(r: redis.asyncio.Redis, key: str, tag: str, worker: WorkerProcess
 
 
 async def _run_on(a: WorkerProcess, b: WorkerProcess, r: redis.asyncio.Redis, started: str,
-                  tag: str, enqueue: Coroutine[Any, Any, str]) -> str:
+                  tag: str, enqueue: Coroutine[Any, Any, str | None]) -> str:
     """Enqueue a job for A to run, not B: B is frozen (far shorter than orphan_threshold)
     until A has started it."""
     b.signal(signal.SIGSTOP)
     try:
         jid = await enqueue
+        assert jid is not None
         await wait_until(lambda: _ran(r, started, tag, a), timeout=5)
     finally:
         b.signal(signal.SIGCONT)
@@ -70,15 +72,17 @@ async def _run_on(a: WorkerProcess, b: WorkerProcess, r: redis.asyncio.Redis, st
 async def _short_pause_is_not_death(r: redis.asyncio.Redis, namespace: str,
                                     a: WorkerProcess, a_identity: str) -> None:
     """A paused for orphan_threshold / 2 while B runs recovery: nothing is recovered."""
-    a_key = f"{namespace}:in_progress:{a_identity}"
+    keys = Keys(namespace)
+    a_key = keys.in_progress("default", a_identity)
     a_list = await r.lrange(a_key, 0, -1)
-    stamp = await r.hget(f"{namespace}:last_beat", a_identity)
+    # The queue's slot's stamp: the one recovery judges A by (requeue.lua).
+    stamp = await r.hget(keys.queue_last_beat("default"), a_identity)
     a.signal(signal.SIGSTOP)
     time.sleep(SHORT_PAUSE)  # the pause itself, not a wait for a condition
     a.signal(signal.SIGCONT)
 
     async def beaten_again() -> bool:  # from then on, no recovery can take A's jobs
-        return await r.hget(f"{namespace}:last_beat", a_identity) != stamp
+        return await r.hget(keys.queue_last_beat("default"), a_identity) != stamp
 
     await wait_until(beaten_again, timeout=5)
     assert await recoveries(r, namespace) == []
@@ -102,7 +106,8 @@ async def test_zombie_fences_itself_and_its_late_settlement_changes_nothing(
     bound = SETTINGS["orphan_threshold"] + SETTINGS["recovery_interval"] + 2.0 + JOB
     await wait_until(lambda: _ran(r, finished, "victim", b), timeout=bound + 5)
     recovered_in = time.monotonic() - paused_at
-    b_key = f"{namespace}:in_progress:{b_identity}"
+    keys = Keys(namespace)
+    b_key = keys.in_progress("default", b_identity)
 
     async def b_acked_victim() -> bool:  # it records its finish a moment before its ack
         return tags_of(await r.lrange(b_key, 0, -1)) == ["victim-long"]
@@ -138,13 +143,13 @@ async def test_zombie_fences_itself_and_its_late_settlement_changes_nothing(
         assert [pid for t, pid in runs if t == tag] == [a.pid, b.pid], tag
     assert cancelled is not None
     assert int(cancelled.group(1)) >= 1  # victim-long, at least
-    for key in ("retry", "dead"):
-        assert await r.zcard(f"{namespace}:{key}") == 0, key
-    assert await r.llen(f"{namespace}:queue:default") == 0  # nothing given back by A
-    assert await in_progress_lists(r, namespace) == {b_identity: b_list}
-    assert not await r.exists(f"{namespace}:orphanings:{victim}")
+    for key in (keys.retry("default"), keys.dead("default")):
+        assert await r.zcard(key) == 0, key
+    assert await r.llen(keys.queue("default")) == 0  # nothing given back by A
+    assert await in_progress_lists(r, namespace) == {("default", b_identity): b_list}
+    assert not await r.exists(keys.orphanings("default", victim))
 
     b.signal(signal.SIGTERM)  # victim-long goes back to its queue, once
     assert await b.wait_exit(SETTINGS["shutdown_timeout"] + EXIT_SLACK) == 0
     assert await in_progress_lists(r, namespace) == {}
-    assert tags_of(await r.lrange(f"{namespace}:queue:default", 0, -1)) == ["victim-long"]
+    assert tags_of(await r.lrange(keys.queue("default"), 0, -1)) == ["victim-long"]

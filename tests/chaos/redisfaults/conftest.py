@@ -16,11 +16,13 @@ import json
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pytest
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.liveness import as_bytes
 from tests.chaos.redisfaults import faultapp
 from tests.servers import ServerProcess
 from tests.waiting import wait_until
@@ -188,7 +190,7 @@ async def wait_ready(r: redis.asyncio.Redis, namespace: str, *workers: WorkerPro
     """Until every worker listens for wake-ups (its Manager runs and can fetch)."""
 
     async def listening() -> bool:
-        ((_, count),) = await r.pubsub_numsub(f"{namespace}:wake")
+        ((_, count),) = await r.pubsub_numsub(Keys(namespace).wake_channel)
         return int(count) >= len(workers)
 
     for worker in workers:
@@ -196,25 +198,41 @@ async def wait_ready(r: redis.asyncio.Redis, namespace: str, *workers: WorkerPro
 
 
 async def in_progress(r: redis.asyncio.Redis, namespace: str) -> dict[str, list[bytes]]:
-    """Every non-empty in-progress list of the namespace (lists only)."""
+    """Every non-empty in-progress list of the namespace, of every queue (lists only)."""
     found: dict[str, list[bytes]] = {}
-    async for key in r.scan_iter(match=f"{namespace}:in_progress:*", _type="list"):
-        entries = await r.lrange(key, 0, -1)
+    async for key in r.scan_iter(match=Keys(namespace).in_progress_pattern, _type="list"):
+        entries = cast("list[bytes]", await r.lrange(key, 0, -1))
         if entries:
-            found[key.decode()] = entries
+            found[as_bytes(key).decode()] = entries
     return found
 
 
 async def leftovers(r: redis.asyncio.Redis, namespace: str,
                     queues: tuple[str, ...] = ("default",)) -> dict[str, int]:
-    """Where jobs could still be: every count is 0 once everything is settled."""
-    counts = {f"queue:{q}": int(await r.llen(f"{namespace}:queue:{q}")) for q in queues}
+    """Where jobs could still be: every count is 0 once everything is settled. Each
+    queue has its own sets and lists of jobs waiting to be filed: each is counted."""
+    keys = Keys(namespace)
+    counts = {}
+    for q in queues:
+        counts[f"queue:{q}"] = int(await r.llen(keys.queue(q)))
+        counts[f"unsettled:{q}"] = int(await r.llen(keys.unsettled(q)))
+        counts[f"repeat_orphans:{q}"] = int(await r.llen(keys.repeat_orphans(q)))
+        for name in ("retry", "schedule", "dead"):
+            counts[f"{name}:{q}"] = int(await r.zcard(getattr(keys, name)(q)))
     counts["in_progress"] = sum(len(v) for v in (await in_progress(r, namespace)).values())
-    for name in ("unsettled", "repeat_orphans"):
-        counts[name] = int(await r.llen(f"{namespace}:{name}"))
-    for name in ("retry", "schedule", "dead"):
-        counts[name] = int(await r.zcard(f"{namespace}:{name}"))
     return counts
+
+
+async def forgotten(r: redis.asyncio.Redis, namespace: str, identity: str,
+                    queues: tuple[str, ...] = ("default",)) -> bool:
+    """Recovery took everything of ``identity`` and removed it from the registries: each
+    queue's (where it had a list) and the namespace's."""
+    keys = Keys(namespace)
+    for queue in queues:
+        if (await r.sismember(keys.queue_identities(queue), identity)
+                or await r.exists(keys.in_progress(queue, identity))):
+            return False
+    return not await r.sismember(keys.processes, identity)
 
 
 def log_count(worker: WorkerProcess, text: str) -> int:

@@ -57,8 +57,8 @@ def sha(name: str) -> str:
 
 @dataclass
 class Events:
-    """Keyspace events of the namespace's keys, as (key suffix, event), in order, and
-    when the test received each."""
+    """Keyspace events of the namespace's keys, as (key, event), in order, and when the
+    test received each."""
 
     namespace: str
     seen: list[tuple[str, str]] = field(default_factory=list)
@@ -77,8 +77,8 @@ async def keyspace_events(r: redis.asyncio.Redis, namespace: str) -> AsyncIterat
     await r.config_set("notify-keyspace-events", "Klz")
     events = Events(namespace)
     pubsub = r.pubsub()
-    prefix = f"__keyspace@0__:{namespace}:"
-    await pubsub.psubscribe(prefix + "*")
+    channel = "__keyspace@0__:"
+    await pubsub.psubscribe(f"{channel}{namespace}:*")
     ready = asyncio.Event()
 
     async def collect() -> None:
@@ -86,7 +86,7 @@ async def keyspace_events(r: redis.asyncio.Redis, namespace: str) -> AsyncIterat
             if message["type"] == "psubscribe":
                 ready.set()
             elif message["type"] == "pmessage":
-                key = message["channel"].decode()[len(prefix):]
+                key = message["channel"].decode()[len(channel):]
                 events.seen.append((key, message["data"].decode()))
                 events.times.append(time.time())
 
@@ -98,7 +98,7 @@ async def keyspace_events(r: redis.asyncio.Redis, namespace: str) -> AsyncIterat
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ async def test_lost_fetch_reply(
         await jobs.record.enqueue_many([((tag,), {}) for tag in ghosts])
         await wait_alive(worker, lambda: _dropped(rule), timeout=10)
         dropped_at = rule.dropped[0][0]
-        ghosted = await r.lrange(keys.in_progress(identity), 0, -1)
+        ghosted = await r.lrange(keys.in_progress("default", identity), 0, -1)
         # Moved, reply lost: on the list, and nobody runs them (yet).
         assert len(ghosted) == 3
         assert await witness.starts() == {}
@@ -159,7 +159,7 @@ async def test_lost_fetch_reply(
     assert ghost_s <= GHOST_BOUND
     assert log_count(worker, "requeued stray in-progress job") == 3
     # Each ghost went back to its queue once (give_back's RPUSH), nothing else did.
-    assert events.count("queue:default", "rpush") == 3
+    assert events.count(keys.queue("default"), "rpush") == 3
     await worker.stop()
     assert not any((await leftovers(r, namespace)).values())
 
@@ -173,7 +173,7 @@ async def test_lost_fetch_reply_while_fetches_keep_failing(
     the next few fetches (the worker backs off 0.1, 0.2, 0.4 ... s between them). The
     ghosts must not wait for the link to heal: reconcile requeues them meanwhile."""
     server, proxy = proxied
-    r, jobs = clients(server.url), make_jobs(server.url)
+    r, jobs, keys = clients(server.url), make_jobs(server.url), Keys(namespace)
     failing = 6
     rule = proxy.arm(DropReply(sha("fetch"), times=failing))
     rule.when = lambda reply: bool(rule.dropped) or moved_jobs(reply)
@@ -185,7 +185,7 @@ async def test_lost_fetch_reply_while_fetches_keep_failing(
         await jobs.record.enqueue_many([((tag,), {}) for tag in ghosts])
         await wait_alive(worker, lambda: _done(r, witness, namespace, 3), timeout=30)
     first_drop, last_drop = rule.dropped[0][0], rule.dropped[-1][0]
-    requeued = events.when("queue:default", "rpush")
+    requeued = events.when(keys.queue("default"), "rpush")
     starts = await witness.starts()
     report("7a-lost-fetch-reply-flapping", jobs=3, lost=3 - await witness.finished(),
            failed_fetches=len(rule.dropped), runs=dict(starts),
@@ -210,7 +210,7 @@ async def test_lost_ack_reply(
     witness: Witness, namespace: str,
 ) -> None:
     server, proxy = proxied
-    r, jobs = clients(server.url), make_jobs(server.url)
+    r, jobs, keys = clients(server.url), make_jobs(server.url), Keys(namespace)
     rule = proxy.arm(DropReply(sha("ack"), when=lambda reply: reply == 1))
     identity = "fault-7b"
     worker = start_worker(proxy.url, "--concurrency", "4", identity=identity)
@@ -222,7 +222,7 @@ async def test_lost_ack_reply(
         await wait_alive(worker, lambda: _dropped(rule), timeout=10)
         await wait_alive(worker, lambda: _done(r, witness, namespace, 3), timeout=20)
         await _quiet_reconciles(r, worker)
-    removed = events.count(f"in_progress:{identity}", "lrem")
+    removed = events.count(keys.in_progress("default", identity), "lrem")
     starts = await witness.starts()
     report("7b-lost-ack-reply", jobs=3, lost=3 - await witness.finished(), runs=dict(starts),
            ack_requests=rule.requests, settled=removed)
@@ -240,7 +240,7 @@ async def test_lost_settlement_reply(
     witness: Witness, namespace: str,
 ) -> None:
     server, proxy = proxied
-    r, jobs = clients(server.url), make_jobs(server.url)
+    r, jobs, keys = clients(server.url), make_jobs(server.url), Keys(namespace)
     rule = proxy.arm(DropReply(sha("file_failure"), when=lambda reply: reply == 1))
     identity = "fault-7c"
     worker = start_worker(proxy.url, "--concurrency", "4", identity=identity)
@@ -252,8 +252,8 @@ async def test_lost_settlement_reply(
         await wait_alive(worker, lambda: _dropped(rule), timeout=10)
         await wait_alive(worker, lambda: _done(r, witness, namespace, 3), timeout=20)
         await _quiet_reconciles(r, worker)
-    filed = events.count("retry", "zadd")
-    removed = events.count(f"in_progress:{identity}", "lrem")
+    filed = events.count(keys.retry("default"), "zadd")
+    removed = events.count(keys.in_progress("default", identity), "lrem")
     starts = await witness.starts()
     report("7c-lost-settlement-reply", jobs=3, lost=3 - await witness.finished(),
            runs=dict(starts), file_failure_requests=rule.requests, filed_in_retry=filed,

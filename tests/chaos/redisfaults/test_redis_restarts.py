@@ -16,6 +16,7 @@ still recovered.
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -26,11 +27,13 @@ import anyio
 import pytest
 import redis.asyncio
 
+from cogworker_async.redis.keys import Keys
 from tests.chaos.redisfaults.conftest import (
     FULL,
     SETTINGS,
     StartWorker,
     Witness,
+    forgotten,
     in_progress,
     leftovers,
     log_count,
@@ -137,7 +140,8 @@ async def _run(servers: Callable[..., ServerProcess], start_worker: StartWorker,
 
     restarts = []
     for fraction in restart_at:
-        await _wait_working(workers, lambda f=fraction: _finished_at_least(witness, jobs * f),
+        await _wait_working(workers, functools.partial(_finished_at_least, witness,
+                                                       jobs * fraction),
                             timeout=60 if not FULL else 300)
         restarts.append(await _restart(server, workers, witness, outage, jobs,
                                        kill=doomed))
@@ -146,7 +150,7 @@ async def _run(servers: Callable[..., ServerProcess], start_worker: StartWorker,
         doomed_recovered_in = None
         if doomed:
             doomed = []
-            await _wait_working(workers, lambda: _forgotten(r, namespace, "fault-6-victim"),
+            await _wait_working(workers, lambda: forgotten(r, namespace, "fault-6-victim"),
                                 timeout=30)
             doomed_recovered_in = round(time.monotonic() - up, 3)
 
@@ -165,7 +169,9 @@ async def _run(servers: Callable[..., ServerProcess], start_worker: StartWorker,
     for worker in workers:
         await worker.stop()
     assert not any((await leftovers(r, namespace)).values())
-    assert await r.scard(f"{namespace}:in_progress_identities") == 0
+    keys = Keys(namespace)
+    assert await r.scard(keys.processes) == 0
+    assert await r.scard(keys.queue_identities("default")) == 0
 
     starts = await witness.starts()
     assert set(starts) == set(tags)
@@ -235,11 +241,6 @@ async def _wait_working(workers: list[WorkerProcess],
 
 async def _finished_at_least(witness: Witness, count: float) -> bool:
     return await witness.finished() >= count
-
-
-async def _forgotten(r: redis.asyncio.Redis, namespace: str, identity: str) -> bool:
-    return (not await r.sismember(f"{namespace}:in_progress_identities", identity)
-            and not await r.exists(f"{namespace}:in_progress:{identity}"))
 
 
 async def _settled(r: redis.asyncio.Redis, namespace: str) -> bool:

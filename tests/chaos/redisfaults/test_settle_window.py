@@ -24,6 +24,7 @@ from tests.chaos.redisfaults.conftest import (
     SETTINGS,
     StartWorker,
     Witness,
+    forgotten,
     leftovers,
     report,
     size,
@@ -38,12 +39,6 @@ pytestmark = pytest.mark.timeout(180 if FULL else 60)
 
 RECOVERY_BOUND = SETTINGS["orphan_threshold"] + SETTINGS["recovery_interval"] + 2.0
 """docs/design.md, rule 4: a dead process's jobs are back within threshold + interval + 2 s."""
-
-
-async def forgotten(r: redis.asyncio.Redis, keys: Keys, identity: str) -> bool:
-    """Recovery took everything of ``identity`` and removed it from the registry."""
-    return (not await r.sismember(keys.in_progress_identities, identity)
-            and not await r.exists(keys.in_progress(identity)))
 
 
 async def test_killed_after_the_body_before_the_ack(
@@ -109,7 +104,7 @@ async def _all_done(r: redis.asyncio.Redis, keys: Keys, witness: Witness, total:
                     dead_identity: str) -> bool:
     return (await witness.finished() == total
             and not any((await leftovers(r, keys.namespace)).values())
-            and await forgotten(r, keys, dead_identity))
+            and await forgotten(r, keys.namespace, dead_identity))
 
 
 async def test_killed_just_after_the_ack(
@@ -131,7 +126,7 @@ async def test_killed_just_after_the_ack(
 
     # ... while one quick job runs and is acked: SIGKILL on its ack's LREM.
     pubsub = r.pubsub()
-    await pubsub.subscribe(f"__keyspace@0__:{keys.in_progress(identity)}")
+    await pubsub.subscribe(f"__keyspace@0__:{keys.in_progress('default', identity)}")
     try:
         await _subscribed(pubsub)
         await jobs.record.enqueue("acked")
@@ -144,11 +139,11 @@ async def test_killed_just_after_the_ack(
                     killed_at = time.time()
                     break
     finally:
-        await pubsub.aclose()
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
     assert await first.wait_exit(5) == -signal.SIGKILL
 
     # The ack is in Redis: "acked" is off the list; the running ones are still on it.
-    listed = set(await r.lrange(keys.in_progress(identity), 0, -1))
+    listed = set(await r.lrange(keys.in_progress("default", identity), 0, -1))
     assert len(listed) == 3
     assert all(b'"held"' in raw for raw in listed)
     assert await witness.starts() == {**dict.fromkeys(holders, 1), "acked": 1}

@@ -1,14 +1,15 @@
 """Scenario 8 (R11): keys of the wrong type planted while workers run.
 
 Planted, with two workers A and B running (both work queues ``bad`` then ``default``):
-- ``queue:bad`` as a hash;
-- B's own in-progress list as a string (fetch.lua refuses it with a WRONGTYPE error:
-  B can fetch nothing while it stays, and must neither crash nor spin);
-- a fake dead identity registered in ``in_progress_identities`` with a real list of
-  jobs, and ``last_beat`` stamp "abc" (a non-numeric stamp counts as none: its jobs
-  are recovered);
+- queue ``bad``'s list as a hash;
+- B's own in-progress list for ``default`` as a string (fetch.lua refuses it with a
+  WRONGTYPE error: B can fetch nothing while it stays, and must neither crash nor spin);
+- a fake dead identity registered in ``default``'s registry of identities (and the
+  namespace's) with a real list of jobs there, and a ``last_beat`` stamp "abc" in that
+  slot and the namespace's (a non-numeric stamp counts as none: its jobs are recovered);
 - ``workers:<identity>`` as a list, for A and for the fake identity;
-- ``declared_dead`` as a string.
+- ``declared_dead`` as a string, in ``default``'s slot (where recovery writes it) and in
+  the namespace's.
 
 Then: no worker exits, the server sees no hot loop (commands over a 2 s window stay
 bounded, as does the workers' CPU), nothing is lost (the jobs on ``default`` and the
@@ -31,10 +32,12 @@ import redis.asyncio
 
 from cogworker_async import job
 from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.liveness import as_bytes
 from tests.chaos.redisfaults.conftest import (
     FULL,
     StartWorker,
     Witness,
+    forgotten,
     leftovers,
     log_count,
     report,
@@ -66,7 +69,7 @@ def raw_job(tag: str) -> bytes:
 
 async def key_state(r: redis.asyncio.Redis, key: str) -> tuple[str, Any]:
     """A key's type and content."""
-    kind = (await r.type(key)).decode()
+    kind = as_bytes(await r.type(key)).decode()
     if kind == "string":
         return kind, await r.get(key)
     if kind == "hash":
@@ -114,19 +117,23 @@ async def test_wrong_type_keys_planted_while_workers_run(
     baseline, baseline_cpu = await commands_over(r, workers, WINDOW)
 
     # B is idle: its list does not exist, so SET NX never overwrites a job of B's.
-    b_list = keys.in_progress("fault-8-b")
-    await wait_until(lambda: r.set(b_list, "planted: not a list", nx=True), timeout=5)
+    b_list = keys.in_progress("default", "fault-8-b")
+    await wait_until(lambda: _planted(r, b_list), timeout=5)
     await r.hset(keys.queue("bad"), mapping={"planted": "not a list"})
-    await r.set(keys.declared_dead, "planted: not a set")
+    declared_dead = (keys.queue_declared_dead("default"), keys.declared_dead)
+    for key in declared_dead:
+        await r.set(key, "planted: not a set")
     await r.rpush(keys.workers("fault-8-a"), "planted", "not a hash")
     await r.rpush(keys.workers(FAKE), "planted", "not a hash")
     foreign = {key: await key_state(r, key)
-               for key in (b_list, keys.queue("bad"), keys.declared_dead)}
+               for key in (b_list, keys.queue("bad"), *declared_dead)}
 
     fake_tags = [f"orphan-{i}" for i in range(3)]
-    await r.rpush(keys.in_progress(FAKE), *(raw_job(tag) for tag in fake_tags))
-    await r.hset(keys.last_beat, FAKE, "abc")
-    await r.sadd(keys.in_progress_identities, FAKE)
+    await r.rpush(keys.in_progress("default", FAKE), *(raw_job(tag) for tag in fake_tags))
+    for stamps in (keys.queue_last_beat("default"), keys.last_beat):
+        await r.hset(stamps, FAKE, "abc")
+    for registry in (keys.queue_identities("default"), keys.processes):
+        await r.sadd(registry, FAKE)
 
     good = [f"good-{i}" for i in range(size(50, 1000))]
     await jobs.record.enqueue_many([((tag,), {}) for tag in good])
@@ -165,7 +172,7 @@ async def test_wrong_type_keys_planted_while_workers_run(
     assert after == foreign  # the foreign keys: same type, same content
     # Derived state, owned by its process: A's beat replaced its workers "hash" (empty
     # while idle: deleted); forgetting the dead identity deleted its one.
-    assert (await r.type(keys.workers("fault-8-a"))).decode() in ("hash", "none")
+    assert as_bytes(await r.type(keys.workers("fault-8-a"))).decode() in ("hash", "none")
     assert await r.exists(keys.workers(FAKE)) == 0
     assert errors["a"]["bad_queue_warnings"] == 1
     assert errors["b"]["bad_queue_warnings"] <= 1
@@ -181,11 +188,17 @@ async def test_wrong_type_keys_planted_while_workers_run(
         await worker.stop()
     assert {key: await key_state(r, key) for key in foreign} == foreign
     assert log_count(a, "couldn't deregister") == 0  # A's own list is fine: it left
-    # B's list is unreadable: it is not taken for empty, B stays registered.
-    assert await r.sismember(keys.in_progress_identities, "fault-8-b")
+    # B's list is unreadable: it is not taken for empty, B stays registered (in that
+    # queue's registry, and so in the namespace's).
+    assert await r.sismember(keys.queue_identities("default"), "fault-8-b")
+    assert await r.sismember(keys.processes, "fault-8-b")
+
+
+async def _planted(r: redis.asyncio.Redis, key: str) -> bool:
+    return bool(await r.set(key, "planted: not a list", nx=True))
 
 
 async def _forgotten(r: redis.asyncio.Redis, keys: Keys, identity: str) -> bool:
-    return (not await r.sismember(keys.in_progress_identities, identity)
-            and not await r.exists(keys.in_progress(identity))
+    return (await forgotten(r, keys.namespace, identity)
+            and not await r.hexists(keys.queue_last_beat("default"), identity)
             and not await r.hexists(keys.last_beat, identity))

@@ -44,14 +44,14 @@ async def unreachable(namespace: str) -> AsyncIterator[Store]:
     await s.aclose()
 
 
-async def listed(store: Store) -> list[bytes]:
-    """This test process's in-progress list, oldest first."""
-    return list(reversed(await store.in_progress(IDENTITY)))
+async def listed(store: Store, queue: str = "default") -> list[bytes]:
+    """This test process's in-progress list for ``queue``, oldest first."""
+    return list(reversed(await store.in_progress(IDENTITY, queue)))
 
 
-async def put_in_progress(store: Store, *raws: bytes) -> None:
-    """Jobs on this process's in-progress list, as a fetch leaves them."""
-    await store.client.lpush(store.keys.in_progress(IDENTITY), *raws)
+async def put_in_progress(store: Store, *raws: bytes, queue: str = "default") -> None:
+    """Jobs on this process's in-progress list for ``queue``, as a fetch leaves them."""
+    await store.client.lpush(store.keys.in_progress(queue, IDENTITY), *raws)
 
 
 @asynccontextmanager

@@ -1,5 +1,6 @@
-"""AckBatcher on its own: acks that arrive together share one script call, every job in
-it leaves the list, and no ack is left waiting when a call fails or is interrupted."""
+"""AckBatcher on its own: acks that arrive together share one script call per queue (each
+queue's list is in its own slot), every job in it leaves its list, and no ack is left
+waiting when a call fails or is interrupted."""
 
 from __future__ import annotations
 
@@ -27,11 +28,12 @@ class CountingStore(Store):
     calls: int = 0
     gate: anyio.Event | None = None
 
-    async def ack(self, identity: str, jobs: Sequence[tuple[bytes, str | None]]) -> int:
+    async def ack(self, identity: str, queue: str,
+                  jobs: Sequence[tuple[bytes, str | None]]) -> int:
         self.calls += 1
         if self.gate is not None:
             await self.gate.wait()
-        return await super().ack(identity, jobs)
+        return await super().ack(identity, queue, jobs)
 
 
 @pytest.fixture
@@ -46,9 +48,26 @@ async def test_jobs_finishing_together_are_acked_in_few_calls(counting: Counting
     batcher = AckBatcher(counting, IDENTITY)
     async with anyio.create_task_group() as tg:
         for n, raw in enumerate(raws):
-            tg.start_soon(batcher.ack, raw, f"j{n}")
+            tg.start_soon(batcher.ack, "default", raw, f"j{n}")
     assert await listed(counting) == [raw_job(999)]
     assert counting.calls <= 2  # the first alone, the rest together
+
+
+async def test_acks_of_two_queues_each_leave_their_own_list(counting: CountingStore) -> None:
+    """One flush, one call per queue: each job leaves the list of the queue it came from
+    (in that queue's slot), and nothing else is taken off."""
+    mail = [raw_job(n, queue="mail") for n in range(JOBS)]
+    plain = [raw_job(n) for n in range(JOBS)]
+    await put_in_progress(counting, *mail, queue="mail")
+    await put_in_progress(counting, *plain, raw_job(999))
+    batcher = AckBatcher(counting, IDENTITY)
+    async with anyio.create_task_group() as tg:
+        for n in range(JOBS):
+            tg.start_soon(batcher.ack, "mail", mail[n], f"j{n}")
+            tg.start_soon(batcher.ack, "default", plain[n], f"j{n}")
+    assert await listed(counting, "mail") == []
+    assert await listed(counting) == [raw_job(999)]
+    assert counting.calls <= 3  # the first alone, then one per queue
 
 
 async def test_a_failed_call_fails_every_ack_in_it(unreachable: Store) -> None:
@@ -57,7 +76,7 @@ async def test_a_failed_call_fails_every_ack_in_it(unreachable: Store) -> None:
 
     async def ack(n: int) -> None:
         try:
-            await batcher.ack(raw_job(n), f"j{n}")
+            await batcher.ack("default", raw_job(n), f"j{n}")
         except RedisError as exc:
             failures.append(exc)
 
@@ -77,12 +96,12 @@ async def test_an_interrupted_flush_leaves_no_ack_waiting(counting: CountingStor
 
     async def flushing() -> None:
         with first:
-            await batcher.ack(raw_job(1), "j1")  # its call waits on the gate
+            await batcher.ack("default", raw_job(1), "j1")  # its call waits on the gate
         outcome.append("cancelled" if first.cancelled_caught else "acked")
 
     async def behind() -> None:
         try:
-            await batcher.ack(raw_job(2), "j2")
+            await batcher.ack("default", raw_job(2), "j2")
         except RedisError:
             outcome.append("lost reply")
 

@@ -21,7 +21,7 @@ BLOCKED_FOR = 30.0
 """Longer than any test: the job only ends when the test lets it."""
 
 
-async def never_orphaned(jid: str) -> int:
+async def never_orphaned(queue: str, jid: str) -> int:
     return 0
 
 

@@ -1,5 +1,6 @@
 """Fence on its own: a process declared dead stops the jobs recovered elsewhere and
-forgets their outcomes; a process whose keys Redis lost lists its jobs again."""
+forgets their outcomes, then clears its mark in every queue's slot; a process whose keys
+Redis lost lists its jobs again, each on the list of the queue it came from."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import anyio
 import pytest
 from anyio.abc import TaskStatus
 
+from cogworker_async.redis.beats import ALIVE, ZOMBIE, BeatWriter
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.fencing import Fence, RelistRefused
 from cogworker_async.worker.fetch import Work
@@ -25,6 +27,13 @@ from tests.worker.units.conftest import (
 
 RETRY_PAUSE = 0.05
 FILED = Filing("dead", {"jid": "j2"}, 0.0, terminal=True)
+QUEUES = ["default"]
+TWO_QUEUES = ["default", "mail"]
+BEAT_TTL = 30.0
+
+
+def fence_of(store: Store, ledger: Ledger, queues: Sequence[str] = QUEUES) -> Fence:
+    return Fence(store, IDENTITY, ledger, queues=queues, retry_pause=RETRY_PAUSE)
 
 
 class Runs:
@@ -56,7 +65,7 @@ async def test_jobs_recovered_elsewhere_are_cancelled_and_forgotten(
     async with anyio.create_task_group() as tg:
         await tg.start(runs.run, ours)
         await tg.start(runs.run, recovered)
-        await Fence(store, IDENTITY, ledger, retry_pause=RETRY_PAUSE).fence()
+        await fence_of(store, ledger).fence()
         await wait_until(lambda: runs.cancelled == [recovered.raw], timeout=5)
         assert ledger.pending == {}
         assert set(ledger.running) == {ours.raw}
@@ -67,7 +76,7 @@ async def test_a_zombie_beat_from_the_heartbeat_thread_fences(store: Store,
                                                                 ledger: Ledger) -> None:
     recovered = Work("default", raw_job(1))
     runs = Runs(ledger)
-    fence = Fence(store, IDENTITY, ledger, retry_pause=RETRY_PAUSE)
+    fence = fence_of(store, ledger)
     async with anyio.create_task_group() as tg:
         tg.start_soon(fence.run)
         await tg.start(runs.run, recovered)
@@ -84,17 +93,17 @@ async def test_fencing_retries_while_redis_is_away(
     class Flapping(Store):
         failures = 2
 
-        async def in_progress(self, identity: str) -> list[bytes]:
+        async def in_progress(self, identity: str, queue: str) -> list[bytes]:
             if self.failures:
                 self.failures -= 1
-                return await unreachable.in_progress(identity)
-            return await super().in_progress(identity)
+                return await unreachable.in_progress(identity, queue)
+            return await super().in_progress(identity, queue)
 
     recovered = Work("default", raw_job(1))
     runs = Runs(ledger)
     async with store_of(Flapping, redis_url, namespace) as flapping, \
             anyio.create_task_group() as tg:
-        fence = Fence(flapping, IDENTITY, ledger, retry_pause=RETRY_PAUSE)
+        fence = fence_of(flapping, ledger)
         tg.start_soon(fence.run)
         await tg.start(runs.run, recovered)
         await anyio.to_thread.run_sync(fence.declared_dead_from_thread)
@@ -107,9 +116,9 @@ async def test_jobs_are_listed_again_after_redis_lost_the_list(store: Store,
                                                                ledger: Ledger) -> None:
     running, unsettled, acked = Work("default", raw_job(1)), raw_job(2), raw_job(3)
     ledger.admit(running)
-    ledger.remember(unsettled, FILED)
-    ledger.remember(acked, Ack())  # an ack needs no list entry: never listed again
-    fence = Fence(store, IDENTITY, ledger, retry_pause=RETRY_PAUSE)
+    ledger.remember(unsettled, FILED, queue="default")
+    ledger.remember(acked, Ack(), queue="default")  # needs no list entry: never listed again
+    fence = fence_of(store, ledger)
     async with anyio.create_task_group() as tg:
         tg.start_soon(fence.run)
         await anyio.to_thread.run_sync(fence.forgotten_from_thread)
@@ -128,16 +137,17 @@ async def test_a_job_settled_during_the_relist_is_not_left_listed(
     """Left listed, reconcile would take it for a stray and run it again."""
     running, settles = Work("default", raw_job(1)), raw_job(2)
     ledger.admit(running)
-    ledger.remember(settles, Ack())
+    ledger.remember(settles, Ack(), queue="default")
 
     class SettledMeanwhile(Store):
-        async def relist(self, identity: str, raws: Sequence[bytes]) -> int | None:
-            listed_now = await super().relist(identity, raws)
+        async def relist(self, identity: str, queue: str,
+                         raws: Sequence[bytes]) -> int | None:
+            listed_now = await super().relist(identity, queue, raws)
             ledger.settled(settles)  # its ack found nothing to remove
             return listed_now
 
     async with store_of(SettledMeanwhile, redis_url, namespace) as racing:
-        await Fence(racing, IDENTITY, ledger, retry_pause=RETRY_PAUSE).relist()
+        await fence_of(racing, ledger).relist()
     assert await listed(store) == [running.raw]
 
 
@@ -147,14 +157,15 @@ async def test_fencing_clears_the_mark_last_and_a_second_fencing_spares_later_jo
     """A lost ZOMBIE reply is not a lost fencing: the mark stays (every beat says ZOMBIE)
     until fence() has run; run twice (its SREM failed), it cancels nothing fetched since."""
     recovered, fetched_since = Work("default", raw_job(1)), Work("default", raw_job(2))
-    await store.client.sadd(store.keys.declared_dead, IDENTITY)
+    await store.client.sadd(store.keys.queue_declared_dead("default"), IDENTITY)
     runs = Runs(ledger)
-    fence = Fence(store, IDENTITY, ledger, retry_pause=RETRY_PAUSE)
+    fence = fence_of(store, ledger)
     async with anyio.create_task_group() as tg:
         await tg.start(runs.run, recovered)
         await fence.fence()
         await wait_until(lambda: runs.cancelled == [recovered.raw], timeout=5)
-        assert not await store.client.sismember(store.keys.declared_dead, IDENTITY)
+        assert not await store.client.sismember(store.keys.queue_declared_dead("default"),
+                                                IDENTITY)
         await put_in_progress(store, fetched_since.raw)
         await tg.start(runs.run, fetched_since)
         await fence.fence()
@@ -163,11 +174,66 @@ async def test_fencing_clears_the_mark_last_and_a_second_fencing_spares_later_jo
         tg.cancel_scope.cancel()
 
 
-async def test_no_relist_while_marked_declared_dead(store: Store, ledger: Ledger) -> None:
-    """Its jobs run elsewhere: listed again here, fencing would not cancel them."""
-    ledger.admit(Work("default", raw_job(1)))
-    await store.client.sadd(store.keys.declared_dead, IDENTITY)
+@pytest.mark.parametrize("queue", ["default", "mail"])
+async def test_no_relist_while_marked_declared_dead(store: Store, ledger: Ledger,
+                                                    queue: str) -> None:
+    """Its jobs run elsewhere: listed again here, fencing would not cancel them. The mark
+    of one queue's slot is enough, whichever of the process's queues it is."""
+    ledger.admit(Work(queue, raw_job(1, queue=queue)))
+    await store.client.sadd(store.keys.queue_declared_dead(queue), IDENTITY)
     with pytest.raises(RelistRefused):
-        await Fence(store, IDENTITY, ledger, retry_pause=RETRY_PAUSE).relist()
-    assert await listed(store) == []
+        await fence_of(store, ledger, TWO_QUEUES).relist()
+    assert await listed(store, queue) == []
     assert ledger.relist_wanted
+
+
+# -- a process serving two queues: a list, a beat and a mark in each queue's slot ------
+
+
+async def test_jobs_are_listed_again_each_on_the_list_of_its_queue(
+    store: Store, ledger: Ledger
+) -> None:
+    mailing, plain = Work("mail", raw_job(1, queue="mail")), Work("default", raw_job(2))
+    unsettled = raw_job(3, queue="mail")
+    ledger.admit(mailing)
+    ledger.admit(plain)
+    ledger.remember(unsettled, FILED, queue="mail")
+    await fence_of(store, ledger, TWO_QUEUES).relist()
+    assert set(await listed(store, "mail")) == {mailing.raw, unsettled}
+    assert await listed(store) == [plain.raw]
+
+
+async def test_a_fenced_zombie_clears_its_marks_in_every_queue_slot(
+    store: Store, ledger: Ledger, redis_url: str
+) -> None:
+    """Recovery took its jobs from both queues and marked it in both slots: every beat
+    says ZOMBIE until it has fenced; then no slot says it again. A mark left in one slot
+    would fence it again on every beat, cancelling the jobs it fetched since."""
+    writer = BeatWriter(redis_url, store.keys, IDENTITY, TWO_QUEUES)
+    kept = Work("mail", raw_job(1, queue="mail"))  # still listed: not recovered
+    recovered = [Work("default", raw_job(2)), Work("mail", raw_job(3, queue="mail"))]
+    runs = Runs(ledger)
+    try:
+        assert await anyio.to_thread.run_sync(beat, writer, True) == ALIVE
+        for queue in TWO_QUEUES:
+            await store.client.sadd(store.keys.queue_declared_dead(queue), IDENTITY)
+        await put_in_progress(store, kept.raw, queue="mail")
+        assert await anyio.to_thread.run_sync(beat, writer, False) == ZOMBIE
+        async with anyio.create_task_group() as tg:
+            for work in (kept, *recovered):
+                await tg.start(runs.run, work)
+            await fence_of(store, ledger, TWO_QUEUES).fence()
+            await wait_until(lambda: len(runs.cancelled) == 2, timeout=5)
+            assert set(runs.cancelled) == {work.raw for work in recovered}
+            assert set(ledger.running) == {kept.raw}
+            for queue in TWO_QUEUES:
+                assert not await store.client.sismember(store.keys.queue_declared_dead(queue),
+                                                        IDENTITY)
+            assert await anyio.to_thread.run_sync(beat, writer, False) == ALIVE
+            tg.cancel_scope.cancel()
+    finally:
+        writer.close()
+
+
+def beat(writer: BeatWriter, first: bool) -> int:
+    return writer.beat({"pid": 1}, BEAT_TTL, first=first)

@@ -1,0 +1,104 @@
+"""``cogworker-async migrate-keys``: the one-off move of an App's keys from the 0.1 layout
+(``admin/migrate.py``), with the admin commands' conventions (``admin/cli.py``): errors at
+one boundary, ``--json`` for a script, and its exit codes — 0 done; 1 refused (a 0.1
+worker looks alive) or some 0.1 key left in place; 2 bad usage; 3 Redis out of reach.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+# The admin CLI imports this module as it loads (to register the command), so its names
+# are read when the command runs: annotations are strings, resolved by typer later.
+from cogworker_async.admin import cli as admin_cli
+from cogworker_async.admin.api import Inspector
+from cogworker_async.admin.migrate import MigrationReport, OldWorkersAlive, migrate
+
+OldNamespace = Annotated[str | None, typer.Option(
+    help="The namespace 0.1 used (default: the App's). It may hold braces, as 0.1 "
+         "advised on Redis Cluster: --old-namespace '{cogworker}'.")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Count what would move; change nothing.")]
+Force = Annotated[bool, typer.Option(
+    "--force", help="Migrate although a 0.1 worker marks itself alive (it is gone).")]
+
+SHOWN: tuple[tuple[str, str], ...] = (
+    ("queued", "jobs waiting on queues"),
+    ("requeued", "jobs in progress when 0.1 stopped (they run again)"),
+    ("staged", "jobs an interrupted run had staged"),
+    ("scheduled", "scheduled jobs"),
+    ("retries", "jobs waiting for a retry"),
+    ("dead", "dead jobs"),
+    ("repeat_orphans", "repeat orphans (to be filed in dead)"),
+    ("unsettled", "unsettled failures (to be filed)"),
+    ("processed", "processed (total)"),
+    ("failed", "failed (total)"),
+    ("days", "per-day counters"),
+    ("cron_claims", "periodic claims"),
+    ("unique_locks", "unique locks"),
+    ("unique_dropped", "unique locks dropped (their job waits nowhere)"),
+    ("deleted", "0.1 bookkeeping keys deleted"),
+)
+
+
+def register(cli: typer.Typer, load_app: admin_cli.LoadApp) -> None:
+    cli.command(name="migrate-keys")(_command(load_app))
+
+
+def _command(load_app: admin_cli.LoadApp) -> Any:
+    def migrate_keys(
+        target: admin_cli.Target, old_namespace: OldNamespace = None,
+        dry_run: DryRun = False, force: Force = False,
+        redis_url: admin_cli.RedisUrl = None, as_json: admin_cli.AsJson = False,
+    ) -> None:
+        """Move the App's keys from the 0.1 layout to this version's, once, after every
+        0.1 worker stopped (safe to run again: it finishes what an interrupted run left)."""
+        if old_namespace is not None and not old_namespace:
+            admin_cli.fail("--old-namespace must not be empty")
+        app = admin_cli._open(load_app, target, redis_url)
+        periodic_queues = {name: app.registry[name].options.queue
+                           for name in app.periodics if name in app.registry}
+
+        async def work(insp: Inspector) -> MigrationReport | OldWorkersAlive:
+            try:
+                return await migrate(
+                    insp.app.store(), old_namespace or app.settings.namespace,
+                    default_queue=insp.default_queue, periodic_queues=periodic_queues,
+                    dry_run=dry_run, force=force)
+            except OldWorkersAlive as exc:  # refused: not bad usage (exit 1, not 2)
+                return exc
+
+        result = admin_cli._run(app, work)
+        if isinstance(result, OldWorkersAlive):
+            admin_cli.fail(str(result), admin_cli.EXIT_PARTIAL)
+        _print(result, as_json)
+        if result.skipped:
+            raise typer.Exit(admin_cli.EXIT_PARTIAL)
+
+    return migrate_keys
+
+
+def _print(report: MigrationReport, as_json: bool) -> None:
+    if as_json:
+        admin_cli.emit_json(report.as_dict())
+        return
+    done = "would move (dry run: nothing changed)" if report.dry_run else "moved"
+    typer.echo(f"0.1 keys of {report.old_namespace!r} -> {report.namespace!r}: {done}")
+    for name, label in SHOWN:
+        value = getattr(report, name)
+        if isinstance(value, dict):
+            total = sum(value.values())
+            per_queue = ", ".join(f"{q}: {n}" for q, n in sorted(value.items()))
+            typer.echo(f"  {label}: {total}" + (f" ({per_queue})" if per_queue else ""))
+        else:
+            typer.echo(f"  {label}: {value}")
+    if report.alive:
+        why = "the migration refuses until they stop" if report.dry_run else "--force"
+        typer.echo(f"warning: 0.1 worker(s) marked alive ({why}): "
+                   f"{', '.join(report.alive)}", err=True)
+    for reason in report.skipped:
+        typer.echo(f"left in place: {reason}", err=True)
+    if report.unknown_count:
+        typer.echo(f"{report.unknown_count} key(s) under {report.old_namespace!r} are not "
+                   f"0.1's and were left alone: {', '.join(report.unknown)}", err=True)

@@ -1,0 +1,185 @@
+"""ClusterClient on a real cluster: routing by slot, the redirect rules, and no command
+sent twice. The cluster is the session's (tests/conftest.py) unless a test moves a slot
+or kills a node: those start their own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import pytest
+import redis
+import redis.asyncio
+
+from cogworker_async.redis.cluster import ClusterClient, ClusterLane, redirect_of
+from cogworker_async.redis.connection import connect
+from tests.cluster_harness import ClusterProcess
+
+
+@pytest.fixture
+async def client(redis_cluster: ClusterProcess) -> AsyncIterator[ClusterClient]:
+    found = connect(redis_cluster.url)
+    assert isinstance(found, ClusterClient)
+    yield found
+    await found.aclose()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[ClusterProcess]:
+    with ClusterProcess() as cluster:
+        yield cluster
+
+
+def tagged_on_each_master(cluster: ClusterProcess, prefix: str) -> list[str]:
+    """One key per master (their tags hash to slots of different masters)."""
+    found: dict[int, str] = {}
+    for i in range(1000):
+        key = f"{prefix}:{{t{i}}}:k"
+        found.setdefault(cluster.port_of_slot(cluster.slot_of(key)), key)
+        if len(found) == len(cluster.masters()):
+            return list(found.values())
+    raise AssertionError("tags did not spread")
+
+
+async def test_concurrent_commands_all_succeed(client: ClusterClient, namespace: str) -> None:
+    """Twenty tasks writing at once (a worker's load): every call succeeds, once."""
+    key = f"{namespace}:{{load}}:list"
+    failures: list[BaseException] = []
+
+    async def writer(i: int) -> None:
+        for n in range(200):
+            try:
+                await client.rpush(key, f"{i}:{n}")
+            except Exception as exc:
+                failures.append(exc)
+
+    await asyncio.gather(*(writer(i) for i in range(20)))
+    assert failures == []
+    assert await client.llen(key) == 20 * 200
+
+
+async def test_commands_reach_the_node_of_their_slot(
+    client: ClusterClient, redis_cluster: ClusterProcess, namespace: str
+) -> None:
+    keys = tagged_on_each_master(redis_cluster, namespace)
+    for key in keys:
+        await client.set(key, key)
+    for key in keys:  # read back from the node itself: it is really there
+        port = redis_cluster.port_of_slot(redis_cluster.slot_of(key))
+        with redis.Redis(port=port) as node:
+            assert node.get(key) == key.encode()
+
+
+async def test_a_pipeline_spans_nodes_and_keeps_the_order(
+    client: ClusterClient, redis_cluster: ClusterProcess, namespace: str
+) -> None:
+    keys = tagged_on_each_master(redis_cluster, namespace)
+    async with client.pipeline(transaction=False) as pipe:
+        for i, key in enumerate(keys):
+            pipe.set(key, str(i))
+        for key in keys:
+            pipe.get(key)
+        replies = await pipe.execute()
+    assert replies[len(keys):] == [str(i).encode() for i in range(len(keys))]
+
+
+async def test_a_transaction_within_one_slot(client: ClusterClient, namespace: str) -> None:
+    a, b = f"{namespace}:{{tx}}:a", f"{namespace}:{{tx}}:b"
+    async with client.pipeline(transaction=True) as pipe:
+        pipe.set(a, "1")
+        pipe.incr(b)
+        assert await pipe.execute() == [True, 1]
+
+
+async def test_scan_sees_every_node(
+    client: ClusterClient, redis_cluster: ClusterProcess, namespace: str
+) -> None:
+    keys = tagged_on_each_master(redis_cluster, namespace)
+    for key in keys:
+        await client.set(key, "x")
+    found = {key.decode() async for key in client.scan_iter(match=f"{namespace}:*")}
+    assert found == set(keys)
+
+
+async def test_a_moved_slot_is_followed_and_the_command_runs_once(
+    own_cluster: ClusterProcess,
+) -> None:
+    client = connect(own_cluster.url)
+    assert isinstance(client, ClusterClient)
+    try:
+        key = "moving:{m}:list"
+        await client.rpush(key, "before")
+        slot = own_cluster.slot_of(key)
+        target = next(port for _, port in own_cluster.masters()
+                      if port != own_cluster.port_of_slot(slot))
+        await anyio.to_thread.run_sync(own_cluster.move_slot, slot, target)
+        # The client's map still names the old node: MOVED, followed, run once.
+        await client.rpush(key, "after")
+        lane = ClusterLane(client)
+        assert await lane.call(b"LLEN", key) == 2
+        assert await client.lrange(key, 0, -1) == [b"before", b"after"]
+    finally:
+        await client.aclose()
+
+
+async def test_a_lost_node_is_raised_never_retried_and_the_map_is_read_again(
+    own_cluster: ClusterProcess,
+) -> None:
+    client = connect(own_cluster.url)
+    assert isinstance(client, ClusterClient)
+    try:
+        key = "failing:{f}:counter"
+        await client.incr(key)
+        slot = own_cluster.slot_of(key)
+        own_cluster.kill_master_of_slot(slot)
+        with pytest.raises((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+            await client.incr(key)
+        await anyio.to_thread.run_sync(own_cluster.wait_failover, slot)
+        # The replica had the first INCR (or not: asynchronous replication); the failed
+        # one was never sent again behind the caller's back.
+        before = int(await client.get(key) or 0)
+        assert before <= 1
+        assert await client.incr(key) == before + 1
+    finally:
+        await client.aclose()
+
+
+def test_redirects_are_read_from_redis_py_errors_and_from_raw_words() -> None:
+    moved = redirect_of(redis.exceptions.MovedError("3999 127.0.0.1:7001"))
+    assert moved is not None
+    assert (moved.kind, moved.slot, moved.node) == (
+        "MOVED", 3999, ("127.0.0.1", 7001))
+    ask = redirect_of(redis.exceptions.ResponseError("ASK 12 10.0.0.2:7002"))
+    assert ask is not None
+    assert (ask.kind, ask.node) == ("ASK", ("10.0.0.2", 7002))
+    again = redirect_of(redis.exceptions.TryAgainError("Multiple keys request"))
+    assert again is not None
+    assert again.kind == "TRYAGAIN"
+    assert redirect_of(redis.exceptions.ResponseError("WRONGTYPE nope")) is None
+    assert redirect_of(redis.exceptions.ConnectionError("gone")) is None
+
+
+async def test_pubsub_hears_a_publish_sent_through_another_node(
+    client: ClusterClient, namespace: str
+) -> None:
+    channel = f"{namespace}:{{{namespace}}}:wake"
+    await client.initialize()
+    pubsub = client.pubsub()
+    try:
+        await pubsub.subscribe(channel)
+        async for message in pubsub.listen():
+            if message["type"] == "subscribe":
+                break
+        for address in client.get_primaries():  # PUBLISH reaches every node
+            await client.node(address).publish(channel, "x")
+        heard = 0
+        with anyio.fail_after(10):
+            async for message in pubsub.listen():
+                if message["type"] == "message":
+                    heard += 1
+                    if heard == len(client.get_primaries()):
+                        break
+        assert heard == len(client.get_primaries())
+    finally:
+        await pubsub.aclose()  # type: ignore[no-untyped-call]
