@@ -40,6 +40,17 @@ def redis_cluster() -> Iterator[ClusterProcess]:
         yield cluster
 
 
+def url_of_topology(request: pytest.FixtureRequest) -> str:
+    """The URL of the session's server (``request.param == "single"``) or cluster
+    (``"cluster"``): for ``redis_url`` fixtures that run their tests on both, e.g.
+    ``redis_url = pytest.fixture(params=["single", "cluster"])(url_of_topology)``."""
+    if request.param == "cluster":
+        cluster: ClusterProcess = request.getfixturevalue("redis_cluster")
+        return cluster.url
+    server: ServerProcess = request.getfixturevalue("redis_server")
+    return server.url
+
+
 @pytest.fixture
 def redis_url(redis_server: ServerProcess) -> str:
     return redis_server.url

@@ -185,7 +185,12 @@ class Store(Liveness):
             return await self._fetch(identity, queues, count)
         result = Fetched()
         for queue in queues:  # each queue's slot on its own (maybe another node)
-            some = await self._fetch(identity, [queue], count - len(result.jobs))
+            try:
+                some = await self._fetch(identity, [queue], count - len(result.jobs))
+            except RedisError:
+                if result.jobs:  # moved already: returned, as fetch.lua returns them
+                    return result  # (the failure recurs, and is said, on the next fetch)
+                raise
             result.jobs += some.jobs
             result.bad_queues += some.bad_queues
             if len(result.jobs) >= count:

@@ -19,9 +19,8 @@ import redis.asyncio
 from cogworker_async.redis.keys import Keys
 from tests import clients
 from tests.clients import async_client
-from tests.cluster_harness import ClusterProcess
+from tests.conftest import url_of_topology
 from tests.e2e import jobsapp
-from tests.servers import ServerProcess
 from tests.waiting import wait_until
 from tests.workerproc import WorkerProcess, worker_pool
 
@@ -43,15 +42,9 @@ def start_worker(redis_url: str, namespace: str) -> Iterator[StartWorker]:
         yield start
 
 
-@pytest.fixture(params=["single", "cluster"])
-def redis_url(request: pytest.FixtureRequest) -> str:
-    """Every end-to-end test runs on one Redis and on a 3-master Redis Cluster (the
-    session's, from tests/conftest.py): nothing changes for users on a cluster."""
-    if request.param == "cluster":
-        cluster: ClusterProcess = request.getfixturevalue("redis_cluster")
-        return cluster.url
-    server: ServerProcess = request.getfixturevalue("redis_server")
-    return server.url
+# Every end-to-end test runs on one Redis and on a 3-master Redis Cluster (the session's,
+# from tests/conftest.py): nothing changes for users on a cluster.
+redis_url = pytest.fixture(params=["single", "cluster"])(url_of_topology)
 
 
 @pytest.fixture

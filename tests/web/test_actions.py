@@ -4,9 +4,15 @@ through the Inspector, and by the job running)."""
 from __future__ import annotations
 
 import httpx
+import pytest
 
+from tests.conftest import url_of_topology
 from tests.waiting import wait_until
 from tests.web.conftest import HOUR, Board, page_token
+
+# The dashboard's pages and actions on one Redis and on a Redis Cluster (the sets of
+# queues on different nodes read as one).
+redis_url = pytest.fixture(params=["single", "cluster"])(url_of_topology)
 
 
 async def post(client: httpx.AsyncClient, path: str, csrf: str, /,

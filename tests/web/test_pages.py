@@ -12,8 +12,13 @@ import pytest
 from cogworker_async import App
 from cogworker_async.redis.store import Store
 from cogworker_async.web import create_dashboard
+from tests.conftest import url_of_topology
 from tests.waiting import wait_until
 from tests.web.conftest import BASE_URL, HOUR, Board, rows
+
+# The dashboard's pages and actions on one Redis and on a Redis Cluster (the sets of
+# queues on different nodes read as one).
+redis_url = pytest.fixture(params=["single", "cluster"])(url_of_topology)
 
 XSS = "<script>alert(1)</script>"
 
