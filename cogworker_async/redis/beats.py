@@ -10,11 +10,12 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import redis
 
-from cogworker_async.redis.connection import connect_sync
+from cogworker_async.redis.connection import SOCKET_TIMEOUT, connect_sync
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.scripts import source
 
@@ -26,51 +27,68 @@ FORGOTTEN: Final = 3
 
 
 class BeatWriter:
-    def __init__(self, url: str, keys: Keys, identity: str, queues: Sequence[str]) -> None:
+    def __init__(self, url: str, keys: Keys, identity: str, queues: Sequence[str], *,
+                 timeout: float = SOCKET_TIMEOUT) -> None:
         self._url = url
+        self._timeout = timeout
         self._client: redis.Redis | None = None
         self.keys = keys
         self.identity = identity
         self.queues = list(dict.fromkeys(queues))
         self._beat = Script(source("beat"))
         self._forget = Script(source("forget"))
+        self._pool: ThreadPoolExecutor | None = None
+        self.forgotten: frozenset[str | None] = frozenset()
+        """The slots whose keys the last beat found lost (a queue; None: the namespace's)."""
+        self.failure: Exception | None = None
+        """What failed in the last beat (a slot's node away), or None."""
 
     @property
     def client(self) -> redis.Redis:
         """Made on first use: a cluster client connects as it is made, and a worker must
         start (and wait for Redis) without one."""
         if self._client is None:
-            self._client = connect_sync(self._url)
+            self._client = connect_sync(self._url, timeout=self._timeout)
         return self._client
 
     def beat(self, info: Mapping[str, Any], ttl: float, *, first: bool) -> int:
         """Write one beat in the namespace's slot and in each queue's; returns ZOMBIE if
-        any slot says it was declared dead, else FORGOTTEN if any had lost its keys,
-        else ALIVE. A first beat is written in the queues' slots first: a process
-        registered in the namespace is then sure to be judged by its queues' slots too."""
+        any slot says it was declared dead, else FORGOTTEN if any had lost its keys
+        (which: ``forgotten``), else ALIVE; raises what failed, unless ZOMBIE (then it is
+        left in ``failure``: the news must not wait for the other slots).
+
+        The slots are beaten at once, each on its own thread: a node that hangs (a
+        frozen host) must not hold up the beats of the others until their markers
+        expire and the live process looks dead there. Every slot is beaten even when
+        one fails."""
         keys, identity = self.keys, self.identity
         stamp, again = repr(time.time()), "0" if first else "1"
         ms = int(ttl * 1000)
-        beats = [([keys.queue_process(queue, identity), keys.queue_last_beat(queue),
-                   keys.queue_identities(queue), keys.queue_declared_dead(queue)], "1")
-                 for queue in self.queues]
-        beats.append(([keys.process(identity), keys.last_beat, keys.processes,
-                       keys.declared_dead, keys.beats], json.dumps(info)))
-        found: set[int] = set()
-        failure: Exception | None = None
-        for script_keys, value in beats:
-            # Every slot is beaten even when one fails (its node down, failing over): a
-            # slot left without beats would see this live process as dead.
+        beats: list[tuple[str | None, list[str], str]] = [
+            (queue, [keys.queue_process(queue, identity), keys.queue_last_beat(queue),
+                     keys.queue_identities(queue), keys.queue_declared_dead(queue)], "1")
+            for queue in self.queues]
+        beats.append((None, [keys.process(identity), keys.last_beat, keys.processes,
+                             keys.declared_dead, keys.beats], json.dumps(info)))
+        client = self.client
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(len(beats), thread_name_prefix="cogworker-beat")
+        futures = [(slot, self._pool.submit(self._beat.run, client, script_keys,
+                                            [identity, value, ms, stamp, again]))
+                   for slot, script_keys, value in beats]
+        found: dict[str | None, int] = {}
+        self.failure = None
+        for slot, future in futures:
             try:
-                found.add(int(self._beat.run(self.client, script_keys,
-                                             [identity, value, ms, stamp, again])[0]))
+                found[slot] = int(future.result()[0])
             except Exception as exc:
-                failure = failure or exc
-        if ZOMBIE in found:  # news that must not wait for the other slots
+                self.failure = self.failure or exc
+        self.forgotten = frozenset(slot for slot, status in found.items() if status == FORGOTTEN)
+        if ZOMBIE in found.values():
             return ZOMBIE
-        if failure is not None:
-            raise failure
-        return FORGOTTEN if FORGOTTEN in found else ALIVE
+        if self.failure is not None:
+            raise self.failure
+        return FORGOTTEN if self.forgotten else ALIVE
 
     def write_workers(self, running: Mapping[str, str]) -> None:
         """Replace the workers hash (what runs now; dashboard only, best effort)."""
@@ -104,6 +122,8 @@ class BeatWriter:
         return forgotten
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         if self._client is not None:
             self._client.close()
 

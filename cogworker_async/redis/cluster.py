@@ -41,9 +41,13 @@ log = logging.getLogger(__name__)
 
 SLOTS: Final = 16384
 MAX_REDIRECTS: Final = 16
-"""MOVED/ASK/TRYAGAIN replies followed for one command before giving up."""
-TRYAGAIN_PAUSE: Final = 0.05
-"""Seconds before a command refused with TRYAGAIN is sent again (times the attempt)."""
+"""MOVED and ASK replies followed for one command before giving up."""
+TRYAGAIN_FOR: Final = 10.0
+"""Seconds a command refused with TRYAGAIN (a migrating slot) is tried again for: a
+multi-key script whose keys are split between the two nodes waits for the slot's move
+to finish (one slot of a few thousand keys moves in well under a second)."""
+TRYAGAIN_PAUSE: Final = (0.01, 0.5)
+"""First and longest pause between TRYAGAIN tries (doubling)."""
 
 KEYLESS: Final = frozenset({
     "INFO", "CONFIG", "CONFIG GET", "TIME", "PING", "PUBLISH", "SCRIPT", "SCRIPT LOAD",
@@ -133,6 +137,10 @@ class ClusterClient(redis.asyncio.Redis):
             found = self._lanes[address] = Lane(self.node(address))
         return found
 
+    def mark_stale(self) -> None:
+        """Read the slot map again before the next command (a node failed a caller)."""
+        self._stale = True
+
     def get_primaries(self) -> list[Node]:
         """The primaries serving slots, as last read."""
         return sorted({node for node in self._slots if node is not None})
@@ -194,35 +202,48 @@ class ClusterClient(redis.asyncio.Redis):
 
     # -- sending, with the redirect rules ---------------------------------------------
 
-    async def routed(self, key: Any, send: Callable[[Node, bool], Awaitable[T]]) -> T:
+    async def routed(self, key: Any, send: Callable[[Node, bool], Awaitable[T]], *,
+                     can_ask: bool = True) -> T:
         """``send(node, asking)`` to the node that serves ``key``, following MOVED, ASK
-        and TRYAGAIN (the command did not run); anything else is raised as it is."""
+        and TRYAGAIN (the command did not run); anything else is raised as it is.
+        ``can_ask=False`` (a MULTI: ASKING covers one command) waits out an ASK as a
+        TRYAGAIN, at the slot's owner."""
         address = await self._where(key)
         asking = False
-        for attempt in range(1, MAX_REDIRECTS + 1):
+        redirects = 0
+        loop = asyncio.get_running_loop()
+        waited_until = loop.time() + TRYAGAIN_FOR
+        pause = TRYAGAIN_PAUSE[0]
+        while True:
             try:
                 return await send(address, asking)
             except redis.exceptions.ResponseError as exc:
                 found = redirect_of(exc)
-                if found is None or attempt == MAX_REDIRECTS:
+                if found is not None and found.kind == "ASK" and not can_ask:
+                    found = Redirect("TRYAGAIN", found.slot, None)
+                waiting = found is not None and found.kind == "TRYAGAIN"
+                if found is None or (waiting and loop.time() >= waited_until) or \
+                        (not waiting and redirects >= MAX_REDIRECTS):
                     if isinstance(exc, redis.exceptions.ClusterDownError) or \
                             str(exc).startswith("CLUSTERDOWN"):
                         self._stale = True
                     raise
                 asking = False
                 if found.kind == "MOVED" and found.node is not None:
+                    redirects += 1
                     self._slots[found.slot] = found.node
                     self._stale = True  # a move seldom comes alone: re-read the map
                     address = found.node
                 elif found.kind == "ASK" and found.node is not None:
+                    redirects += 1
                     address, asking = found.node, True
                 else:  # TRYAGAIN
-                    await asyncio.sleep(TRYAGAIN_PAUSE * attempt)
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, TRYAGAIN_PAUSE[1])
                     address = await self._where(key)
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
                 self._stale = True  # a node down or failing over: re-read before the next
                 raise
-        raise AssertionError("not reached")
 
     async def execute_command(self, *args: Any, **options: Any) -> Any:
         async def send(address: Node, asking: bool) -> Any:
@@ -318,7 +339,7 @@ class ClusterPipeline(Pipeline):
                     pipe.execute_command(*args, **options)
                 return list(await pipe.execute())
 
-        replies: list[Any] = await self.owner.routed(key, send)
+        replies: list[Any] = await self.owner.routed(key, send, can_ask=False)
         return replies
 
     async def _grouped(self, queued: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[Any]:

@@ -94,10 +94,12 @@ def connect(url: str) -> redis.asyncio.Redis:
     )
 
 
-def connect_sync(url: str) -> redis.Redis:
-    """A blocking client for ``url``, retries off (for ``enqueue_sync``)."""
+def connect_sync(url: str, *, timeout: float = SOCKET_TIMEOUT) -> redis.Redis:
+    """A blocking client for ``url``, retries off (the heartbeat's), giving up a call
+    after ``timeout`` seconds without a reply."""
     if urls.scheme_of(url) in urls.CLUSTER_SCHEMES:
         parsed, settings = _cluster_settings(url)
+        settings.update(socket_timeout=timeout, socket_connect_timeout=timeout)
         cluster = redis.cluster.RedisCluster(
             startup_nodes=[redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
                            for host, port in parsed.nodes],
@@ -108,8 +110,8 @@ def connect_sync(url: str) -> redis.Redis:
     return redis.Redis.from_url(
         url,
         retry=SyncRetry(NoBackoff(), 0),
-        socket_timeout=SOCKET_TIMEOUT,
-        socket_connect_timeout=SOCKET_TIMEOUT,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
         **DRIVER,
     )
 

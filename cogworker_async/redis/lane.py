@@ -56,18 +56,21 @@ class Lane:
 
     async def _send(self, packed: bytes, *, replies: int) -> Any:
         conn = await self._take()
+        refused: ResponseError | None = None
+        reply: Any = None
         try:
             await conn.send_packed_command(packed, check_health=True)
-            for _ in range(replies - 1):
-                await conn.read_response()  # ASKING's OK; an error there is raised
-            reply = await conn.read_response()
-        except ResponseError:
-            await self._give(conn)  # an error reply was read whole: the connection is clean
-            raise
+            for _ in range(replies):  # every reply is read, errors included: none is
+                try:  # left on a connection that goes back to the idle list
+                    reply = await conn.read_response()
+                except ResponseError as exc:
+                    refused = refused or exc
         except BaseException:
             await self._close(conn)
             raise
-        await self._give(conn)
+        await self._give(conn)  # error replies were read whole: the connection is clean
+        if refused is not None:
+            raise refused
         return reply
 
     async def _take(self) -> AbstractConnection:

@@ -324,9 +324,14 @@ class Store(Liveness):
                         yield None
 
             yield messages()
+        except (RedisError, OSError):
+            if isinstance(self.client, ClusterClient):
+                # Its node may be gone (a failover): the map is read again before the
+                # next try, or every try would go to the dead node.
+                self.client.mark_stale()
+            raise
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
-
 
     # -- locks and claims: unique jobs, periodic ticks, running locks ------------------
 

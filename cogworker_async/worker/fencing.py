@@ -69,17 +69,22 @@ class Fence:
         # ``run`` does the fencing (tests/chaos/processes/test_zombie.py).
         self._declared.set()
 
-    def forgotten_from_thread(self) -> None:
-        """Called by the heartbeat thread when Redis had lost this process's keys."""
-        self._loop.call_soon_threadsafe(self._keys_lost)
+    def forgotten_from_thread(self, slots: frozenset[str | None] | None = None) -> None:
+        """Called by the heartbeat thread when Redis had lost this process's keys in
+        ``slots`` (queues; None in it: the namespace's slot, where no list lives;
+        ``slots`` None: every slot)."""
+        self._loop.call_soon_threadsafe(self._keys_lost, slots)
 
     def alive_from_thread(self, beat: int) -> None:
         """Called by the heartbeat thread when beat number ``beat`` found the keys."""
         if self.ledger.doubtful:  # read across threads: a doubt missed waits a beat
             self._loop.call_soon_threadsafe(self.ledger.beat_alive, beat)
 
-    def _keys_lost(self) -> None:
-        self.ledger.keys_lost()
+    def _keys_lost(self, slots: frozenset[str | None] | None) -> None:
+        queues = set(self.queues) if slots is None else {s for s in slots if s is not None}
+        if not queues:  # the namespace's registry only: re-registered by that beat
+            return
+        self.ledger.keys_lost(queues)
         self._want_relist()
 
     def _want_relist(self) -> None:
@@ -139,10 +144,13 @@ class Fence:
     async def fence(self) -> None:
         """Stop the jobs no longer ours (their requeued copies run elsewhere) and forget
         their outcomes."""
+        # Only what was held before the lists are read (one read per queue, on several
+        # nodes): a job fetched from a queue whose list was already read is ours.
+        held = set(self.ledger.running) | set(self.ledger.pending)
         listed: set[bytes] = set()
         for queue in self.queues:
             listed.update(await self.store.in_progress(self.identity, queue))
-        not_ours = self.ledger.not_ours(listed)
+        not_ours = self.ledger.not_ours(listed, among=held)
         self.ledger.disown(not_ours.unlisted + not_ours.stale)
         for scope in not_ours.scopes:
             scope.cancel()

@@ -87,7 +87,7 @@ class Heartbeat:
         describe: Callable[[], Mapping[str, Any]],
         current_jobs: Callable[[], Iterable[Work]],
         on_zombie: Callable[[], None],
-        on_forgotten: Callable[[], None] = lambda: None,
+        on_forgotten: Callable[[frozenset[str | None]], None] = lambda slots: None,
         on_alive: Callable[[int], None] = lambda beat: None,
     ) -> None:
         self.writer = writer
@@ -127,8 +127,10 @@ class Heartbeat:
         self._beaten = True
         if status == ZOMBIE:
             self._on_zombie()
+            if self.writer.failure is not None:  # a slot failed too: counted as failed
+                raise self.writer.failure
         elif status == FORGOTTEN:
-            self._on_forgotten()
+            self._on_forgotten(self.writer.forgotten)
         else:
             self._on_alive(number)
 

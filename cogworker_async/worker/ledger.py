@@ -33,7 +33,7 @@ The rules are pinned by tests/unit/test_ledger.py.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Final
@@ -272,25 +272,33 @@ class Ledger:
             if beat > before:
                 del self.doubtful[raw]
 
-    def keys_lost(self) -> None:
-        """Redis lost this process's keys: a lost reply no longer tells that a settle
-        ran (its effect may be gone with the rest), so every doubt is settled again."""
-        self.unsure.clear()
-        for raw, (disposition, queue, _) in self.doubtful.items():
-            self.remember(raw, disposition, queue=queue)
-        self.doubtful.clear()
+    def keys_lost(self, queues: Collection[str]) -> None:
+        """Redis lost this process's keys in the slots of ``queues``: a lost reply no
+        longer tells that a settle of theirs ran (its effect may be gone with the
+        rest), so their doubts are settled again. Other queues' slots kept theirs: a
+        doubt there stays a doubt (settled again, it could be filed twice)."""
+        self.unsure.difference_update(
+            [raw for raw in self.unsure if self.queue_of(raw) in queues])
+        for raw, (disposition, queue, _) in list(self.doubtful.items()):
+            if queue in queues:
+                self.remember(raw, disposition, queue=queue)
+                del self.doubtful[raw]
 
     def disown(self, raws: list[bytes]) -> None:
         """Fencing found these recovered elsewhere: never relisted, nor settled here."""
         self.disowned.update(raws)
 
-    def not_ours(self, listed: set[bytes]) -> NotOurs:
-        """What this process holds that is no longer on its list (another process
-        recovered it while this one was paused)."""
+    def not_ours(self, listed: set[bytes], among: Collection[bytes] | None = None) -> NotOurs:
+        """What this process holds that is no longer on its lists (another process
+        recovered it while this one was paused); ``among``: only these raws are judged
+        (those held before the lists were read)."""
+        def gone(raw: bytes) -> bool:
+            return raw not in listed and (among is None or raw in among)
+
         return NotOurs(
-            scopes=[scope for raw, scope in self.scopes.items() if raw not in listed],
-            stale=[raw for raw in self.pending if raw not in listed],
-            unlisted=[raw for raw in self.running if raw not in listed],
+            scopes=[scope for raw, scope in self.scopes.items() if gone(raw)],
+            stale=[raw for raw in self.pending if gone(raw)],
+            unlisted=[raw for raw in self.running if gone(raw)],
         )
 
     # -- read by the heartbeat thread ------------------------------------------------------

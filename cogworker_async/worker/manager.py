@@ -38,6 +38,7 @@ from cogworker_async.errors import why
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.periodic import Periodic
 from cogworker_async.redis.beats import BeatWriter
+from cogworker_async.redis.connection import SOCKET_TIMEOUT
 from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
@@ -116,7 +117,10 @@ class Manager:
         self.fence = Fence(store, self.identity, self.ledger, queues=settings.queue_names,
                            retry_pause=settings.heartbeat_interval)
         self.heartbeat = Heartbeat(
-            BeatWriter(url, store.keys, self.identity, settings.queue_names),
+            # A beat gives up after one interval: a hung node must not delay the next
+            # beats past the alive markers' TTL (orphan_threshold).
+            BeatWriter(url, store.keys, self.identity, settings.queue_names,
+                       timeout=min(SOCKET_TIMEOUT, max(1.0, settings.heartbeat_interval))),
             interval=settings.heartbeat_interval, ttl=settings.orphan_threshold,
             describe=self._describe, current_jobs=self.ledger.snapshot,
             on_zombie=self.fence.declared_dead_from_thread,

@@ -26,7 +26,8 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -34,7 +35,7 @@ import anyio
 from cogworker_async import job
 from cogworker_async.errors import UnparseablePayload, why
 from cogworker_async.redis.store import ConnectionLost, RedisError, Store
-from cogworker_async.settings import Settings
+from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import release_for_dead
@@ -49,6 +50,20 @@ HEAD_BATCH: Final = 100
 """Parked orphans or unsettled records handled per pass."""
 HOLD_BACK_SCAN: Final = 1000
 """Entries of a dead process's list looked at for repeat orphans to hold back."""
+
+
+def _served(info: Mapping[str, Any] | None) -> set[str]:
+    """The valid queue names a process's last beat said it served."""
+    named = (info or {}).get("queues")
+    if not isinstance(named, list):
+        return set()
+    served = set()
+    for name in named:
+        try:
+            served.add(check_queue_name(name))
+        except (TypeError, ValueError):
+            continue
+    return served
 
 
 def process_died_entry(raw: bytes, *, max_orphanings: int, identity: str,
@@ -132,34 +147,43 @@ class Recovery:
         return sorted(names | set(self.settings.queue_names))
 
     async def _candidates(self, queues: Sequence[str], scan: bool) -> dict[str, set[str]]:
-        """identity -> the queues where it may own a list."""
+        """identity -> the queues where it may own a list. Each source is read on its
+        own: one unreadable (a key of the wrong type) must not hide another."""
         found: dict[str, set[str]] = {}
-
-        async def registered() -> None:
-            for queue in queues:
-                for identity in await self.store.queue_identities(queue):
-                    found.setdefault(identity, set()).add(queue)
-            for identity in await self.store.registered_identities():
-                found.setdefault(identity, set())  # forgotten in the namespace at least
-
-        async def scanned() -> None:
-            for queue, identity in await self.store.scanned_lists():
-                found.setdefault(identity, set()).add(queue)
-
-        sources = [registered, scanned] if scan else [registered]
-        for source in sources:  # each on its own: one unreadable must not hide the other
+        sources: list[Callable[[], Awaitable[Iterable[tuple[str | None, str]]]]] = [
+            self._namespace_identities,
+            *(partial(self._queue_identities, queue) for queue in queues),
+            *([self.store.scanned_lists] if scan else []),
+        ]
+        for source in sources:
             try:
-                await source()
+                pairs = await source()
             except ConnectionLost:  # Redis away: the pass fails (said once by its streak)
                 raise
             except Exception as exc:
                 log.error("orphan recovery: reading candidates failed: %s", why(exc))
+                continue
+            for queue, identity in pairs:
+                owned = found.setdefault(identity, set())
+                if queue is not None:
+                    owned.add(queue)
         return found
+
+    async def _namespace_identities(self) -> list[tuple[str | None, str]]:
+        """Every process in the namespace's registry (no queue known from there)."""
+        return [(None, identity) for identity in await self.store.registered_identities()]
+
+    async def _queue_identities(self, queue: str) -> list[tuple[str | None, str]]:
+        return [(queue, identity) for identity in await self.store.queue_identities(queue)]
 
     async def _recover(self, identity: str, queues: Sequence[str]) -> int:
         if identity != self.identity and await self.store.is_alive(identity):
             return 0  # a quick no; each slot then judges alone
         info = await self.store.beat_info(identity)
+        if identity != self.identity:
+            # The queues it said it served, too: a registry of queue names Redis lost
+            # must not let it be forgotten with a list left in one of them.
+            queues = sorted(set(queues) | _served(info))
         moved = parked = 0
         gone = True
         for queue in queues:
@@ -312,6 +336,9 @@ async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Setti
 
     async def recover() -> None:
         nonlocal first
+        # Its own queues stay registered (the Store re-sends at most once a minute):
+        # Redis may have lost the registry, which recovery and the dashboard read.
+        await recovery.store.register_queues(settings.queue_names)
         if await recovery.store.take_lock(recovery.store.keys.recovery_lock, identity,
                                           settings.recovery_interval):
             await recovery.recover_orphans(scan=first)

@@ -157,11 +157,47 @@ async def test_a_lost_reply_then_lost_keys_settles_it_again(
     ledger.finish(failed)
     assert set(ledger.doubtful) == {failed.raw}
 
-    ledger.keys_lost()  # what the next beat's FORGOTTEN does
+    ledger.keys_lost({"default"})  # what the next beat's FORGOTTEN in its slot does
     await parts.fence.relist()
     await parts.reconciler.reconcile()
     assert ledger.pending == {}
     assert await store.client.zcard(store.keys.retry("default")) == 1
+    assert await listed(store) == []
+
+
+async def test_keys_lost_in_another_queue_s_slot_leave_a_doubt_settled(
+    store: Store, redis_url: str, namespace: str, ledger: Ledger
+) -> None:
+    """On a cluster one shard can lose its keys and not another: a FORGOTTEN from the
+    slot of "mail" says nothing about a failure of "default" whose reply was lost. It
+    stays a doubt (settled by its lost-reply attempt): filed again, it would run twice."""
+
+    class LosesTheReply(Store):
+        lost = 0
+
+        async def file_failure(self, identity: str, queue: str, raw: bytes,
+                               target: SetName, entry: bytes, delay: float) -> bool:
+            done = await super().file_failure(identity, queue, raw, target, entry, delay)
+            if not self.lost:
+                self.lost += 1
+                raise LostReply("Connection closed by server.")
+            return done
+
+    failed = Work("default", raw_job(1))
+    await put_in_progress(store, failed.raw)
+    ledger.admit(failed)
+    parts = Parts(store, ledger)
+    async with store_of(LosesTheReply, redis_url, namespace) as losing:
+        await Settler(losing, IDENTITY, reliable=True, ledger=ledger).settle(failed, filing(1))
+    ledger.finish(failed)
+    assert set(ledger.doubtful) == {failed.raw}
+
+    ledger.keys_lost({"mail"})
+    await parts.fence.relist()
+    await parts.reconciler.reconcile()
+    assert set(ledger.doubtful) == {failed.raw}  # still a doubt, not pending
+    assert ledger.pending == {}
+    assert await store.client.zcard(store.keys.retry("default")) == 1  # filed once
     assert await listed(store) == []
 
 
