@@ -5,7 +5,8 @@
                                            [--ceiling-workers 1,2,3] [--json PATH]
 
 Runs with the project's venv (``benchmarks/run.py`` calls it for its ``cluster``
-scenario). Standard library plus the project's package (and redis-py, its dependency).
+scenario): the standard library, the project's package (and redis-py, its dependency),
+and the tests' server harness.
 
 Why these measurements: a queue's keys share one hash slot, so one queue lives on one
 shard and the Redis work of a job (fetch, ack) lands on that shard only. On a machine
@@ -13,8 +14,10 @@ with few cores the total throughput cannot grow with shards (the cores are share
 what shows the scaling is the Redis CPU each shard spends: with 6 queues spread 2 per
 master, each master should carry about a third of it. The ceiling of one Redis is
 1 / (Redis CPU per job): the jobs/s at which its one core is busy all the time. A cluster
-of S shards with queues spread evenly has S times that ceiling, as long as no single
-queue is the bottleneck (one queue = one shard).
+of S shards with queues spread evenly has S times a shard's ceiling (1 / a shard's Redis
+CPU per job of its queues, measured here: a node in cluster mode spends somewhat more
+per job than a plain Redis), as long as no single queue is the bottleneck (one queue =
+one shard).
 
 - ``cluster``: ``N`` no-op jobs enqueued with ``enqueue_many`` (chunks of 1,000) over 6
   queues chosen so that 2 hash to each master, then ``W`` worker processes (embedded
@@ -51,7 +54,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +207,7 @@ class Target:
         self.nodes.clear()
 
 
-def pick_queues(port_of_slot: Any, ports: Sequence[int]) -> dict[str, int]:
+def pick_queues(port_of_slot: Callable[[int], int], ports: Sequence[int]) -> dict[str, int]:
     """Queue names, ``QUEUES_PER_MASTER`` per master, from "q0", "q1", ... by the slot
     of each queue's list (its hash tag is the queue name)."""
     keys = Keys(NAMESPACE)
@@ -348,6 +351,8 @@ def run_workers(target: Target, workers: int, concurrency: int) -> Run:
         while target.left(keys):
             if time.perf_counter() - began > CAP:
                 raise RuntimeError(f"{target.name}: not done within {CAP:.0f}s")
+            if any(worker.process.poll() is not None for worker in started):
+                raise RuntimeError(f"{target.name}: a worker process exited early")
             time.sleep(POLL)
         cpu_after = target.cpu()
         calls_after, usec_after = target.commands()
@@ -384,6 +389,9 @@ def measure(target: Target, n: int, workers: int, concurrency: int) -> dict[str,
         "worker_cpu_us": 1e6 * sum(r["cpu"] for r in run.workers) / n,
         "redis_cpu_us": 1e6 * total / n,
         "redis_util": total / wall,
+        "ceiling": n / total if total else 0.0,  # = rate / redis_util: 1 / CPU per job
+        # all nodes saturate together only if the load is even: the busiest one decides
+        "ceiling_busiest": n / max(run.cpu.values()) if total else 0.0,
         "shards": [{"port": port, "queues": sum(p == port for p in
                                                 target.port_of_queue.values()),
                     "namespace": port == target.namespace_port, "jobs": jobs_on[port],
@@ -403,7 +411,8 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     plus the median and the spread of each headline figure."""
     ordered = sorted(runs, key=lambda r: r["rate"])
     chosen = dict(ordered[(len(ordered) - 1) // 2])
-    for key in ("rate", "worker_cpu_us", "redis_cpu_us", "redis_util", "enqueue_many_rate"):
+    for key in ("rate", "worker_cpu_us", "redis_cpu_us", "redis_util", "enqueue_many_rate",
+                "ceiling", "ceiling_busiest"):
         values = [r[key] for r in runs]
         chosen[f"{key}_median"] = statistics.median(values)
         chosen[f"{key}_range"] = (min(values), max(values))
@@ -455,21 +464,25 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
             "Ceiling of one Redis (same workload, one server, W worker processes):",
             "",
             "| W | jobs/s | Redis CPU / job (µs) | Redis CPU / wall | "
-            "ceiling = jobs/s ÷ utilisation (jobs/s, extrapolated) |",
+            "ceiling = jobs/s ÷ CPU / wall = 1 / CPU per job (jobs/s, extrapolated) |",
             "|---:|---:|---:|---:|---:|",
         ]
         for row in results["ceiling"]:
             lines.append(f"| {row['workers']} | {row['rate_median']:,.0f} | "
                          f"{row['redis_cpu_us_median']:.1f} | {row['redis_util_median']:.2f} | "
-                         f"{row['rate_median'] / row['redis_util_median']:,.0f} |")
+                         f"{row['ceiling_median']:,.0f} |")
         # the run nearest saturation: the shortest extrapolation
         best = max(results["ceiling"], key=lambda r: r["redis_util_median"])
         lines += ["", f"One Redis core saturates at about "
-                  f"{1e6 / best['redis_cpu_us_median']:,.0f} jobs/s (1 / Redis CPU per job "
+                  f"{best['ceiling_median']:,.0f} jobs/s (1 / Redis CPU per job "
                   f"at W={best['workers']}, where Redis was busiest: "
-                  f"{best['redis_util_median']:.0%} of a core; extrapolated); a cluster of "
-                  "S masters with the queues spread evenly: about S × that, while no single "
-                  "queue is the bottleneck."]
+                  f"{best['redis_util_median']:.0%} of a core; extrapolated). The cluster's "
+                  f"ceiling: about {cluster['ceiling_busiest_median']:,.0f} jobs/s "
+                  f"({cluster['ceiling_busiest_median'] / best['ceiling_median']:.1f} × one "
+                  "Redis; 1 / the busiest master's Redis CPU per job of the run, where it "
+                  "would saturate with this spread of the queues). A cluster of S masters "
+                  "with the queues spread evenly: about S × a master's ceiling, while no "
+                  "single queue is the bottleneck (one queue = one master)."]
     return "\n".join(lines)
 
 
