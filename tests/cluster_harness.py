@@ -4,7 +4,7 @@ Cluster support is about what a mock cannot show: MOVED and ASK redirections whi
 slot migrates, TRYAGAIN on multi-key commands mid-migration, and a replica taking over
 a dead master. So tests get real ``redis-server --cluster-enabled yes`` processes, each
 a ServerProcess (tests/servers.py) on its own free port and temp dir, joined with
-``redis-cli --cluster create``, and helpers that move a slot or kill a master the way
+``redis-cli --cluster create`` (or, where there is no cli, as the embedded Valkey binary ships none, by the commands it sends), and helpers that move a slot or kill a master the way
 production does it.
 """
 
@@ -21,13 +21,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-import pytest
 import redis
 from redis.crc import key_slot
 
 from tests.servers import ServerProcess, free_port, server_binary
 
 HOST: Final = "127.0.0.1"
+SLOTS: Final = 16384
 FORM_TIMEOUT: Final = 30.0
 """Seconds ``redis-cli --cluster create`` plus agreement of every node may take."""
 SETTLE_TIMEOUT: Final = 10.0
@@ -57,12 +57,17 @@ def wait_for(
         time.sleep(every)
 
 
-def cli_binary() -> str:
-    """The redis-cli that forms the cluster: next to the server binary first, else on PATH.
+def _text(reply: object) -> str:
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
 
-    The embedded server is a bare valkey-server; where no cli ships with it and none is on
-    PATH the cluster tests are skipped, not failed: they need a real cluster tool.
-    """
+
+def cli_binary() -> str | None:
+    """The redis-cli that forms the cluster: next to the server binary first, else on PATH;
+    None where there is none (the embedded server is a bare valkey-server): the cluster
+    is then formed by the commands the cli would send (``_form_by_commands``).
+    ``COGWORKER_TEST_CLUSTER_CLI=none`` forces that path."""
+    if os.environ.get("COGWORKER_TEST_CLUSTER_CLI") == "none":
+        return None
     server_dir = Path(server_binary()).parent
     for name in ("redis-cli", "valkey-cli"):
         candidate = server_dir / name
@@ -72,7 +77,7 @@ def cli_binary() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.skip("Redis Cluster tests need redis-cli or valkey-cli (next to the server or on PATH)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,10 @@ class ClusterProcess:
             ]  # fmt: skip
             server.start()
 
-    def _form(self, cli: str) -> None:
+    def _form(self, cli: str | None) -> None:
+        if cli is None:
+            self._form_by_commands()
+            return
         addresses = [f"{HOST}:{server.port}" for server in self.servers]
         args = [cli, "--cluster", "create", *addresses]
         args += ["--cluster-replicas", str(self.replicas_per_master), "--cluster-yes"]
@@ -187,6 +195,37 @@ class ClusterProcess:
         if result.returncode != 0:
             output = result.stdout + result.stderr
             raise RuntimeError(f"redis-cli --cluster create failed:\n{output}")
+
+    def _form_by_commands(self) -> None:
+        """What ``redis-cli --cluster create`` does: every node meets the first, each
+        master takes an even range of the 16384 slots, each replica follows its master."""
+        clients = [redis.Redis(host=HOST, port=server.port) for server in self.servers]
+        try:
+            ids = [_text(client.execute_command("CLUSTER MYID"))  # type: ignore[no-untyped-call]
+                   for client in clients]
+            buses = [int(_text(client.config_get("cluster-port")["cluster-port"]))
+                     for client in clients]
+            for server, bus in zip(self.servers[1:], buses[1:], strict=True):
+                clients[0].execute_command(  # type: ignore[no-untyped-call]
+                    "CLUSTER MEET", HOST, server.port, bus)
+            count = self.master_count
+            for index, client in enumerate(clients[:count]):
+                first = index * SLOTS // count
+                last = (index + 1) * SLOTS // count - 1
+                client.execute_command(  # type: ignore[no-untyped-call]
+                    "CLUSTER ADDSLOTSRANGE", first, last)
+            for index, client in enumerate(clients[count:]):
+                master = ids[index % count]
+
+                def knows(client: redis.Redis = client, master: str = master) -> bool:
+                    nodes = _text(client.execute_command(  # type: ignore[no-untyped-call]
+                        "CLUSTER NODES"))
+                    return master in nodes
+                wait_for(knows, timeout=FORM_TIMEOUT, what="replica meets its master")
+                client.execute_command("CLUSTER REPLICATE", master)  # type: ignore[no-untyped-call]
+        finally:
+            for client in clients:
+                client.close()
 
     def _formed(self) -> bool:
         """Every node knows every node, agrees on the slots, is ok; every replica is synced."""
