@@ -4,8 +4,9 @@ Cluster support is about what a mock cannot show: MOVED and ASK redirections whi
 slot migrates, TRYAGAIN on multi-key commands mid-migration, and a replica taking over
 a dead master. So tests get real ``redis-server --cluster-enabled yes`` processes, each
 a ServerProcess (tests/servers.py) on its own free port and temp dir, joined with
-``redis-cli --cluster create`` (or, where there is no cli, as the embedded Valkey binary ships none, by the commands it sends), and helpers that move a slot or kill a master the way
-production does it.
+``redis-cli --cluster create`` (or, where there is no cli — the embedded Valkey binary
+ships none — by the commands it sends), and helpers that move a slot or kill a master
+the way production does it.
 """
 
 from __future__ import annotations
