@@ -183,3 +183,35 @@ async def test_pubsub_hears_a_publish_sent_through_another_node(
         assert heard == len(client.get_primaries())
     finally:
         await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def test_wake_ups_come_back_after_their_node_dies(own_cluster: ClusterProcess) -> None:
+    """The subscription's node is killed and its replica promoted: the next subscribe
+    reads the slot map again and lands on a live node (not the dead one, forever)."""
+    from cogworker_async.redis.keys import Keys
+    from cogworker_async.redis.store import Store
+
+    store = Store(connect(own_cluster.url), Keys("wk"))
+    try:
+        async with store.wake_ups():
+            pass
+        client = store.client
+        assert isinstance(client, ClusterClient)
+        node = client.get_primaries()[0]
+        slot = next(s for s in range(16384) if own_cluster.port_of_slot(s) == node[1])
+        own_cluster.kill_master_of_slot(slot)
+        await anyio.to_thread.run_sync(own_cluster.wait_failover, slot)
+        for _ in range(2):  # the first try may still meet the dead node, and says so
+            try:
+                async with store.wake_ups() as wake_ups:
+                    await client.publish(store.keys.wake_channel, "x")
+                    with anyio.fail_after(10):
+                        await anext(aiter(wake_ups))
+                break
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                continue
+        else:
+            raise AssertionError("no subscription on a live node after two tries")
+        assert node not in client.get_primaries()
+    finally:
+        await store.aclose()
