@@ -127,7 +127,7 @@ def model_order(sets: dict[str, dict[str, float]], newest_first: bool) -> list[b
 def deep(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every page of several queues' sets found by seeking its start by score, as pages
     past ``MERGE_DEPTH`` are."""
-    monkeypatch.setattr("cogworker_async.redis.admin.MERGE_DEPTH", 0)
+    monkeypatch.setattr("cogworker_async.redis.admin_sets.MERGE_DEPTH", 0)
 
 
 @pytest.mark.parametrize("kind", ["retries", "dead"])
