@@ -54,8 +54,9 @@ class BeatWriter:
     def beat(self, info: Mapping[str, Any], ttl: float, *, first: bool) -> int:
         """Write one beat in the namespace's slot and in each queue's; returns ZOMBIE if
         any slot says it was declared dead, else FORGOTTEN if any had lost its keys
-        (which: ``forgotten``), else ALIVE; raises what failed, unless ZOMBIE (then it is
-        left in ``failure``: the news must not wait for the other slots).
+        (which: ``forgotten``, also set with ZOMBIE), else ALIVE; raises what failed,
+        unless there was news (then it is left in ``failure`` for the caller to raise
+        once the news is passed on).
 
         The slots are beaten at once, each on its own thread: a node that hangs (a
         frozen host) must not hold up the beats of the others until their markers
@@ -84,11 +85,15 @@ class BeatWriter:
             except Exception as exc:
                 self.failure = self.failure or exc
         self.forgotten = frozenset(slot for slot, status in found.items() if status == FORGOTTEN)
+        # News from one slot must not wait for another: a slot that lost its keys was
+        # re-registered by this beat, and the next round would say ALIVE there.
         if ZOMBIE in found.values():
             return ZOMBIE
+        if self.forgotten:
+            return FORGOTTEN
         if self.failure is not None:
             raise self.failure
-        return FORGOTTEN if self.forgotten else ALIVE
+        return ALIVE
 
     def write_workers(self, running: Mapping[str, str]) -> None:
         """Replace the workers hash (what runs now; dashboard only, best effort)."""

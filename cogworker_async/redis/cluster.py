@@ -235,7 +235,9 @@ class ClusterClient(redis.asyncio.Redis):
                     self._stale = True  # a move seldom comes alone: re-read the map
                     address = found.node
                 elif found.kind == "ASK" and found.node is not None:
-                    redirects += 1
+                    # An ASK after a TRYAGAIN is the same migration going on: bounded by
+                    # the TRYAGAIN deadline, not counted as one more redirect.
+                    redirects += 0 if pause > TRYAGAIN_PAUSE[0] else 1
                     address, asking = found.node, True
                 else:  # TRYAGAIN
                     await asyncio.sleep(pause)

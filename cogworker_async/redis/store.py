@@ -184,17 +184,22 @@ class Store(Liveness):
         if not self.cluster or len(queues) == 1:
             return await self._fetch(identity, queues, count)
         result = Fetched()
+        failure: RedisError | None = None
         for queue in queues:  # each queue's slot on its own (maybe another node)
             try:
                 some = await self._fetch(identity, [queue], count - len(result.jobs))
-            except RedisError:
-                if result.jobs:  # moved already: returned, as fetch.lua returns them
-                    return result  # (the failure recurs, and is said, on the next fetch)
-                raise
+            except RedisError as exc:
+                # One shard away (down, failing over) must not stop the queues of the
+                # others: tried in order all the same. Jobs moved are returned, as
+                # fetch.lua returns them; with none, the failure is raised (and said).
+                failure = failure or exc
+                continue
             result.jobs += some.jobs
             result.bad_queues += some.bad_queues
             if len(result.jobs) >= count:
                 break
+        if failure is not None and not result.jobs:
+            raise failure
         return result
 
     async def _fetch(self, identity: str, queues: Sequence[str], count: int) -> Fetched:

@@ -51,6 +51,10 @@ class Fence:
         self.identity = identity
         self.queues = list(dict.fromkeys(queues))
         """This process's queues: it has a list, and beats, in each one's slot."""
+        self.lost_queues: set[str] = set()
+        """Queues whose slot lost this process's keys, until a relist has listed its jobs
+        again: fencing does not judge their jobs (missing from a lost list is no sign
+        that another process took them)."""
         self.ledger = ledger
         self.retry_pause = retry_pause
         self._loop = asyncio.get_running_loop()  # the worker's: made in it
@@ -84,6 +88,7 @@ class Fence:
         queues = set(self.queues) if slots is None else {s for s in slots if s is not None}
         if not queues:  # the namespace's registry only: re-registered by that beat
             return
+        self.lost_queues.update(queues)
         self.ledger.keys_lost(queues)
         self._want_relist()
 
@@ -125,12 +130,14 @@ class Fence:
         listed, refused = 0, False
         try:
             async with ledger.relisting():
-                for queue, raws in ledger.in_flight_by_queue().items():
-                    some = await self.store.relist(self.identity, queue, raws)
-                    if some is None:  # marked declared dead in that queue's slot
-                        refused = True
-                        break
+                grouped = ledger.in_flight_by_queue()
+                for queue in [*grouped, *(q for q in self.lost_queues if q not in grouped)]:
+                    some = await self.store.relist(self.identity, queue, grouped.get(queue, []))
+                    if some is None:  # marked declared dead in that queue's slot: the
+                        refused = True  # others are still listed (one may have lost keys)
+                        continue
                     listed += some
+                    self.lost_queues.discard(queue)
         except BaseException:
             ledger.relist_wanted = True
             raise
@@ -146,7 +153,8 @@ class Fence:
         their outcomes."""
         # Only what was held before the lists are read (one read per queue, on several
         # nodes): a job fetched from a queue whose list was already read is ours.
-        held = set(self.ledger.running) | set(self.ledger.pending)
+        held = {raw for raw in (*self.ledger.running, *self.ledger.pending)
+                if self.ledger.queue_of(raw) not in self.lost_queues}
         listed: set[bytes] = set()
         for queue in self.queues:
             listed.update(await self.store.in_progress(self.identity, queue))

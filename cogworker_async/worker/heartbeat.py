@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from cogworker_async import job
 from cogworker_async.errors import why
-from cogworker_async.redis.beats import FORGOTTEN, ZOMBIE, BeatWriter
+from cogworker_async.redis.beats import ALIVE, ZOMBIE, BeatWriter
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.streak import Streak
 
@@ -125,14 +125,15 @@ class Heartbeat:
         number = self.beats_started
         status = self.writer.beat(self.info(), self.ttl, first=not self._beaten)
         self._beaten = True
+        if status == ALIVE:
+            self._on_alive(number)
+            return
+        if self.writer.forgotten:  # before the fencing: its jobs there are not judged
+            self._on_forgotten(self.writer.forgotten)
         if status == ZOMBIE:
             self._on_zombie()
-            if self.writer.failure is not None:  # a slot failed too: counted as failed
-                raise self.writer.failure
-        elif status == FORGOTTEN:
-            self._on_forgotten(self.writer.forgotten)
-        else:
-            self._on_alive(number)
+        if self.writer.failure is not None:  # a slot failed too: counted as failed
+            raise self.writer.failure
 
     def steady_for(self, seconds: float) -> bool:
         """No beat failed in the last ``seconds`` (read from the event loop)."""

@@ -237,3 +237,25 @@ async def test_a_fenced_zombie_clears_its_marks_in_every_queue_slot(
 
 def beat(writer: BeatWriter, first: bool) -> int:
     return writer.beat({"pid": 1}, BEAT_TTL, first=first)
+
+
+async def test_fencing_leaves_the_jobs_of_a_queue_whose_keys_were_lost(
+    store: Store, ledger: Ledger
+) -> None:
+    """A beat says ZOMBIE in mail's slot and FORGOTTEN in default's (two incidents on a
+    cluster): mail's recovered job is cancelled; default's job, missing only because its
+    list was lost, keeps running and is listed again."""
+    lost, recovered = Work("default", raw_job(1)), Work("mail", raw_job(2))
+    runs = Runs(ledger)
+    fence = fence_of(store, ledger, TWO_QUEUES)
+    async with anyio.create_task_group() as tg:
+        await tg.start(runs.run, lost)
+        await tg.start(runs.run, recovered)
+        fence._keys_lost(frozenset({"default"}))  # what the beat's news does first
+        await fence.fence()
+        await wait_until(lambda: runs.cancelled == [recovered.raw], timeout=5)
+        assert set(ledger.running) == {lost.raw}
+        await fence.relist()
+        assert await listed(store) == [lost.raw]
+        assert fence.lost_queues == set()
+        tg.cancel_scope.cancel()
