@@ -126,3 +126,18 @@ async def test_an_error_means_nothing_was_enqueued(store: Store, keys: Keys) -> 
 
     assert await store.client.llen(keys.queue("emails")) == 0
     assert await still_planted(store, keys.queues)
+
+
+async def test_a_queue_name_redis_lost_is_registered_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry of queue names (another slot than the queue's) may be lost — a
+    restart without persistence, a failover — while an enqueuer keeps running: a later
+    enqueue registers the name again (at most once per ``REGISTER_EVERY``)."""
+    await store.enqueue("mail", [b"{}"])
+    await store.client.delete(store.keys.queues)
+    await store.enqueue("mail", [b"{}"])
+    assert await store.client.smembers(store.keys.queues) == set()  # within the minute
+    monkeypatch.setattr("cogworker_async.redis.store.REGISTER_EVERY", 0.0)
+    await store.enqueue("mail", [b"{}"])
+    assert await store.client.smembers(store.keys.queues) == {b"mail"}

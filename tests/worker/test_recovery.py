@@ -17,6 +17,7 @@ import anyio
 from cogworker_async import App
 from cogworker_async.redis.beats import ALIVE, BeatWriter
 from cogworker_async.redis.store import Store
+from cogworker_async.worker.recovery import Recovery
 from tests.e2e import jobsapp
 from tests.waiting import wait_until
 from tests.workerproc import WorkerProcess, worker_pool
@@ -326,3 +327,23 @@ async def test_recovered_jobs_wake_an_idle_worker(
         await plant_dead(store, {"default": [raw_job("woken", 9)]})
         with anyio.fail_after(5):
             await ran.wait()
+
+
+async def test_a_dead_process_s_list_on_a_queue_the_registry_lost_comes_back(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    """Redis lost the queue-name registry (and that queue's registry of processes): the
+    dead process's last beat still says it served "lost", so its list there is found
+    and requeued — not forgotten with the process while the list waits forever."""
+    job = raw_job("l", 1, queue="lost")
+    await plant_dead(store, {"lost": [job]})
+    await store.client.hset(store.keys.beats, DEAD, json.dumps({"queues": ["lost"]}))
+    await store.client.srem(store.keys.queues, "lost")
+    await store.client.delete(store.keys.queue_identities("lost"))
+
+    jobs = make_app(queues=["default"], orphan_threshold=1.0)
+    # A pass without the boot SCAN (which would find any list): the registries alone.
+    moved = await Recovery(store, jobs.settings, "observer").recover_orphans(scan=False)
+    assert moved == 1
+    assert await store.client.lrange(store.keys.queue("lost"), 0, -1) == [job]
+    assert await lists_left(store) == []
