@@ -19,6 +19,7 @@ from cogworker_async.errors import (
     UnknownJob,
     UnparseablePayload,
 )
+from cogworker_async.redis.durability import NotDurable
 from cogworker_async.registry import Enqueuer, JobFunction
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
@@ -34,6 +35,7 @@ __all__ = [
     "JobContext",
     "JobFunction",
     "JobTimeout",
+    "NotDurable",
     "PayloadTooLarge",
     "ProcessDied",
     "Retry",

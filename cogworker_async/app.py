@@ -29,7 +29,7 @@ from cogworker_async.embedded import EmbeddedServer
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
 from cogworker_async.periodic import Periodic, parse_tz
-from cogworker_async.redis.store import Store, dead_limits_of
+from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
 from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
@@ -272,7 +272,8 @@ class App:
         """
         settings = dataclasses.replace(self.settings, **overrides)
         url = self._pick_url(settings) if "redis_url" in overrides else self.redis_url()
-        store = Store.from_url(url, settings.namespace, dead_limits_of(settings))
+        store = Store.from_url(url, settings.namespace, dead_limits_of(settings),
+                               durability_of(settings))
         try:
             manager = Manager(self.registry, settings, store, url,
                               periodics=list(self.periodics.values()),

@@ -25,7 +25,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from cogworker_async import job, unique
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
-from cogworker_async.redis.store import RedisError, Store, dead_limits_of
+from cogworker_async.redis.store import RedisError, Store, dead_limits_of, durability_of
 from cogworker_async.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,8 @@ class Client:
             for old in [other for other in self._stores if other.is_closed()]:
                 del self._stores[old]  # its loop is gone: so are its connections
             store = self._stores[loop] = Store.from_url(
-                self._resolve_url(), self.settings.namespace, dead_limits_of(self.settings))
+                self._resolve_url(), self.settings.namespace, dead_limits_of(self.settings),
+                durability_of(self.settings))
         return store
 
     async def _prepare(

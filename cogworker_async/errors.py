@@ -14,7 +14,9 @@
 
 Redis' own errors stay inside ``cogworker_async.redis`` or surface as ``redis`` exceptions
 from ``enqueue`` (the caller decides whether to try again: an enqueue is never retried
-blindly, since a lost reply would push the job twice).
+blindly, since a lost reply would push the job twice). One of them is ours:
+``NotDurable``, a ``redis.exceptions.ConnectionError`` raised when ``durability`` is on
+and the write was not confirmed in time (the job may exist: like a lost reply).
 """
 
 from __future__ import annotations

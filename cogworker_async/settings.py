@@ -37,6 +37,11 @@ _QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,128}", re.ASCII)
 
 FetchMode = Literal["reliable", "basic"]
 
+DurabilityMode = Literal["replica", "aof"]
+
+MAX_DURABILITY_TIMEOUT: Final = 60.0
+"""Longest ``durability_timeout``: each enqueue and settle may wait this long."""
+
 QueueSpec = str | tuple[str, int]
 
 
@@ -115,6 +120,13 @@ class Settings:
     """Most jobs kept in dead: filing one more drops the oldest."""
     dead_max_age: float = DEAD_MAX_AGE
     """Dead jobs older than this (seconds) are dropped when the next one is filed."""
+    durability: DurabilityMode | None = None
+    """What each enqueue and settle waits for before it counts as done: None (the
+    default) nothing beyond the master; ``"replica"`` one replica has it (``WAIT``);
+    ``"aof"`` the master's append-only file has it on disk (``WAITAOF``, Redis >= 7.2
+    or Valkey). Not confirmed in ``durability_timeout``: the enqueue raises
+    ``NotDurable``, a settle stays pending."""
+    durability_timeout: float = 1.0
     identity: str | None = field(default=None)
     """This process's identity (default: host:pid:random)."""
 
@@ -125,6 +137,9 @@ class Settings:
         self._check_numbers()
         if self.fetch not in ("reliable", "basic"):
             raise ValueError(f"fetch must be 'reliable' or 'basic', not {self.fetch!r}")
+        if self.durability not in (None, "replica", "aof"):
+            raise ValueError("durability must be None, 'replica' or 'aof', "
+                             f"not {self.durability!r}")
 
     def _check_queues(self) -> None:
         if isinstance(self.queues, str) or not self.queues:
@@ -148,6 +163,10 @@ class Settings:
             _positive(name, getattr(self, name))
         _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
         _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)
+        _positive("durability_timeout", self.durability_timeout)
+        if self.durability_timeout > MAX_DURABILITY_TIMEOUT:
+            raise ValueError(f"durability_timeout must be at most {MAX_DURABILITY_TIMEOUT:g}"
+                             f" seconds, got {self.durability_timeout!r}")
         if self.orphan_threshold <= self.heartbeat_interval:
             raise ValueError("orphan_threshold must be longer than heartbeat_interval")
 

@@ -15,21 +15,35 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from cogworker_async.errors import ConfigurationError
 
-SCHEMES: Final = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+SCHEMES: Final = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster",
+                  "redis+sentinel", "rediss+sentinel")
 """The schemes a worker, an enqueuer, the dashboard and the admin CLI connect with."""
 
 CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
 """A Redis Cluster, reached through any of the listed nodes (``rediss``: TLS)."""
 
-CLUSTER_OPTIONS: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
-                          "ssl_check_hostname", "password", "username")
+SENTINEL_SCHEMES: Final = ("redis+sentinel", "rediss+sentinel")
+"""A master and its replicas watched by Redis Sentinel, reached through any of the
+listed sentinels (``rediss``: TLS to the sentinels and the master)."""
+
+TLS_OPTIONS: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+                      "ssl_check_hostname")
+
+SENTINEL_OPTIONS: Final = (*TLS_OPTIONS, "password", "username", "sentinel_username",
+                           "sentinel_password")
+"""Query parameters a sentinel URL may carry: the master's credentials (also given as
+``user:password@``), the sentinels' own (when they require AUTH), and TLS files and
+checks (used for the sentinels and the master alike)."""
+
+CLUSTER_OPTIONS: Final = (*TLS_OPTIONS, "password", "username")
 """Query parameters a cluster URL may carry (TLS files and checks, credentials)."""
 
 MASK: Final = "***"
 
 _SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://", re.ASCII)
 _HEAD: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/*", re.ASCII)
-_SECRET_QUERY: Final = re.compile(r"(?i)([?&](?:password|pass|pwd|auth)=)[^&#]*")
+_SECRET_QUERY: Final = re.compile(
+    r"(?i)([?&](?:[a-z]+_)?(?:password|pass|pwd|auth)=)[^&#]*")
 
 
 def mask(url: str) -> str:
@@ -75,6 +89,9 @@ def check(url: str) -> str:
     if scheme in CLUSTER_SCHEMES:
         cluster_url(checked)  # for its ConfigurationError
         return checked
+    if scheme in SENTINEL_SCHEMES:
+        sentinel_url(checked)  # for its ConfigurationError
+        return checked
     try:
         urlsplit(checked).port  # noqa: B018 - parsed for its ValueError only
     except ValueError:  # often a password holding '/', '[' or ']': the client fails too
@@ -108,6 +125,65 @@ def cluster_url(url: str) -> ClusterURL:
     rest, _, path = rest.partition("/")
     if path.strip("/") not in ("", "0"):
         raise ConfigurationError(f"Redis Cluster has only database 0: {mask(url)!r}")
+    username, password, nodes = _hosts(url, rest, "Redis Cluster URL", "nodes")
+    options = _options(url, query, CLUSTER_OPTIONS, "Redis Cluster URL")
+    username = options.pop("username", username)
+    password = options.pop("password", password)
+    tls = scheme == "rediss+cluster"
+    if options and not tls:
+        raise ConfigurationError(
+            f"TLS options in {mask(url)!r}, which is not TLS: use rediss+cluster://")
+    return ClusterURL(nodes, username, password, tls, options)
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelURL:
+    """What a ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]
+    [?options]`` URL says: the sentinels to ask where the master of ``service`` is (any
+    one that answers will do), the master's database and credentials, the sentinels'
+    credentials, TLS, and the TLS options of ``TLS_OPTIONS``."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    sentinel_username: str | None
+    sentinel_password: str | None
+    tls: bool
+    options: dict[str, str]
+
+
+def sentinel_url(url: str) -> SentinelURL:
+    """``url`` read as a sentinel URL; ``ConfigurationError`` (password masked) if it
+    cannot be."""
+    scheme = scheme_of(url)
+    rest = url[len(scheme) + 3:]
+    rest, _, query = rest.partition("?")
+    rest, _, path = rest.partition("/")
+    service, _, db = unquote(path).strip("/").partition("/")
+    if not service or not (db == "" or (db.isascii() and db.isdigit())):
+        raise ConfigurationError(
+            f"malformed Redis Sentinel URL {mask(url)!r}: name the master's service after "
+            "the sentinels, and a database number after it if not 0 "
+            "(redis+sentinel://host:26379,host:26380/mymaster/0)")
+    username, password, sentinels = _hosts(url, rest, "Redis Sentinel URL", "sentinels")
+    options = _options(url, query, SENTINEL_OPTIONS, "Redis Sentinel URL")
+    username = options.pop("username", username)
+    password = options.pop("password", password)
+    sentinel_username = options.pop("sentinel_username", None)
+    sentinel_password = options.pop("sentinel_password", None)
+    tls = scheme == "rediss+sentinel"
+    if options and not tls:
+        raise ConfigurationError(
+            f"TLS options in {mask(url)!r}, which is not TLS: use rediss+sentinel://")
+    return SentinelURL(sentinels, service, int(db or 0), username, password,
+                       sentinel_username, sentinel_password, tls, options)
+
+
+def _hosts(url: str, rest: str, what: str, named: str
+           ) -> tuple[str | None, str | None, tuple[tuple[str, int], ...]]:
+    """(user, password, ``(host, port)`` pairs) of ``[user:password@]host:port,...``."""
     userinfo, at, hosts = rest.rpartition("@")
     username = password = None
     if at:
@@ -122,20 +198,17 @@ def cluster_url(url: str) -> ClusterURL:
         if (not colon or not host or (":" in host and not bracketed)
                 or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
             raise ConfigurationError(
-                f"malformed Redis Cluster URL {mask(url)!r}: list the nodes as host:port "
+                f"malformed {what} {mask(url)!r}: list the {named} as host:port "
                 "separated by commas")
         nodes.append((host.strip("[]"), int(port)))
+    return username, password, tuple(nodes)
+
+
+def _options(url: str, query: str, known: tuple[str, ...], what: str) -> dict[str, str]:
     options: dict[str, str] = {}
     for name, values in parse_qs(query, keep_blank_values=True).items():
-        if name not in CLUSTER_OPTIONS:
+        if name not in known:
             raise ConfigurationError(
-                f"unknown option {name!r} in Redis Cluster URL {mask(url)!r}: "
-                f"use {', '.join(CLUSTER_OPTIONS)}")
+                f"unknown option {name!r} in {what} {mask(url)!r}: use {', '.join(known)}")
         options[name] = values[-1]
-    username = options.pop("username", username)
-    password = options.pop("password", password)
-    tls = scheme == "rediss+cluster"
-    if options and not tls:
-        raise ConfigurationError(
-            f"TLS options in {mask(url)!r}, which is not TLS: use rediss+cluster://")
-    return ClusterURL(tuple(nodes), username, password, tls, options)
+    return options

@@ -44,7 +44,9 @@ def free_port() -> int:
 class ServerProcess:
     """One private server on 127.0.0.1:<free port>, data in its own temp dir."""
 
-    def __init__(self, *, appendonly: bool = False, extra: list[str] | None = None) -> None:
+    def __init__(self, *, appendonly: bool = False, extra: list[str] | None = None,
+                 binary: str | None = None) -> None:
+        self.binary = binary
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="cogworker-test-redis-"))
         self.appendonly = appendonly
@@ -57,7 +59,7 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         args = [
-            server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
+            self.binary or server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", str(self.dir), "--save", "", "--daemonize", "no",
             "--appendonly", "yes" if self.appendonly else "no",
             "--logfile", str(self.dir / "server.log"), *self.extra,

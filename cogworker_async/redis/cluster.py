@@ -387,5 +387,17 @@ class ClusterLane:
 
         return await self.cluster.routed(command_key(command), send)
 
+    async def call_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """``Lane.call_many`` on the node that serves the first command's key (the
+        others are keyless or in its slot); a redirect of the first is followed."""
+        async def send(address: Node, asking: bool) -> list[Any]:
+            replies = await self.cluster.lane(address).call_many(commands, asking=asking)
+            first = replies[0] if replies else None
+            if isinstance(first, redis.exceptions.ResponseError) and redirect_of(first):
+                raise first  # did not run: routed() sends the lot where the slot is
+            return replies
+
+        return await self.cluster.routed(command_key(tuple(commands[0])), send)
+
     async def aclose(self) -> None:
         pass  # the lanes are the cluster client's: closed with it

@@ -22,6 +22,7 @@ from redis.retry import Retry as SyncRetry
 
 from cogworker_async import urls
 from cogworker_async.errors import ConfigurationError
+from cogworker_async.redis import sentinel
 from cogworker_async.redis.cluster import ClusterClient
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,13 @@ def connect(url: str) -> redis.asyncio.Redis:
     On a cluster, MOVED, ASK and TRYAGAIN are followed (a redirected command did not run
     on the node that answered so: sending it where the slot lives is no blind retry) and
     the slot map re-read after a failed connection (``cluster.ClusterClient``); a command
-    is never sent again after a lost connection or timeout, there as here."""
+    is never sent again after a lost connection or timeout, there as here.
+
+    Through sentinels (``redis+sentinel://``), every connection is made to the master
+    they name, and one that finds its node demoted is dropped (``sentinel.py``)."""
+    if urls.scheme_of(url) in urls.SENTINEL_SCHEMES:
+        return sentinel.connect(urls.sentinel_url(url), timeout=SOCKET_TIMEOUT,
+                                retry=Retry(NoBackoff(), 0), driver=DRIVER)
     if urls.scheme_of(url) in urls.CLUSTER_SCHEMES:
         parsed, settings = _cluster_settings(url)
         return ClusterClient(parsed.nodes, retry=Retry(NoBackoff(), 0),
@@ -97,6 +104,9 @@ def connect(url: str) -> redis.asyncio.Redis:
 def connect_sync(url: str, *, timeout: float = SOCKET_TIMEOUT) -> redis.Redis:
     """A blocking client for ``url``, retries off (the heartbeat's), giving up a call
     after ``timeout`` seconds without a reply."""
+    if urls.scheme_of(url) in urls.SENTINEL_SCHEMES:
+        return sentinel.connect_sync(urls.sentinel_url(url), timeout=timeout,
+                                     retry=SyncRetry(NoBackoff(), 0), driver=DRIVER)
     if urls.scheme_of(url) in urls.CLUSTER_SCHEMES:
         parsed, settings = _cluster_settings(url)
         settings.update(socket_timeout=timeout, socket_connect_timeout=timeout)

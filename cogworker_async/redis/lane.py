@@ -18,7 +18,7 @@ to the node that serves its keys' slot).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import anyio
@@ -33,9 +33,21 @@ MAX_IDLE: Final = 128
 calls may open many)."""
 
 
+def _raised(reply: Any) -> Any:
+    if isinstance(reply, ResponseError):
+        raise reply
+    return reply
+
+
 class Lane:
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._pool = client.connection_pool
+        # A sentinel-managed pool's (sentinel.py): where the master is, asked at most
+        # every FOLLOW_EVERY, and whether a connection still goes to it.
+        self._follow: Callable[[], Awaitable[None]] | None = getattr(
+            self._pool, "follow", None)
+        self._owns: Callable[[AbstractConnection], bool] | None = getattr(
+            self._pool, "reaches_master", None)
         self._idle: deque[AbstractConnection] = deque()
         self._closed = False
 
@@ -46,40 +58,53 @@ class Lane:
 
     async def call(self, *command: Any) -> Any:
         """One command, one reply (or the error it raised)."""
-        return await self._send(hiredis.pack_command(command), replies=1)
+        (reply,) = await self._send(hiredis.pack_command(command), replies=1)
+        return _raised(reply)
 
     async def call_asking(self, *command: Any) -> Any:
         """``command`` after ``ASKING`` on the same connection (a cluster's ASK
         redirect: the slot is migrating to this node)."""
-        packed = hiredis.pack_command((b"ASKING",)) + hiredis.pack_command(command)
-        return await self._send(packed, replies=2)
+        return _raised((await self.call_many([command], asking=True))[0])
 
-    async def _send(self, packed: bytes, *, replies: int) -> Any:
+    async def call_many(self, commands: Sequence[Sequence[Any]], *,
+                        asking: bool = False) -> list[Any]:
+        """``commands`` sent together on one connection, their replies in order, an
+        error reply as a ``ResponseError`` value (not raised: the caller reads what each
+        means). One connection matters to ``WAIT``: it waits for the writes made on its
+        own connection (``durability.py``). ``asking``: ``ASKING`` before the first."""
+        packed = b"".join(hiredis.pack_command(tuple(command)) for command in commands)
+        if asking:
+            packed = hiredis.pack_command((b"ASKING",)) + packed
+        replies = await self._send(packed, replies=len(commands) + asking)
+        return replies[1:] if asking else replies
+
+    async def _send(self, packed: bytes, *, replies: int) -> list[Any]:
         conn = await self._take()
-        refused: ResponseError | None = None
-        reply: Any = None
+        answers: list[Any] = []
         try:
             await conn.send_packed_command(packed, check_health=True)
             for _ in range(replies):  # every reply is read, errors included: none is
                 try:  # left on a connection that goes back to the idle list
-                    reply = await conn.read_response()
+                    answers.append(await conn.read_response())
                 except ResponseError as exc:
-                    refused = refused or exc
+                    answers.append(exc)
         except BaseException:
             await self._close(conn)
             raise
         await self._give(conn)  # error replies were read whole: the connection is clean
-        if refused is not None:
-            raise refused
-        return reply
+        return answers
 
     async def _take(self) -> AbstractConnection:
+        if self._follow is not None:  # through sentinels: is the master where it was?
+            await self._follow()
         while self._idle:
             conn = self._idle.pop()
             # A connection whose server went away (restart, idle timeout) has EOF
-            # pending: replaced here, before anything is sent, as the client's pool does.
+            # pending: replaced here, before anything is sent, as the client's pool does;
+            # so is one to a node that is no longer the master (sentinel.py).
             try:
-                if conn.is_connected and not await conn.can_read():
+                if (conn.is_connected and (self._owns is None or self._owns(conn))
+                        and not await conn.can_read()):
                     return conn
             except (LostConnection, OSError):  # redis-py's or the socket's: same verdict
                 pass

@@ -30,10 +30,12 @@ from cogworker_async.redis.connection import (
     is_cluster,
     maxmemory_policy,
 )
+from cogworker_async.redis.durability import Durability
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.liveness import HISTORY_TTL, Liveness, as_bytes
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
+from cogworker_async.redis.sentinel import MasterNotFound
 from cogworker_async.settings import DEAD_MAX_AGE, DEAD_MAX_JOBS, Settings
 
 log = logging.getLogger(__name__)
@@ -55,11 +57,19 @@ DEFAULT_DEAD_LIMITS: Final = DeadLimits()
 def dead_limits_of(settings: Settings) -> DeadLimits:
     return DeadLimits(settings.dead_max_jobs, settings.dead_max_age)
 
+
+def durability_of(settings: Settings) -> Durability | None:
+    if settings.durability is None:
+        return None
+    return Durability(settings.durability, settings.durability_timeout)
+
 REGISTER_EVERY: Final = 60.0
 """Seconds after which a Store registers a queue name again on its next enqueue."""
 
 RedisError = redis.exceptions.RedisError
 ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+NoMaster = MasterNotFound
+"""No sentinel named a master: the call was never sent."""
 LostReply = redis.exceptions.ConnectionError
 AuthenticationError = redis.exceptions.AuthenticationError
 """A wrong password (redis-py makes it a ConnectionError: say it as what it is)."""
@@ -85,10 +95,13 @@ class Store(Liveness):
     ``liveness.py``, mixed in."""
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys,
-                 dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS) -> None:
+                 dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS,
+                 durability: Durability | None = None) -> None:
         self.client = client
         self.keys = keys
         self.dead_limits = dead_limits
+        self.durability = durability
+        """What enqueues and settles wait for (``durability.py``); None: nothing."""
         self.cluster = is_cluster(client)
         """Keys of different queues may live on different nodes: one script per slot."""
         self._wake_refused = False
@@ -102,8 +115,9 @@ class Store(Liveness):
 
     @classmethod
     def from_url(cls, url: str, namespace: str,
-                 dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS) -> Store:
-        return cls(connect(url), Keys(namespace), dead_limits)
+                 dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS,
+                 durability: Durability | None = None) -> Store:
+        return cls(connect(url), Keys(namespace), dead_limits, durability)
 
     def _trim(self, target: SetName) -> list[str]:
         """The two trailing script arguments that bound the dead set when ``target`` is
@@ -122,10 +136,29 @@ class Store(Liveness):
         return policy
 
     async def check_server(self, *, reliable: bool) -> ServerInfo:
-        return await check_server(self.client, reliable=reliable)
+        info = await check_server(self.client, reliable=reliable)
+        if self.durability is not None and self.durability.mode == "replica":
+            await self._check_replicas()
+        return info
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def _check_replicas(self) -> None:
+        """Warn once at start when ``durability="replica"`` cannot be met now: every
+        enqueue and settle would fail until a replica connects."""
+        try:
+            replication = await self.client.info("replication")
+        except RedisError:
+            return  # not allowed to read it (ACL): the first WAIT will say
+        if int(replication.get("connected_slaves", 0) or 0) < 1:
+            log.warning("durability='replica', but the master has no replica connected: "
+                        "enqueues and settles fail with NotDurable until one connects")
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
+                   durable: bool = False) -> Any:
+        """Run script ``name``; ``durable``: an enqueue or a settle, which waits for
+        ``self.durability`` when there is one."""
         script = self._scripts[name]
+        if durable and self.durability is not None:
+            return await self._run_durably(name, keys, args, self.durability)
         try:
             return await self._lane.evalsha(script.sha, keys, args)
         except redis.exceptions.NoScriptError:
@@ -133,6 +166,21 @@ class Store(Liveness):
             # (SCRIPT LOAD could go to another: on a cluster each node has its cache, and
             # a reshard or failover brings a node that never saw it).
             return await self._lane.call(b"EVAL", script.script, len(keys), *keys, *args)
+
+    async def _run_durably(self, name: str, keys: Sequence[str], args: Sequence[Any],
+                           durability: Durability) -> Any:
+        """The script and ``WAIT``/``WAITAOF`` in one round trip, on one connection (a
+        WAIT waits for its own connection's writes); ``NotDurable`` when not confirmed."""
+        script = self._scripts[name]
+        reply, confirmed = await self._lane.call_many(
+            [(b"EVALSHA", script.sha, len(keys), *keys, *args), durability.command])
+        if isinstance(reply, redis.exceptions.NoScriptError):  # nothing ran: load it
+            reply, confirmed = await self._lane.call_many(
+                [(b"EVAL", script.script, len(keys), *keys, *args), durability.command])
+        if isinstance(reply, Exception):
+            raise reply
+        durability.check(confirmed)
+        return reply
 
     # -- queue names -----------------------------------------------------------------
 
@@ -162,7 +210,7 @@ class Store(Liveness):
         """Push jobs on ``queue`` (oldest first) and wake idle workers."""
         await self.register_queues([queue])
         args = [queue, self.keys.wake_channel, *raws]
-        reply = await self._run("enqueue", [self.keys.queue(queue)], args)
+        reply = await self._run("enqueue", [self.keys.queue(queue)], args, durable=True)
         return int(self._woken(reply)[0])
 
     async def schedule(
@@ -174,7 +222,8 @@ class Store(Liveness):
         await self.register_queues([queue])
         mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
         args: list[Any] = [mode, repr(float(value)), repr(time.time()), "0", "0", *raws]
-        return int(await self._run("schedule", [self.keys.schedule(queue)], args))
+        return int(await self._run("schedule", [self.keys.schedule(queue)], args,
+                                   durable=True))
 
     # -- fetch and settle --------------------------------------------------------------
 
@@ -219,7 +268,7 @@ class Store(Liveness):
         """Forget jobs of ``queue`` that ran (and clear their orphan counters)."""
         keys = [self.keys.in_progress(queue, identity)]
         keys += [self.keys.orphanings(queue, jid or "-") for _, jid in jobs]
-        return int(await self._run("ack", keys, [raw for raw, _ in jobs]))
+        return int(await self._run("ack", keys, [raw for raw, _ in jobs], durable=True))
 
     async def file_failure(
         self, identity: str, queue: str, raw: bytes, target: SetName, entry: bytes,
@@ -229,12 +278,12 @@ class Store(Liveness):
         ``raw`` off the list."""
         keys = [self.keys.in_progress(queue, identity), self.zset_key(queue, target)]
         args = [raw, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
-        return int(await self._run("file_failure", keys, args)) == 1
+        return int(await self._run("file_failure", keys, args, durable=True)) == 1
 
     async def give_back(self, identity: str, queue: str, raw: bytes) -> bool:
         """Put a job that never started back at the front of its queue."""
         keys = [self.keys.in_progress(queue, identity), self.keys.queue(queue)]
-        return int(await self._run("give_back", keys, [raw])) == 1
+        return int(await self._run("give_back", keys, [raw], durable=True)) == 1
 
     # -- basic fetch (BRPOP: a crash loses the running jobs) -----------------------
 
@@ -259,7 +308,7 @@ class Store(Liveness):
 
     async def file_entry(self, queue: str, target: SetName, entry: bytes, delay: float) -> None:
         args = ["in", repr(float(delay)), repr(time.time()), *self._trim(target), entry]
-        await self._run("schedule", [self.zset_key(queue, target)], args)
+        await self._run("schedule", [self.zset_key(queue, target)], args, durable=True)
 
     # -- scheduled, retry and dead sets (one of each per queue) ------------------------
 
@@ -355,7 +404,8 @@ class Store(Liveness):
             mode, value, target = "in", delay, keys.schedule(queue)
         args = [jid, max(1, int(ttl * 1000)), mode, repr(float(value)), queue,
                 keys.wake_channel, repr(time.time()), raw]
-        reply = await self._run("enqueue_unique", [keys.unique(queue, digest), target], args)
+        reply = await self._run("enqueue_unique", [keys.unique(queue, digest), target], args,
+                                durable=True)
         return int(self._woken(reply)[0]) == 1
 
     async def push_batch(
@@ -365,7 +415,8 @@ class Store(Liveness):
         """Push ``raws`` on ``queue`` and each ``(digest, jid, ttl, raw)`` unique job, in
         one round trip; returns whether each unique job's lock was taken.
 
-        Every call is in ``queue``'s slot, so a cluster sends them to one node too. A
+        Every call is in ``queue``'s slot, so a cluster sends them to one node too (and
+        one ``WAIT`` after them covers them all, under ``durability``). A
         call refused with NOSCRIPT did not run: it is run again alone (``_run`` loads the
         script); any other error is raised, as the script call's would be."""
         await self.register_queues([queue])
@@ -378,17 +429,22 @@ class Store(Liveness):
                           [self.keys.unique(queue, digest), self.keys.queue(queue)],
                           [jid, max(1, int(ttl * 1000)), "now", "0", queue,
                            self.keys.wake_channel, repr(time.time()), raw]))
-        async with self.client.pipeline(transaction=False) as pipe:
-            for name, keys, args in calls:
-                pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
-            replies = await pipe.execute(raise_on_error=False)
+        commands: list[tuple[Any, ...]] = [
+            (b"EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
+            for name, keys, args in calls]
+        if self.durability is not None:
+            commands.append(self.durability.command)
+        replies = await self._lane.call_many(commands)
+        confirmed = replies.pop() if self.durability is not None else None
         results = []
         for (name, keys, args), reply in zip(calls, replies, strict=True):
             if isinstance(reply, redis.exceptions.NoScriptError):
-                reply = await self._run(name, keys, args)
+                reply = await self._run(name, keys, args, durable=True)
             elif isinstance(reply, Exception):
                 raise reply
             results.append(self._woken(reply)[0])
+        if self.durability is not None:  # covers the calls that ran (a NOSCRIPT's rerun
+            self.durability.check(confirmed)  # waited on its own connection)
         return [int(reply) == 1 for reply in results[1 if raws else 0:]]
 
     def _woken(self, reply: Any) -> list[Any]:
@@ -425,4 +481,4 @@ class Store(Liveness):
         await self.register_queues([queue])
         keys = [self.keys.cron_claimed(queue), self.keys.queue(queue)]
         args = [name, repr(tick), queue, self.keys.wake_channel, raw]
-        return int(await self._run("cron_claim", keys, args)) == 1
+        return int(await self._run("cron_claim", keys, args, durable=True)) == 1

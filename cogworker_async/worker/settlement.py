@@ -39,7 +39,7 @@ import anyio
 
 from cogworker_async import job
 from cogworker_async.errors import CogworkerError, why
-from cogworker_async.redis.store import ConnectionLost, RedisError, SetName, Store
+from cogworker_async.redis.store import ConnectionLost, NoMaster, RedisError, SetName, Store
 from cogworker_async.worker import outcome
 from cogworker_async.worker.acks import AckBatcher
 from cogworker_async.worker.fetch import Work
@@ -65,8 +65,10 @@ class NotListed(RedisError):
 def maybe_ran(exc: Exception) -> bool:
     """Whether a failed call may have run in Redis: a lost connection may have lost the
     reply, unless the connection could not even be made (redis-py says "connecting
-    to" then: nothing was sent); an error reply means the script did not run."""
-    return isinstance(exc, ConnectionLost) and "connecting to" not in str(exc)
+    to" then, and no sentinel naming a master is the same: nothing was sent); an error
+    reply means the script did not run. ``NotDurable`` (a ConnectionError) did run."""
+    return (isinstance(exc, ConnectionLost) and not isinstance(exc, NoMaster)
+            and "connecting to" not in str(exc))
 
 
 class Settler:

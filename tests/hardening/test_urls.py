@@ -21,6 +21,8 @@ SECRET = "s3cr:et"
     (f"unix:///run/redis.sock?password={SECRET}", "unix:///run/redis.sock?password=***"),
     ("redis://user@host:6379", "redis://user@host:6379"),
     ("redis://host:6379/0", "redis://host:6379/0"),
+    (f"redis+sentinel://u:{SECRET}@h1:26379,h2:26379/svc?sentinel_password={SECRET}",
+     "redis+sentinel://u:***@h1:26379,h2:26379/svc?sentinel_password=***"),
 ])
 def test_mask_hides_the_password_and_nothing_else(url: str, shown: str) -> None:
     assert mask(url) == shown
@@ -28,7 +30,7 @@ def test_mask_hides_the_password_and_nothing_else(url: str, shown: str) -> None:
 
 
 def test_an_unsupported_url_is_refused_without_its_password() -> None:
-    jobs = App(f"redis+sentinel://:{SECRET}@h1:26379/mymaster")
+    jobs = App(f"memcached://:{SECRET}@h1:11211/0")
     with pytest.raises(ConfigurationError) as refused:
         jobs.redis_url()
     assert SECRET not in str(refused.value)

@@ -1,6 +1,7 @@
 """Redis URLs as people write them: ``mask`` never shows the password and changes
 nothing else, and ``check`` takes exactly redis://, rediss:// and unix:// (and the
-cluster schemes, whose URLs have rules of their own: tests/property/test_cluster_urls.py)
+cluster and sentinel schemes, whose URLs have rules of their own:
+tests/property/test_cluster_urls.py, tests/unit/test_sentinel_urls.py)
 in any letter case, and never shows the password when it refuses one.
 
 URLs are built from parts, so that the expected masked form is known exactly: the same
@@ -18,7 +19,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.urls import CLUSTER_SCHEMES, MASK, SCHEMES, check, mask
+from cogworker_async.urls import CLUSTER_SCHEMES, MASK, SCHEMES, SENTINEL_SCHEMES, check, mask
 
 SECRET_KEYS: Final = ("password", "pass", "pwd", "auth")
 """Query parameters that carry a password (any letter case)."""
@@ -38,10 +39,10 @@ def any_case(word: str) -> st.SearchStrategy[str]:
 
 ACCEPTED: Final = st.sampled_from(SCHEMES).flatmap(any_case)
 SINGLE_NODE: Final = st.sampled_from(
-    [s for s in SCHEMES if s not in CLUSTER_SCHEMES]).flatmap(any_case)
+    [s for s in SCHEMES if s not in CLUSTER_SCHEMES + SENTINEL_SCHEMES]).flatmap(any_case)
 """redis://, rediss:// and unix://: one server, read as redis-py reads it."""
 REFUSED: Final = st.one_of(
-    st.sampled_from(["http", "redis+sentinel", "rediss+tls", "valkey", "unixx", "re-dis",
+    st.sampled_from(["http", "redis+sentinels", "rediss+tls", "valkey", "unixx", "re-dis",
                      "redi", "s", "tcp"]).flatmap(any_case),
     st.from_regex(r"[A-Za-z][A-Za-z0-9+.\-]{0,10}", fullmatch=True).filter(
         lambda s: s.lower() not in SCHEMES),
@@ -177,7 +178,7 @@ def test_an_at_sign_after_the_host_masks_more_never_less(url: Url, tail: str) ->
 
 
 @given(url=urls(REFUSED, secret=True))
-@example(url=Url("redis+sentinel", "", "s3cr:et", "h1:26379,h2:26379", "/mymaster", []))
+@example(url=Url("redis+sentinels", "", "s3cr:et", "h1:26379,h2:26379", "/mymaster", []))
 @example(url=Url("HTTP", "admin", "hunter2", "h", "", [], ("auth", "tok")))
 def test_check_refuses_other_schemes_without_showing_the_password(url: Url) -> None:
     with pytest.raises(ConfigurationError) as refused:
