@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check lint typecheck chaos install clean bench
+.PHONY: run test test-matrix check lint typecheck chaos install clean bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,14 +22,27 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not chaos"
 
+## The server matrix: the e2e and short chaos scenarios again on every other server this
+## machine has (make test takes redis-server from PATH, else the embedded Valkey; this
+## runs the one it did not take), so that a Redis-only or Valkey-only regression fails.
+MATRIX_TESTS ?= tests/e2e tests/chaos tests/cluster tests/sentinel tests/netns
+test-matrix: $(STAMP)
+	@others="$$($(BIN)/python -m tests.servers --others)"; \
+	if [ -z "$$others" ]; then echo "test-matrix: only one server on this machine"; fi; \
+	for server in $$others; do \
+		echo "test-matrix: $$server"; \
+		COGWORKER_TEST_REDIS_SERVER=$$server $(BIN)/python -m pytest -q -m "not chaos" \
+			$(wildcard $(MATRIX_TESTS)) || exit 1; \
+	done
+
 lint: $(STAMP)
 	$(BIN)/ruff check cogworker_async tests examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-## What CI runs: lint, types, tests.
-check: lint typecheck test
+## What CI runs: lint, types, tests, the server matrix.
+check: lint typecheck test test-matrix
 
 ## The chaos suite at full size (make test runs a short version of each scenario);
 ## each scenario prints a "CHAOS <name> {figures}" line.

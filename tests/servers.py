@@ -35,6 +35,28 @@ def server_binary() -> str:
     return find_binary()
 
 
+def every_binary() -> list[str]:
+    """Every distinct server this machine has: redis-server from PATH and the embedded
+    Valkey (the server matrix of ``make test-matrix``)."""
+    found = []
+    on_path = shutil.which("redis-server")
+    if on_path:
+        found.append(os.path.abspath(on_path))
+    from cogworker_async.embedded import find_binary
+
+    with contextlib.suppress(Exception):
+        embedded = os.path.abspath(find_binary())
+        if embedded not in found:
+            found.append(embedded)
+    return found
+
+
+def other_binaries() -> list[str]:
+    """The servers ``make test`` did not run on (it takes ``server_binary()``)."""
+    default = os.path.abspath(server_binary())
+    return [binary for binary in every_binary() if binary != default]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -98,3 +120,9 @@ class ServerProcess:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":  # `python -m tests.servers --others`: one path per line
+    import sys
+
+    print("\n".join(other_binaries() if "--others" in sys.argv[1:] else every_binary()))
