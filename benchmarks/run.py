@@ -93,9 +93,12 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
 ]}
 DEFAULT_SYSTEMS = list(SYSTEMS)
 
-SCENARIOS = ["enqueue", "bulk", "noop", "latency", "sleep", "memory", "cluster"]
+SCENARIOS = ["enqueue", "bulk", "noop", "latency", "sleep", "memory", "cluster",
+             "durability"]
 CLUSTER_SCRIPT = HERE / "cluster.py"
 """The ``cluster`` scenario (ours only, on its own servers): benchmarks/cluster.py."""
+DURABILITY_SCRIPT = HERE / "durability.py"
+"""The ``durability`` scenario (ours only, on its own servers): benchmarks/durability.py."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1055,7 +1058,8 @@ def measure(bench: Bench, systems: list[System], scenarios: list[str],
     for run in range(1, total + 1):
         for system in systems:
             runs[system.name].append({})
-        for scenario in [s for s in scenarios if s not in ("memory", "cluster")]:
+        for scenario in [s for s in scenarios
+                         if s not in ("memory", "cluster", "durability")]:
             for system in systems:
                 bench.redis.flush()
                 log(f"run {run}/{total}: {scenario} / {system.name} ...")
@@ -1104,10 +1108,13 @@ def main() -> int:
     cluster_text = ""
     if "cluster" in scenarios and OURS in args.systems.split(","):
         cluster_text = run_cluster(args, sizes, bench, errors)
+    durability_text = ""
+    if "durability" in scenarios and OURS in args.systems.split(","):
+        durability_text = run_durability(args, sizes, bench, errors)
     finished = dt.datetime.now().astimezone()
     report = render(args, sizes, systems, results, errors, command, started, finished,
                     load_before, os.getloadavg(), redis_version, profile_text,
-                    cluster_text)
+                    cluster_text, durability_text)
     print(report)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     raw = RESULTS_DIR / f"{bench.stamp}.json"
@@ -1139,11 +1146,30 @@ def run_cluster(args: argparse.Namespace, sizes: Sizes, bench: Bench,
     return done.stdout.strip()
 
 
+def run_durability(args: argparse.Namespace, sizes: Sizes, bench: Bench,
+                   errors: list[str]) -> str:
+    """benchmarks/durability.py with the project's venv (its own servers: a master and
+    a replica, and Valkey with AOF); its Markdown table, or "" after an error."""
+    log("durability: off vs 'replica' and 'aof' ...")
+    raw = bench.logs / "durability.json"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    argv = [str(ensure_our_python()), str(DURABILITY_SCRIPT), "--runs", str(sizes.runs),
+            "--json", str(raw), *(["--quick"] if args.quick else [])]
+    with open(bench.logs / "durability.log", "w") as stderr:
+        done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr,
+                              text=True, timeout=3600)
+    if done.returncode != 0:
+        errors.append(f"durability: exited with {done.returncode} "
+                      f"(see {bench.logs / 'durability.log'})")
+        return ""
+    return done.stdout.strip()
+
+
 def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
            results: dict[str, dict[str, Any]], errors: list[str], command: str,
            started: dt.datetime, finished: dt.datetime, load_before: tuple[float, ...],
            load_after: tuple[float, ...], redis_version: str, profile_text: str,
-           cluster_text: str = "") -> str:
+           cluster_text: str = "", durability_text: str = "") -> str:
     box = machine()
     kind = "QUICK smoke run (--quick: small N, 1 run)" if args.quick else \
         f"full run ({sizes.runs} runs, medians)"
@@ -1193,6 +1219,8 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
                   breakdown, ""]
     if cluster_text:
         lines += ["## Redis Cluster: 3 masters vs one Redis (ours)", "", cluster_text, ""]
+    if durability_text:
+        lines += ["## Durability: off vs 'replica' and 'aof' (ours)", "", durability_text, ""]
     if errors:
         lines += ["## Errors", "", *[f"- {e}" for e in errors], ""]
     if profile_text:
@@ -1240,6 +1268,12 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         "3-master cluster (no replicas), vs the same on one Redis; 2 worker processes; "
         "Redis CPU per job per shard, and one Redis' ceiling (1 / Redis CPU per job) from "
         "1, 2 and 3 workers (see `benchmarks/cluster.py`).",
+        "- **durability** (ours): `durability=\"replica\"` on a master with one replica "
+        "(in sync) and `\"aof\"` on Valkey with `appendonly yes` (`appendfsync` "
+        "everysec and always), each against durability off on the same servers in the "
+        "same run: concurrent enqueue rate, sequential enqueue latency, `enqueue_many`, "
+        "one worker's no-op processing and enqueue → start latency (see "
+        "`benchmarks/durability.py`).",
         "",
         "Ratios are ours ÷ peer for rates and peer ÷ ours for times, CPU, latency, calls "
         "and memory: above 1 means ours is better.",
