@@ -1279,7 +1279,7 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         "and memory: above 1 means ours is better.",
         *(["", *notes] if notes else []),
         "",
-        "Run it: `make bench` (full: 3 runs, 30–40 minutes), "
+        "Run it: `make bench` (full: 3 runs, 35–45 minutes), "
         "`make bench BENCH_ARGS=--quick` (a smoke run of a few minutes), or "
         "`.venv/bin/python benchmarks/run.py --help`.",
     ])
