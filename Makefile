@@ -47,7 +47,8 @@ check: lint typecheck test test-matrix
 ## The chaos suite at full size (make test runs a short version of each scenario);
 ## each scenario prints a "CHAOS <name> {figures}" line.
 chaos: $(STAMP)
-	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/chaos tests/cluster/test_cluster_chaos.py
+	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/chaos tests/cluster/test_cluster_chaos.py \
+		tests/sentinel/test_failover.py
 
 ## Side-by-side benchmark against arq, SAQ, taskiq, streaq and RQ (each in its own venv
 ## under benchmarks/.venvs/, installed on first use); writes benchmarks/RESULTS.md.

@@ -55,6 +55,21 @@ class Durability:
         ms = max(1, round(self.timeout * 1000))
         return (b"WAIT", 1, ms) if self.mode == "replica" else (b"WAITAOF", 1, 0, ms)
 
+    @property
+    def probe(self) -> tuple[Any, ...] | None:
+        """A command that fails where this durability cannot work (``WAITAOF`` on a
+        server without it, or without ``appendonly``), writing nothing; None: none
+        needed (every server has ``WAIT``)."""
+        return (b"WAITAOF", 1, 0, 1) if self.mode == "aof" else None
+
+    def unusable(self, refusal: Exception) -> str:
+        """Why this durability cannot work on the server that refused ``probe``."""
+        if "unknown command" in str(refusal).lower():
+            return ("durability='aof' needs WAITAOF, which this server does not have "
+                    "(Redis >= 7.2 or Valkey): use durability='replica', or upgrade")
+        return (f"durability={self.mode!r} cannot work on this server ({refusal}): "
+                "turn its append-only file on (appendonly yes)")
+
     def check(self, reply: Any) -> None:
         """Raise ``NotDurable`` unless ``reply`` (``WAIT``'s or ``WAITAOF``'s) confirms
         the write."""

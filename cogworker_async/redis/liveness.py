@@ -56,7 +56,8 @@ class Liveness:
     client: redis.asyncio.Redis
     keys: Keys
 
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
+                   durable: bool = False) -> Any:
         raise NotImplementedError
 
     def _trim(self, target: SetName) -> list[str]:
@@ -121,7 +122,9 @@ class Liveness:
                            keys.repeat_orphans(queue), keys.queue(queue),
                            keys.queue_declared_dead(queue)]
             args = [json.dumps(opts), len(drop), *drop, *keep]
-            moved, looked, parked = (int(x) for x in await self._run("requeue", script_keys, args))
+            # Durable when it acks (drop) at a hand-over: a lost ack would run it again.
+            reply = await self._run("requeue", script_keys, args, durable=bool(drop))
+            moved, looked, parked = (int(x) for x in reply)
             if moved < 0:
                 return None
             result.moved += moved
@@ -234,7 +237,7 @@ class Liveness:
     async def park_unsettled(self, identity: str, queue: str, raw: bytes,
                              record: bytes) -> bool:
         keys = [self.keys.in_progress(queue, identity), self.keys.unsettled(queue)]
-        return int(await self._run("park_unsettled", keys, [raw, record])) == 1
+        return int(await self._run("park_unsettled", keys, [raw, record], durable=True)) == 1
 
     async def file_unsettled(
         self, queue: str, record: bytes, target: SetName, entry: bytes, delay: float

@@ -81,6 +81,15 @@ class _FollowingPool(redis.asyncio.sentinel.SentinelConnectionPool):
         await self.follow()
         return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
 
+    async def ensure_connection(self, connection: Any) -> None:
+        # Checked on every connection taken: redis-py drops the idle connections when it
+        # sees the master change, but a task cancelled in that drop (or one that took a
+        # connection just before it) would keep writing to the old master, which then
+        # discards those writes when it rejoins as a replica.
+        if connection.is_connected and not self.reaches_master(connection):
+            await connection.disconnect()  # reconnects through the sentinels
+        await super().ensure_connection(connection)
+
     async def release(self, connection: Any) -> None:
         if not self.reaches_master(connection):  # in use when the master changed
             await connection.disconnect()
@@ -177,3 +186,18 @@ def connect_sync(parsed: urls.SentinelURL, *, timeout: float, retry: Any,
         connection_pool_class=_FollowingPoolSync, **master)
     client.sentinels = watch
     return client  # type: ignore[no-any-return]
+
+
+def follows(client: redis.asyncio.Redis) -> bool:
+    """Does ``client`` follow the master the sentinels name?"""
+    return isinstance(client.connection_pool, _FollowingPool)
+
+
+async def replaced(client: redis.asyncio.Redis, conn: Any) -> bool:
+    """Is the node ``conn`` talks to no longer the master? (The sentinels are asked at
+    most every ``FOLLOW_EVERY``.) Always False for a client not behind sentinels."""
+    pool = client.connection_pool
+    if not isinstance(pool, _FollowingPool):
+        return False
+    await pool.follow()
+    return not pool.reaches_master(conn)

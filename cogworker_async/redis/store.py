@@ -22,7 +22,9 @@ import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
-from cogworker_async.redis.cluster import ClusterClient, ClusterLane
+from cogworker_async.errors import ConfigurationError
+from cogworker_async.redis import sentinel
+from cogworker_async.redis.cluster import ClusterClient, ClusterLane, redirect_of
 from cogworker_async.redis.connection import (
     ServerInfo,
     check_server,
@@ -85,6 +87,26 @@ class Fetched:
     bad_queues: list[str] = field(default_factory=list)
 
 
+async def _wake_messages(client: redis.asyncio.Redis,
+                         pubsub: redis.asyncio.client.PubSub) -> AsyncIterator[None]:
+    """One item per wake-up message on ``pubsub`` (subscribed already)."""
+    if not sentinel.follows(client):
+        async for message in pubsub.listen():
+            if message.get("type") == "message":
+                yield None
+        return
+    # Behind sentinels, a subscriber stays on a replaced master until Sentinel demotes
+    # it (seconds, hearing no wake-up): looked at every FOLLOW_EVERY, and given up as a
+    # lost connection once the master moved (the caller subscribes again).
+    while True:
+        message = await pubsub.get_message(timeout=sentinel.FOLLOW_EVERY)
+        if message is not None and message.get("type") == "message":
+            yield None
+        if await sentinel.replaced(client, pubsub.connection):
+            raise LostReply("the wake-up channel's node is no longer the master "
+                            "(a Sentinel failover)")
+
+
 def _as_list(reply: Any) -> list[Any]:
     return list(reply) if isinstance(reply, list | tuple) else []
 
@@ -102,6 +124,7 @@ class Store(Liveness):
         self.dead_limits = dead_limits
         self.durability = durability
         """What enqueues and settles wait for (``durability.py``); None: nothing."""
+        self._durability_checked = False
         self.cluster = is_cluster(client)
         """Keys of different queues may live on different nodes: one script per slot."""
         self._wake_refused = False
@@ -172,6 +195,7 @@ class Store(Liveness):
         """The script and ``WAIT``/``WAITAOF`` in one round trip, on one connection (a
         WAIT waits for its own connection's writes); ``NotDurable`` when not confirmed."""
         script = self._scripts[name]
+        await self._check_durability(durability)
         reply, confirmed = await self._lane.call_many(
             [(b"EVALSHA", script.sha, len(keys), *keys, *args), durability.command])
         if isinstance(reply, redis.exceptions.NoScriptError):  # nothing ran: load it
@@ -181,6 +205,21 @@ class Store(Liveness):
             raise reply
         durability.check(confirmed)
         return reply
+
+    async def _check_durability(self, durability: Durability) -> None:
+        """Before the first durable write: can this server confirm at all? A server
+        without WAITAOF, or without its AOF on, would run every write and then refuse
+        the confirmation — each enqueue raising as if its reply were lost, and its
+        caller's retry pushing the job again. Asked once, with nothing written yet."""
+        if self._durability_checked:
+            return
+        probe = durability.probe
+        if probe is not None:
+            try:
+                await self._lane.call(*probe)
+            except redis.exceptions.ResponseError as exc:
+                raise ConfigurationError(durability.unusable(exc)) from None
+        self._durability_checked = True
 
     # -- queue names -----------------------------------------------------------------
 
@@ -372,12 +411,7 @@ class Store(Liveness):
                 if confirmation.get("type") == "subscribe":
                     break
 
-            async def messages() -> AsyncIterator[None]:
-                async for message in pubsub.listen():
-                    if message.get("type") == "message":
-                        yield None
-
-            yield messages()
+            yield _wake_messages(self.client, pubsub)
         except (RedisError, OSError):
             if isinstance(self.client, ClusterClient):
                 # Its node may be gone (a failover): the map is read again before the
@@ -418,7 +452,8 @@ class Store(Liveness):
         Every call is in ``queue``'s slot, so a cluster sends them to one node too (and
         one ``WAIT`` after them covers them all, under ``durability``). A
         call refused with NOSCRIPT did not run: it is run again alone (``_run`` loads the
-        script); any other error is raised, as the script call's would be."""
+        script), and so is one a cluster redirected (its slot moved on in the middle of
+        the batch); any other error is raised, as the script call's would be."""
         await self.register_queues([queue])
         calls: list[tuple[str, list[str], list[Any]]] = []
         if raws:
@@ -429,6 +464,10 @@ class Store(Liveness):
                           [self.keys.unique(queue, digest), self.keys.queue(queue)],
                           [jid, max(1, int(ttl * 1000)), "now", "0", queue,
                            self.keys.wake_channel, repr(time.time()), raw]))
+        if not calls:
+            return []
+        if self.durability is not None:
+            await self._check_durability(self.durability)
         commands: list[tuple[Any, ...]] = [
             (b"EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
             for name, keys, args in calls]
@@ -438,7 +477,11 @@ class Store(Liveness):
         confirmed = replies.pop() if self.durability is not None else None
         results = []
         for (name, keys, args), reply in zip(calls, replies, strict=True):
-            if isinstance(reply, redis.exceptions.NoScriptError):
+            if isinstance(reply, redis.exceptions.NoScriptError) or (
+                    isinstance(reply, redis.exceptions.ResponseError)
+                    and redirect_of(reply) is not None):
+                # Did not run (not loaded; or the slot moved on, mid-batch): alone,
+                # loaded and routed where the slot now is.
                 reply = await self._run(name, keys, args, durable=True)
             elif isinstance(reply, Exception):
                 raise reply

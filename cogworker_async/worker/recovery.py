@@ -39,7 +39,7 @@ from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import release_for_dead
-from cogworker_async.worker.settlement import MAX_ENTRY_BYTES, Settler
+from cogworker_async.worker.settlement import MAX_ENTRY_BYTES, Settler, maybe_ran
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
@@ -296,6 +296,8 @@ class Reconciler:
             try:
                 await self.settler.apply(Work(self.ledger.queue_of(raw), raw), disposition)
             except RedisError as exc:
+                if maybe_ran(exc):  # a lost reply, or NotDurable (it ran): a 0 from the
+                    self.ledger.unsure.add(raw)  # next try is then no sign of a lost list
                 log.debug("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
                 return exc
             self.ledger.settled(raw)

@@ -5,6 +5,7 @@ or kills a node: those start their own."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import anyio
@@ -14,6 +15,8 @@ import redis.asyncio
 
 from cogworker_async.redis.cluster import ClusterClient, ClusterLane, redirect_of
 from cogworker_async.redis.connection import connect
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.store import Store
 from tests.cluster_harness import ClusterProcess
 
 
@@ -215,3 +218,51 @@ async def test_wake_ups_come_back_after_their_node_dies(own_cluster: ClusterProc
         assert node not in client.get_primaries()
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("already_there", [False, True], ids=["new-queue", "queue-on-source"])
+async def test_a_batch_whose_slot_migrates_mid_batch_pushes_each_job_once(
+    own_cluster: ClusterProcess, already_there: bool,
+) -> None:
+    """enqueue_many's calls go in one round trip; when the slot is migrating, a later call
+    of the batch can be redirected (MOVED, ASK, TRYAGAIN) after an earlier one ran. The
+    redirected one did not run: it is sent again alone, where the slot is — never the
+    whole batch reported failed (a caller's retry would push the others twice)."""
+    namespace = "migrating"
+    store = Store.from_url(own_cluster.url, namespace)
+    queue_key = Keys(namespace).queue("q")
+    slot = own_cluster.slot_of(queue_key)
+    source = own_cluster.port_of_slot(slot)
+    target = next(port for _, port in own_cluster.masters() if port != source)
+    try:
+        await store.register_queues(["q"])
+        if already_there:
+            await store.enqueue("q", [b"old"])
+        own_cluster._call(target, "CLUSTER", "SETSLOT", slot, "IMPORTING",
+                          own_cluster.node_id(source))
+        own_cluster._call(source, "CLUSTER", "SETSLOT", slot, "MIGRATING",
+                          own_cluster.node_id(target))
+        finishing = asyncio.create_task(anyio.to_thread.run_sync(
+            _finish_migration, own_cluster, slot, source, target))
+        taken = await store.push_batch("q", [b"plain"], [("digest", "jid-1", 60.0, b"unique")])
+        await finishing
+        assert taken == [True]
+        queued = await store.client.lrange(queue_key, 0, -1)
+        assert sorted(queued) == sorted([b"plain", b"unique", *([b"old"] if already_there else [])])
+        assert await store.push_batch("q", []) == []  # nothing to push: nothing sent
+    finally:
+        await store.aclose()
+
+
+def _finish_migration(cluster: ClusterProcess, slot: int, source: int, target: int) -> None:
+    """Move the slot's keys to ``target`` after a moment, then give it the slot."""
+    time.sleep(MIGRATION_LAG)
+    with redis.Redis(port=source) as client:
+        while keys := client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            client.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
+    for _, port in cluster.masters():
+        cluster._call(port, "CLUSTER", "SETSLOT", slot, "NODE", cluster.node_id(target))
+
+
+MIGRATION_LAG = 0.3
+"""Seconds the slot stays half-migrated while the batch is sent."""

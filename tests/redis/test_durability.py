@@ -14,12 +14,16 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from cogworker_async import App, NotDurable
+from cogworker_async import App, ConfigurationError, NotDurable
 from cogworker_async.redis.connection import parse_version
 from cogworker_async.redis.durability import Durability
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
+from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.manager import Manager
+from cogworker_async.worker.outcome import Filing
+from cogworker_async.worker.recovery import Reconciler
+from cogworker_async.worker.settlement import Settler
 from tests.servers import ServerProcess, server_binary
 from tests.waiting import wait_until
 
@@ -187,15 +191,74 @@ async def test_aof_waits_for_the_fsync_where_the_server_has_waitaof(namespace: s
         server.cleanup()
 
 
-async def test_aof_where_the_server_has_no_waitaof_says_so(namespace: str) -> None:
+async def test_aof_where_the_server_has_no_waitaof_says_so_and_writes_nothing(
+    namespace: str,
+) -> None:
     binary = server_binary()
     if _has_waitaof(binary):
         pytest.skip(f"{binary} has WAITAOF")
     server = ServerProcess(appendonly=True).start()
     store = Store.from_url(server.url, namespace, durability=Durability("aof", 0.5))
     try:
-        with pytest.raises(NotDurable, match="needs WAITAOF"):
+        with pytest.raises(ConfigurationError, match="needs WAITAOF"):
             await store.enqueue("q", [b"one"])
+        with redis.Redis(port=server.port) as client:
+            assert client.llen(Keys(namespace).queue("q")) == 0  # a caller's retry: no twin
     finally:
         await store.aclose()
         server.cleanup()
+
+
+async def test_aof_on_a_server_whose_aof_is_off_says_so_and_writes_nothing(
+    namespace: str,
+) -> None:
+    from cogworker_async.embedded import find_binary
+
+    binary = find_binary()
+    if not _has_waitaof(binary):
+        pytest.skip(f"{binary} has no WAITAOF")
+    server = ServerProcess(appendonly=False, binary=binary).start()
+    store = Store.from_url(server.url, namespace, durability=Durability("aof", 0.5))
+    try:
+        with pytest.raises(ConfigurationError, match="appendonly yes"):
+            await store.push_batch("q", [b"one"])
+        with redis.Redis(port=server.port) as client:
+            assert client.llen(Keys(namespace).queue("q")) == 0
+    finally:
+        await store.aclose()
+        server.cleanup()
+
+
+async def test_a_late_settle_not_confirmed_is_known_to_have_run(
+    pair: tuple[ServerProcess, ServerProcess], namespace: str,
+) -> None:
+    """A remembered failure filed late whose WAIT found no replica did run: when its
+    next try finds the job off the list, that is its own doing — not a list Redis lost,
+    which would list the job again and file it a second time (it would run twice)."""
+    master, replica = pair
+    assert replica.process is not None
+    plain = Store.from_url(master.url, namespace)
+    store = replica_store(pair, namespace)
+    raw = b'{"jid":"j1","function":"f","args":[],"kwargs":{},"queue":"q"}'
+    try:
+        await plain.enqueue("q", [raw])
+        assert (await plain.fetch("me", ["q"], 1)).jobs == [("q", raw)]
+        ledger = Ledger(4, 4)
+        reconciler = Reconciler(store, Settler(store, "me", reliable=True, ledger=ledger),
+                                "me", ["q"], ledger)
+        ledger.remember(raw, Filing("retry", {"jid": "j1", "retry": 1}, 30.0, False),  # type: ignore[typeddict-item]
+                        queue="q")
+        os.kill(replica.process.pid, signal.SIGSTOP)
+        try:
+            assert isinstance(await reconciler.settle_pending(), NotDurable)
+        finally:
+            os.kill(replica.process.pid, signal.SIGCONT)
+        assert raw in ledger.unsure
+        await reconciler.settle_pending()  # finds it filed: a doubt for the next beat
+        assert not ledger.relist_wanted
+        with redis.Redis(port=master.port) as client:
+            assert client.zcard(store.zset_key("q", "retry")) == 1
+            assert client.llen(store.keys.in_progress("q", "me")) == 0
+    finally:
+        await store.aclose()
+        await plain.aclose()
