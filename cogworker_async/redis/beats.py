@@ -42,6 +42,9 @@ class BeatWriter:
         """The slots whose keys the last beat found lost (a queue; None: the namespace's)."""
         self.failure: Exception | None = None
         """What failed in the last beat (a slot's node away), or None."""
+        self.failed: frozenset[str | None] = frozenset()
+        """The slots whose beat failed in the last round (a queue; None: the
+        namespace's); empty when it failed before any slot was tried (no client)."""
 
     @property
     def client(self) -> redis.Redis:
@@ -63,6 +66,7 @@ class BeatWriter:
         expire and the live process looks dead there. Every slot is beaten even when
         one fails."""
         keys, identity = self.keys, self.identity
+        self.failed = frozenset()
         stamp, again = repr(time.time()), "0" if first else "1"
         ms = int(ttl * 1000)
         beats: list[tuple[str | None, list[str], str]] = [
@@ -79,11 +83,14 @@ class BeatWriter:
                    for slot, script_keys, value in beats]
         found: dict[str | None, int] = {}
         self.failure = None
+        failed = set()
         for slot, future in futures:
             try:
                 found[slot] = int(future.result()[0])
             except Exception as exc:
                 self.failure = self.failure or exc
+                failed.add(slot)
+        self.failed = frozenset(failed)
         self.forgotten = frozenset(slot for slot, status in found.items() if status == FORGOTTEN)
         # News from one slot must not wait for another: a slot that lost its keys was
         # re-registered by this beat, and the next round would say ALIVE there.

@@ -108,6 +108,11 @@ class Heartbeat:
         """Touched only by the heartbeat thread (after ``start``)."""
         self.last_failure: float | None = None
         """``time.monotonic()`` of the last beat that failed; None if none did."""
+        self.slot_failures: dict[str | None, float] = {}
+        """slot (a queue; None: the namespace's) -> ``time.monotonic()`` of the last
+        beat that failed there; a beat that failed before reaching any slot counts for
+        every slot (``last_failure`` then, ``whole_failure``)."""
+        self.whole_failure: float | None = None
         self.started_at = time.time()
 
     def info(self) -> dict[str, Any]:
@@ -140,6 +145,17 @@ class Heartbeat:
         failed = self.last_failure
         return failed is None or time.monotonic() - failed >= seconds
 
+    def steady_in(self, queue: str, seconds: float) -> bool:
+        """No beat failed in ``queue``'s slot in the last ``seconds`` (read from the event
+        loop): a shard that was away makes only its own slots' stamps stale. A queue
+        this process does not beat in tells nothing of its slot: any failed beat counts
+        (its shard may have been away with the one that failed)."""
+        if queue not in self.writer.queues:
+            return self.steady_for(seconds)
+        now = time.monotonic()
+        return all(failed is None or now - failed >= seconds
+                   for failed in (self.whole_failure, self.slot_failures.get(queue)))
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="cogworker-heartbeat",
                                         daemon=True)
@@ -155,7 +171,11 @@ class Heartbeat:
             try:
                 self.beat()
             except Exception as exc:  # Redis away: keep trying; the TTL tells the rest
-                self.last_failure = time.monotonic()
+                self.last_failure = now = time.monotonic()
+                for slot in self.writer.failed:
+                    self.slot_failures[slot] = now
+                if not self.writer.failed:
+                    self.whole_failure = now
                 self.streak.failed(exc)
                 continue
             self.streak.succeeded()

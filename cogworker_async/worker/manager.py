@@ -128,10 +128,12 @@ class Manager:
             on_alive=self.fence.alive_from_thread,
         )
         self.ledger.beats = lambda: self.heartbeat.beats_started
-        # No judging others dead until our own beats have succeeded for orphan_threshold
-        # (see Recovery.recover_orphans): after a Redis outage every stamp is stale.
-        self.recovery = Recovery(store, settings, self.identity, may_judge=partial(
-            self.heartbeat.steady_for, settings.orphan_threshold))
+        # No judging others dead in a queue's slot until our own beats there have
+        # succeeded for orphan_threshold (see Recovery.recover_orphans): after a Redis
+        # outage (or a shard's) every stamp there is stale.
+        threshold = settings.orphan_threshold
+        self.recovery = Recovery(store, settings, self.identity, may_judge=lambda queue: (
+            self.heartbeat.steady_in(queue, threshold)))
         self.reconciler = Reconciler(store, self.settler, self.identity,
                                      settings.queue_names, self.ledger)
         self._upkeep: TaskGroup | None = None

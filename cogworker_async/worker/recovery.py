@@ -82,23 +82,33 @@ def process_died_entry(raw: bytes, *, max_orphanings: int, identity: str,
 
 class Recovery:
     def __init__(self, store: Store, settings: Settings, identity: str, *,
-                 may_judge: Callable[[], bool] = lambda: True) -> None:
+                 may_judge: Callable[[str], bool] = lambda queue: True) -> None:
         self.store = store
         self.settings = settings
         self.identity = identity
         self.may_judge = may_judge
-        """False while this process may not declare others dead (see recover_orphans)."""
+        """False for a queue while this process may not declare others dead in its slot
+        (see recover_orphans)."""
+        self._away: Exception | None = None
+        """The first lost connection of this pass (a node away): raised at its end."""
 
     async def recover_orphans(self, *, scan: bool = False) -> int:
         """One pass over every other identity; returns how many jobs were requeued.
 
-        Nobody is judged dead while ``may_judge()`` is false: the Manager makes it false
-        for ``orphan_threshold`` after one of this process's own beats failed. When this
-        process could not beat (Redis down, restarted, unreachable), neither could the
-        others: once Redis is back every stamp is stale, and the live processes would
-        look dead to whichever one ran recovery first, their running and
-        finished-but-unacked jobs requeued to run twice. Waiting out the threshold lets
-        the live ones beat first (tests/chaos/redisfaults/test_redis_restarts.py, 6b).
+        Nobody is judged dead in a queue's slot while ``may_judge(queue)`` is false: the
+        Manager makes it false for ``orphan_threshold`` after one of this process's own
+        beats failed in that slot. When this process could not beat there (Redis down,
+        restarted, unreachable; on a cluster, that shard), neither could the others:
+        once it is back every stamp there is stale, and the live processes would look
+        dead to whichever one ran recovery first, their running and finished-but-unacked
+        jobs requeued to run twice. Waiting out the threshold lets the live ones beat
+        first (tests/chaos/redisfaults/test_redis_restarts.py, 6b). A slot elsewhere is
+        judged all the same: one shard away must not leave every dead process's jobs on
+        the other shards where they are (tests/cluster/test_shard_away.py).
+
+        A node that cannot be reached stops only what lives on it: the pass goes on
+        with the other slots, and raises the first lost connection at its end (its
+        streak says it once).
 
         A process has a list in each queue's slot it fetched from; each is recovered in
         that slot, where ``requeue.lua`` judges the owner by the beats it wrote there
@@ -106,8 +116,10 @@ class Recovery:
         queue names; the identities from each queue's registry, plus a SCAN of every
         node at boot for lists no registry knows.
         """
+        self._away = None
         queues = await self._queues()
-        candidates = await self._candidates(queues, scan) if self.may_judge() else {}
+        judged = [queue for queue in queues if self.may_judge(queue)]
+        candidates = await self._candidates(judged, scan) if judged else {}
         # This identity's lists on the queues it serves are the reconciler's; one on another
         # queue was left by an earlier process of the same identity (started again with
         # other queues): nothing beats in that slot, and nobody else recovers it while
@@ -119,28 +131,34 @@ class Recovery:
         for identity in sorted(candidates):
             try:
                 moved += await self._recover(identity, sorted(candidates[identity]))
-            except ConnectionLost:  # not this identity's fault: the pass's streak says it
-                raise
+            except ConnectionLost as exc:  # not this identity's fault: the streak says it
+                self._lost(exc)
             except Exception as exc:
                 log.error("orphan recovery skipped %s: %s", identity, why(exc))
         for queue in queues:
             for what in (self.bury_repeat_orphans, self.file_unsettled):
                 try:
                     await what(queue)
-                except ConnectionLost:
-                    raise
+                except ConnectionLost as exc:
+                    self._lost(exc)
                 except Exception as exc:
                     log.error("orphan recovery: %s of queue %r failed: %s", what.__name__,
                               queue, why(exc))
+        if self._away is not None:
+            raise self._away
         return moved
+
+    def _lost(self, exc: Exception) -> None:
+        self._away = self._away or exc
 
     async def _queues(self) -> list[str]:
         """Every registered queue, and this process's own (registered as it started,
         but a registry Redis lost must not hide them)."""
         try:
             names = set(await self.store.queue_names())
-        except ConnectionLost:
-            raise
+        except ConnectionLost as exc:  # the namespace's node away: its own still judged
+            self._lost(exc)
+            names = set()
         except Exception as exc:
             log.error("orphan recovery: reading the queue names failed: %s", why(exc))
             names = set()
@@ -158,8 +176,9 @@ class Recovery:
         for source in sources:
             try:
                 pairs = await source()
-            except ConnectionLost:  # Redis away: the pass fails (said once by its streak)
-                raise
+            except ConnectionLost as exc:  # that node away: the others' candidates count
+                self._lost(exc)
+                continue
             except Exception as exc:
                 log.error("orphan recovery: reading candidates failed: %s", why(exc))
                 continue
@@ -177,9 +196,13 @@ class Recovery:
         return [(queue, identity) for identity in await self.store.queue_identities(queue)]
 
     async def _recover(self, identity: str, queues: Sequence[str]) -> int:
-        if identity != self.identity and await self.store.is_alive(identity):
-            return 0  # a quick no; each slot then judges alone
-        info = await self.store.beat_info(identity)
+        try:
+            if identity != self.identity and await self.store.is_alive(identity):
+                return 0  # a quick no; each slot then judges alone
+            info = await self.store.beat_info(identity)
+        except ConnectionLost as exc:  # the namespace's node away: each slot judges alone
+            self._lost(exc)
+            info = None
         if identity != self.identity:
             # The queues it said it served, too: a registry of queue names Redis lost
             # must not let it be forgotten with a list left in one of them.
@@ -187,24 +210,16 @@ class Recovery:
         moved = parked = 0
         gone = True
         for queue in queues:
-            result = await self.store.recover(
-                identity, queue, dead_for=self.settings.orphan_threshold,
-                max_orphanings=self.settings.max_orphanings,
-                keep=await self._held_back(identity, queue),
-            )
-            if result is None:  # alive after all, as seen by this queue's slot
+            try:
+                done = await self._recover_in(identity, queue, info)
+            except ConnectionLost as exc:  # that shard away: the others are recovered
+                self._lost(exc)
+                done = None
+            if done is None:
                 gone = False
                 continue
-            moved += result.moved
-            parked += result.parked
-            if result.parked:
-                await self.bury_repeat_orphans(queue, identity, info)
-            # Recovery never removes a declared_dead mark: it is the only evidence a
-            # paused process accepts, on waking, that its jobs run elsewhere (missing keys
-            # alone mean Redis lost them: see beat.lua), and the pass that set it may have
-            # lost its reply, leaving a later pass to find the list empty and forget the
-            # identity. Only the process itself clears its mark (first beat, fencing, retire).
-            gone &= await self.store.forget(identity, queue, declared_dead=True)
+            moved, parked = moved + done[0], parked + done[1]
+            gone &= done[2]
         if moved or parked:
             log.warning("requeued %d job(s) left in progress by dead process %s%s",
                         moved, identity,
@@ -215,6 +230,29 @@ class Recovery:
         if gone:
             await self.store.forget(identity, None, declared_dead=True)
         return moved
+
+    async def _recover_in(self, identity: str, queue: str, info: Mapping[str, Any] | None,
+                          ) -> tuple[int, int, bool] | None:
+        """Recover ``identity``'s list of ``queue``: (moved, parked, forgotten there),
+        or None when it was not (alive as that slot sees it, or not judged now)."""
+        if not self.may_judge(queue):  # its slot's stamps may be stale: not now
+            return None
+        result = await self.store.recover(
+            identity, queue, dead_for=self.settings.orphan_threshold,
+            max_orphanings=self.settings.max_orphanings,
+            keep=await self._held_back(identity, queue),
+        )
+        if result is None:  # alive after all, as seen by this queue's slot
+            return None
+        if result.parked:
+            await self.bury_repeat_orphans(queue, identity, info)
+        # Recovery never removes a declared_dead mark: it is the only evidence a paused
+        # process accepts, on waking, that its jobs run elsewhere (missing keys alone
+        # mean Redis lost them: see beat.lua), and the pass that set it may have lost its
+        # reply, leaving a later pass to find the list empty and forget the identity.
+        # Only the process itself clears its mark (first beat, fencing, retire).
+        forgotten = await self.store.forget(identity, queue, declared_dead=True)
+        return result.moved, result.parked, forgotten
 
     async def _record(self, event: dict[str, Any]) -> None:
         """Add a recovery event (informational). The jobs are already back: a failure
