@@ -30,6 +30,19 @@ async def test_clears_the_orphan_counter_of_each_acked_job(store: Store, keys: K
     assert await store.client.get(keys.orphanings(QUEUE, jid_of(running))) == b"1"
 
 
+async def test_a_late_ack_that_finds_nothing_leaves_the_orphan_counter(
+    store: Store, keys: Keys
+) -> None:
+    # A process declared dead (fenced after a partition) acks a job recovered and now
+    # running elsewhere: the count of its orphanings belongs to that copy.
+    [job] = await fetched(store, IDENTITY, [make_job()])
+    await store.client.set(keys.orphanings(QUEUE, jid_of(job)), 2)
+
+    assert await store.ack("another:2:zombie", QUEUE, [(job, jid_of(job))]) == 0
+
+    assert await store.client.get(keys.orphanings(QUEUE, jid_of(job))) == b"2"
+
+
 async def test_only_the_queues_own_list_and_counters_are_touched(
     store: Store, keys: Keys
 ) -> None:

@@ -290,3 +290,23 @@ async def _quiet_reconciles(r: redis.asyncio.Redis, worker: Any) -> None:
 async def _lrange_calls(r: redis.asyncio.Redis) -> int:
     stats = await r.info("commandstats")
     return int(stats.get("cmdstat_lrange", {}).get("calls", 0))
+
+
+async def test_lost_first_beat_reply(
+    proxied: tuple[ServerProcess, LostReplyProxy], start_worker: StartWorker,
+    make_jobs: Callable[[str], Jobs], clients: Callable[[str], redis.asyncio.Redis],
+    witness: Witness, namespace: str,
+) -> None:
+    """The first beat's reply is lost (a lossy link as the worker starts): the worker
+    beats again and starts, rather than exit as if Redis were unreachable."""
+    server, proxy = proxied
+    r, jobs = clients(server.url), make_jobs(server.url)
+    rule = proxy.arm(DropReply(sha("beat")))
+    worker = start_worker(proxy.url, "--concurrency", "2")
+    await wait_ready(r, namespace, worker)
+    await jobs.record.enqueue("after-a-lost-first-beat")
+    await wait_alive(worker, lambda: _done(r, witness, namespace, 1), timeout=20)
+    report("7d-lost-first-beat-reply", beat_requests=rule.requests, dropped=len(rule.dropped))
+    assert len(rule.dropped) == 1
+    assert "first heartbeat failed" in worker.log()
+    await worker.stop()
