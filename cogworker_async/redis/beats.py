@@ -44,7 +44,15 @@ class BeatWriter:
         """What failed in the last beat (a slot's node away), or None."""
         self.failed: frozenset[str | None] = frozenset()
         """The slots whose beat failed in the last round (a queue; None: the
-        namespace's); empty when it failed before any slot was tried (no client)."""
+        namespace's); empty, with ``succeeded``, when it failed before any slot was
+        tried (no client)."""
+        self.succeeded: frozenset[str | None] = frozenset()
+        """The slots whose beat succeeded in the last round."""
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a beat waits for each slot's reply."""
+        return self._timeout
 
     @property
     def client(self) -> redis.Redis:
@@ -66,7 +74,7 @@ class BeatWriter:
         expire and the live process looks dead there. Every slot is beaten even when
         one fails."""
         keys, identity = self.keys, self.identity
-        self.failed = frozenset()
+        self.failed = self.succeeded = frozenset()
         stamp, again = repr(time.time()), "0" if first else "1"
         ms = int(ttl * 1000)
         beats: list[tuple[str | None, list[str], str]] = [
@@ -91,6 +99,7 @@ class BeatWriter:
                 self.failure = self.failure or exc
                 failed.add(slot)
         self.failed = frozenset(failed)
+        self.succeeded = frozenset(found)
         self.forgotten = frozenset(slot for slot, status in found.items() if status == FORGOTTEN)
         # News from one slot must not wait for another: a slot that lost its keys was
         # re-registered by this beat, and the next round would say ALIVE there.

@@ -70,6 +70,8 @@ REGISTER_EVERY: Final = 60.0
 
 RedisError = redis.exceptions.RedisError
 ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+ClusterUnreachable = redis.exceptions.RedisClusterException
+"""A blocking cluster client that found no node to read the slot map from."""
 NoMaster = MasterNotFound
 """No sentinel named a master: the call was never sent."""
 LostReply = redis.exceptions.ConnectionError
@@ -160,6 +162,8 @@ class Store(Liveness):
 
     async def check_server(self, *, reliable: bool) -> ServerInfo:
         info = await check_server(self.client, reliable=reliable)
+        if self.durability is not None:  # a worker fails here, before it fetches a job
+            await self._check_durability(self.durability)
         if self.durability is not None and self.durability.mode == "replica":
             await self._check_replicas()
         return info

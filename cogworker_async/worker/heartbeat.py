@@ -26,6 +26,7 @@ from cogworker_async import job
 from cogworker_async.errors import why
 from cogworker_async.redis.beats import ALIVE, ZOMBIE, BeatWriter
 from cogworker_async.worker.fetch import Work
+from cogworker_async.worker.steadiness import Steadiness
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
@@ -108,11 +109,10 @@ class Heartbeat:
         """Touched only by the heartbeat thread (after ``start``)."""
         self.last_failure: float | None = None
         """``time.monotonic()`` of the last beat that failed; None if none did."""
-        self.slot_failures: dict[str | None, float] = {}
-        """slot (a queue; None: the namespace's) -> ``time.monotonic()`` of the last
-        beat that failed there; a beat that failed before reaching any slot counts for
-        every slot (``last_failure`` then, ``whole_failure``)."""
-        self.whole_failure: float | None = None
+        self.steadiness = Steadiness(gap=2 * interval + writer.timeout)
+        """Per slot, since when beats there succeed without a break (``steadiness.py``);
+        written by whoever calls ``beat`` (the start-up, then the thread), read by the
+        loop."""
         self.started_at = time.time()
 
     def info(self) -> dict[str, Any]:
@@ -128,7 +128,12 @@ class Heartbeat:
         """Write one beat (raises on a Redis error). Fences the process if it was dead."""
         self.beats_started += 1
         number = self.beats_started
-        status = self.writer.beat(self.info(), self.ttl, first=not self._beaten)
+        writer = self.writer
+        writer.failed = writer.succeeded = frozenset()
+        try:
+            status = writer.beat(self.info(), self.ttl, first=not self._beaten)
+        finally:
+            self._note(time.monotonic())
         self._beaten = True
         if status == ALIVE:
             self._on_alive(number)
@@ -140,21 +145,29 @@ class Heartbeat:
         if self.writer.failure is not None:  # a slot failed too: counted as failed
             raise self.writer.failure
 
-    def steady_for(self, seconds: float) -> bool:
-        """No beat failed in the last ``seconds`` (read from the event loop)."""
-        failed = self.last_failure
-        return failed is None or time.monotonic() - failed >= seconds
-
     def steady_in(self, queue: str, seconds: float) -> bool:
-        """No beat failed in ``queue``'s slot in the last ``seconds`` (read from the event
-        loop): a shard that was away makes only its own slots' stamps stale. A queue
-        this process does not beat in tells nothing of its slot: any failed beat counts
-        (its shard may have been away with the one that failed)."""
-        if queue not in self.writer.queues:
-            return self.steady_for(seconds)
+        """May this process judge others dead in ``queue``'s slot: its beats there have
+        succeeded without a break for ``seconds`` (``steadiness.py``)? A queue it does
+        not beat in tells nothing of its slot (that shard may have been away): every
+        slot it beats in must be steady then."""
         now = time.monotonic()
-        return all(failed is None or now - failed >= seconds
-                   for failed in (self.whole_failure, self.slot_failures.get(queue)))
+        if queue in self.writer.queues:
+            return self.steadiness.steady(queue, seconds, now)
+        return self.steadiness.all_steady([*self.writer.queues, None], seconds, now)
+
+    def _note(self, now: float) -> None:
+        """Record which slots this beat reached (``steadiness``); a beat that failed
+        before reaching any slot counts as failed in every slot."""
+        writer = self.writer
+        failed = writer.failed
+        if not failed and not writer.succeeded:
+            failed = frozenset([*writer.queues, None])
+        for slot in writer.succeeded:
+            self.steadiness.succeeded(slot, now)
+        for slot in failed:
+            self.steadiness.failed(slot)
+        if failed:
+            self.last_failure = now
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="cogworker-heartbeat",
@@ -171,11 +184,6 @@ class Heartbeat:
             try:
                 self.beat()
             except Exception as exc:  # Redis away: keep trying; the TTL tells the rest
-                self.last_failure = now = time.monotonic()
-                for slot in self.writer.failed:
-                    self.slot_failures[slot] = now
-                if not self.writer.failed:
-                    self.whole_failure = now
                 self.streak.failed(exc)
                 continue
             self.streak.succeeded()

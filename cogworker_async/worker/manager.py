@@ -39,7 +39,13 @@ from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.periodic import Periodic
 from cogworker_async.redis.beats import BeatWriter
 from cogworker_async.redis.connection import SOCKET_TIMEOUT
-from cogworker_async.redis.store import AuthenticationError, ConnectionLost, RedisError, Store
+from cogworker_async.redis.store import (
+    AuthenticationError,
+    ClusterUnreachable,
+    ConnectionLost,
+    RedisError,
+    Store,
+)
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
 from cogworker_async.worker import handover
@@ -52,7 +58,8 @@ from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.outcome import GiveBack
 from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor
-from cogworker_async.worker.recovery import Reconciler, Recovery, run_upkeep
+from cogworker_async.worker.reconcile import Reconciler
+from cogworker_async.worker.recovery import Recovery, run_upkeep
 from cogworker_async.worker.settlement import Settler
 from cogworker_async.worker.streak import Streak
 
@@ -191,7 +198,7 @@ class Manager:
             try:
                 await anyio.to_thread.run_sync(self.heartbeat.beat)
                 return
-            except ConnectionLost as exc:
+            except (*ConnectionLost, ClusterUnreachable) as exc:
                 if isinstance(exc, AuthenticationError) or time.monotonic() >= deadline:
                     raise
                 log.warning("first heartbeat failed (%s); trying again", why(exc))

@@ -11,10 +11,8 @@ checked separately, an owner that beat in between would see its running jobs run
 A job recovered more than ``max_orphanings`` times (it kills its process: OOM, SIGKILL)
 is parked and then buried in dead as ``ProcessDied`` instead of coming back forever.
 
-Reconcile looks at this process's own list: an entry no processor is running (judged
-from memory, never from Redis) is either a pending settlement — finished here, never run
-again — or a stray (a ghost left by a lost fetch reply), requeued once seen on two passes
-in a row (the second look rules out a job caught between its fetch and its start).
+Reconcile (``reconcile.py``) keeps this process's own list honest; ``run_upkeep`` runs
+both, every ``recovery_interval``.
 
 One bad identity or record (wrong key type, corrupt stamp, unreadable JSON) is logged
 and skipped; it never stops the others.
@@ -36,13 +34,15 @@ from cogworker_async import job
 from cogworker_async.errors import UnparseablePayload, why
 from cogworker_async.redis.store import ConnectionLost, RedisError, Store
 from cogworker_async.settings import Settings, check_queue_name
-from cogworker_async.worker.fetch import Work
-from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import release_for_dead
-from cogworker_async.worker.settlement import MAX_ENTRY_BYTES, Settler, maybe_ran
+from cogworker_async.worker.reconcile import Reconciler
+from cogworker_async.worker.settlement import MAX_ENTRY_BYTES
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
+
+CandidateSource = Callable[[], Awaitable[Iterable[tuple[str | None, str]]]]
+"""Reads (queue or None, identity) pairs of processes that may own a list."""
 
 RECENT_RECOVERIES: Final = 100
 """Recovery events kept for the dashboard."""
@@ -91,6 +91,14 @@ class Recovery:
         (see recover_orphans)."""
         self._away: Exception | None = None
         """The first lost connection of this pass (a node away): raised at its end."""
+        self._unreachable: set[str] = set()
+        """Queues whose node failed earlier in this pass: not called again in it (a
+        hung node would cost a socket timeout per call)."""
+        self.scanned = False
+        """The boot SCAN has been read (it is tried on each pass until it has been)."""
+        self._found: dict[str, set[str]] = {}
+        """identity -> queues where the SCAN found its list and it was not judged yet
+        (that slot was not steady): no registry may know them, so they are kept."""
 
     async def recover_orphans(self, *, scan: bool = False) -> int:
         """One pass over every other identity; returns how many jobs were requeued.
@@ -116,10 +124,12 @@ class Recovery:
         queue names; the identities from each queue's registry, plus a SCAN of every
         node at boot for lists no registry knows.
         """
-        self._away = None
+        self._away, self._unreachable = None, set()
         queues = await self._queues()
         judged = [queue for queue in queues if self.may_judge(queue)]
-        candidates = await self._candidates(judged, scan) if judged else {}
+        candidates = await self._candidates(judged, scan and not self.scanned)
+        for identity, found in self._found.items():
+            candidates.setdefault(identity, set()).update(found)
         # This identity's lists on the queues it serves are the reconciler's; one on another
         # queue was left by an earlier process of the same identity (started again with
         # other queues): nothing beats in that slot, and nobody else recovers it while
@@ -135,18 +145,26 @@ class Recovery:
                 self._lost(exc)
             except Exception as exc:
                 log.error("orphan recovery skipped %s: %s", identity, why(exc))
+        await self._handed_over(queues)
+        if self._away is not None:
+            raise self._away
+        return moved
+
+    async def _handed_over(self, queues: Sequence[str]) -> None:
+        """Bury each queue's parked repeat orphans and file its hand-over records."""
         for queue in queues:
+            if queue in self._unreachable:
+                continue
             for what in (self.bury_repeat_orphans, self.file_unsettled):
                 try:
                     await what(queue)
                 except ConnectionLost as exc:
                     self._lost(exc)
+                    self._unreachable.add(queue)
+                    break
                 except Exception as exc:
                     log.error("orphan recovery: %s of queue %r failed: %s", what.__name__,
                               queue, why(exc))
-        if self._away is not None:
-            raise self._away
-        return moved
 
     def _lost(self, exc: Exception) -> None:
         self._away = self._away or exc
@@ -168,16 +186,18 @@ class Recovery:
         """identity -> the queues where it may own a list. Each source is read on its
         own: one unreadable (a key of the wrong type) must not hide another."""
         found: dict[str, set[str]] = {}
-        sources: list[Callable[[], Awaitable[Iterable[tuple[str | None, str]]]]] = [
-            self._namespace_identities,
-            *(partial(self._queue_identities, queue) for queue in queues),
-            *([self.store.scanned_lists] if scan else []),
+        sources: list[tuple[str | None, CandidateSource]] = [
+            (None, self._namespace_identities),
+            *((queue, partial(self._queue_identities, queue)) for queue in queues),
+            *([(None, self._scanned_lists)] if scan else []),
         ]
-        for source in sources:
+        for queue_read, source in sources:
             try:
                 pairs = await source()
             except ConnectionLost as exc:  # that node away: the others' candidates count
                 self._lost(exc)
+                if queue_read is not None:
+                    self._unreachable.add(queue_read)
                 continue
             except Exception as exc:
                 log.error("orphan recovery: reading candidates failed: %s", why(exc))
@@ -187,6 +207,15 @@ class Recovery:
                 if queue is not None:
                     owned.add(queue)
         return found
+
+    async def _scanned_lists(self) -> list[tuple[str | None, str]]:
+        """The SCAN's (queue, identity) pairs, kept until each is judged."""
+        pairs = await self.store.scanned_lists()
+        self.scanned = True
+        for queue, identity in pairs:
+            if queue is not None:
+                self._found.setdefault(identity, set()).add(queue)
+        return list(pairs)
 
     async def _namespace_identities(self) -> list[tuple[str | None, str]]:
         """Every process in the namespace's registry (no queue known from there)."""
@@ -203,6 +232,9 @@ class Recovery:
         except ConnectionLost as exc:  # the namespace's node away: each slot judges alone
             self._lost(exc)
             info = None
+            # ... but only the slots this process beats in: of another queue's slot it
+            # knows nothing (its shard may have just come back, every stamp stale).
+            queues = [queue for queue in queues if queue in self.settings.queue_names]
         if identity != self.identity:
             # The queues it said it served, too: a registry of queue names Redis lost
             # must not let it be forgotten with a list left in one of them.
@@ -214,6 +246,7 @@ class Recovery:
                 done = await self._recover_in(identity, queue, info)
             except ConnectionLost as exc:  # that shard away: the others are recovered
                 self._lost(exc)
+                self._unreachable.add(queue)
                 done = None
             if done is None:
                 gone = False
@@ -235,8 +268,13 @@ class Recovery:
                           ) -> tuple[int, int, bool] | None:
         """Recover ``identity``'s list of ``queue``: (moved, parked, forgotten there),
         or None when it was not (alive as that slot sees it, or not judged now)."""
-        if not self.may_judge(queue):  # its slot's stamps may be stale: not now
+        if queue in self._unreachable or not self.may_judge(queue):  # not now
             return None
+        judged = self._found.get(identity)
+        if judged is not None:  # judged now: a registry or this pass decides from here
+            judged.discard(queue)
+            if not judged:
+                del self._found[identity]
         result = await self.store.recover(
             identity, queue, dead_for=self.settings.orphan_threshold,
             max_orphanings=self.settings.max_orphanings,
@@ -316,73 +354,19 @@ class Recovery:
                 return
 
 
-class Reconciler:
-    """Keeps this process's own in-progress list in line with what it is doing."""
-
-    def __init__(self, store: Store, settler: Settler, identity: str, queues: Sequence[str],
-                 ledger: Ledger) -> None:
-        self.store = store
-        self.settler = settler
-        self.identity = identity
-        self.queues = list(dict.fromkeys(queues))
-        self.ledger = ledger
-
-    async def settle_pending(self) -> RedisError | None:
-        """Finish remembered outcomes through the same scripts; stop at the first failure
-        and return it (logged at debug only: the caller's streak reports it once)."""
-        for raw, disposition in list(self.ledger.pending.items()):
-            try:
-                await self.settler.apply(Work(self.ledger.queue_of(raw), raw), disposition)
-            except RedisError as exc:
-                if maybe_ran(exc):  # a lost reply, or NotDurable (it ran): a 0 from the
-                    self.ledger.unsure.add(raw)  # next try is then no sign of a lost list
-                log.debug("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
-                return exc
-            self.ledger.settled(raw)
-            log.info("settled jid=%s late (it was not run again)", job.jid_of(raw))
-        return None
-
-    async def reconcile(self) -> int:
-        """One pass; returns how many strays were requeued. Raises what stopped the late
-        settlements, after the strays are handled (they are not held up by it)."""
-        unsettled = await self.settle_pending()
-        requeued = await self._requeue_strays()
-        if unsettled is not None:
-            raise unsettled
-        return requeued
-
-    async def _requeue_strays(self) -> int:
-        if self.ledger.fetching:  # a fetch in flight: its jobs are listed but not yet running
-            return 0
-        listed: dict[bytes, str] = {}
-        for queue in self.queues:
-            for raw in await self.store.in_progress(self.identity, queue):
-                listed[raw] = queue
-        requeued = 0
-        for raw in self.ledger.strays(list(listed)):
-            if await self.store.give_back(self.identity, listed[raw], raw):
-                requeued += 1
-                log.warning("requeued stray in-progress job jid=%s (a lost fetch reply?)",
-                            job.jid_of(raw))
-        return requeued
-
-
 async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Settings,
                      identity: str) -> None:
     """Every ``recovery_interval`` (jittered): orphan recovery under the lock, reconcile.
     Each says once when it starts failing and once when it recovers (``Streak``)."""
-    first = True
     recovering, reconciling = Streak("orphan recovery pass"), Streak("reconcile pass")
 
     async def recover() -> None:
-        nonlocal first
         # Its own queues stay registered (the Store re-sends at most once a minute):
         # Redis may have lost the registry, which recovery and the dashboard read.
         await recovery.store.register_queues(settings.queue_names)
         if await recovery.store.take_lock(recovery.store.keys.recovery_lock, identity,
                                           settings.recovery_interval):
-            await recovery.recover_orphans(scan=first)
-            first = False
+            await recovery.recover_orphans(scan=True)  # the SCAN until it was read once
 
     while True:
         await attempt(recover, recovering)

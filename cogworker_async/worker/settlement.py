@@ -79,8 +79,10 @@ class Settler:
         self.ledger = ledger
         self.acks = AckBatcher(store, identity)
 
-    async def settle(self, work: Work, disposition: Disposition) -> None:
-        """Apply ``disposition``; never raises (a settle must not stop the worker)."""
+    async def settle(self, work: Work, disposition: Disposition, *,
+                     fallback: bool = False) -> None:
+        """Apply ``disposition``; never raises (a settle must not stop the worker).
+        ``fallback``: this is already the simplest entry, filed after a failure."""
         if isinstance(disposition, Ack):
             self.ledger.needless.add(work.raw)  # before its script: never relisted
         for attempt in range(1, ATTEMPTS + 1):
@@ -104,13 +106,14 @@ class Settler:
                 await anyio.sleep(RETRY_PAUSE * attempt)
             except Exception as exc:  # a bug, not Redis: don't retry the same thing
                 log.exception("settling jid=%s failed", job.jid_of(work.raw))
-                if isinstance(disposition, Filing):
+                if isinstance(disposition, Filing) and not fallback:
                     # The simplest possible entry (the bytes as fetched) cannot fail
                     # the same way: file that instead, never leave a stray to re-run.
+                    # Once: what fails for it too (not the entry) is remembered.
                     disposition = outcome.unparseable(
                         work.raw, queue=work.queue, reason=f"settling failed: {exc!r}",
                         now=time.time())
-                    await self.settle(work, disposition)
+                    await self.settle(work, disposition, fallback=True)
                 else:
                     self._remember(work, disposition, exc)
                 return

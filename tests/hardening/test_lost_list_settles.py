@@ -25,7 +25,7 @@ from cogworker_async.worker.fencing import Fence
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.outcome import Ack, Filing, GiveBack
-from cogworker_async.worker.recovery import Reconciler
+from cogworker_async.worker.reconcile import Reconciler
 from cogworker_async.worker.settlement import Settler
 from tests.conftest import FAST
 from tests.servers import ServerProcess

@@ -22,7 +22,7 @@ from cogworker_async.redis.store import Store
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.manager import Manager
 from cogworker_async.worker.outcome import Filing
-from cogworker_async.worker.recovery import Reconciler
+from cogworker_async.worker.reconcile import Reconciler
 from cogworker_async.worker.settlement import Settler
 from tests.servers import ServerProcess, server_binary
 from tests.waiting import wait_until
@@ -262,3 +262,31 @@ async def test_a_late_settle_not_confirmed_is_known_to_have_run(
     finally:
         await store.aclose()
         await plain.aclose()
+
+
+async def test_a_worker_whose_server_cannot_do_aof_stops_before_it_fetches(
+    namespace: str,
+) -> None:
+    """Found before any job is taken: a worker that learned it only at its first settle
+    would have kept its acks pending and died with its jobs still listed."""
+    binary = server_binary()
+    if _has_waitaof(binary):
+        pytest.skip(f"{binary} has WAITAOF")
+    server = ServerProcess(appendonly=True).start()
+    jobs = App(server.url, namespace=namespace)
+
+    @jobs.job()
+    async def noop() -> None:
+        pass
+
+    try:
+        await noop.enqueue()
+        with pytest.raises(BaseExceptionGroup) as refused:  # the worker's task group's
+            async with jobs.worker(durability="aof"):
+                pass
+        assert refused.group_contains(ConfigurationError, match="needs WAITAOF")
+        with redis.Redis(port=server.port) as client:
+            assert client.llen(Keys(namespace).queue("default")) == 1  # not fetched
+    finally:
+        await jobs.close()
+        server.cleanup()

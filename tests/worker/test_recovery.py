@@ -347,3 +347,26 @@ async def test_a_dead_process_s_list_on_a_queue_the_registry_lost_comes_back(
     assert moved == 1
     assert await store.client.lrange(store.keys.queue("lost"), 0, -1) == [job]
     assert await lists_left(store) == []
+
+
+async def test_a_list_only_the_boot_scan_found_waits_until_its_slot_may_be_judged(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    """The boot SCAN finds a list no registry knows; a process that just started may not
+    judge anyone yet (its own beats have not been steady for the threshold). The list is
+    kept and judged once it may be — not dropped because the SCAN ran too early."""
+    job = raw_job("s", 1, queue="unknown")
+    await plant_dead(store, {"unknown": [job]})
+    await store.client.srem(store.keys.queues, "unknown")
+    await store.client.delete(store.keys.queue_identities("unknown"))
+    await store.client.srem(store.keys.processes, DEAD)
+
+    jobs = make_app(queues=["default"], orphan_threshold=1.0)
+    steady = False
+    recovery = Recovery(store, jobs.settings, "observer", may_judge=lambda queue: steady)
+    assert await recovery.recover_orphans(scan=True) == 0
+    assert recovery.scanned
+    assert await store.client.llen(store.keys.in_progress("unknown", DEAD)) == 1
+    steady = True
+    assert await recovery.recover_orphans(scan=True) == 1  # no second SCAN: kept from it
+    assert await store.client.lrange(store.keys.queue("unknown"), 0, -1) == [job]

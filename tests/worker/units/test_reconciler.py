@@ -11,7 +11,7 @@ from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.outcome import Ack, Filing
-from cogworker_async.worker.recovery import Reconciler
+from cogworker_async.worker.reconcile import Reconciler
 from cogworker_async.worker.settlement import Settler
 from tests.worker.units.conftest import IDENTITY, listed, put_in_progress, raw_job
 
