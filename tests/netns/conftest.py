@@ -28,6 +28,7 @@ import pytest
 import redis.asyncio
 
 from tests.chaos.processes.conftest import identity_of
+from tests.chaos.redisfaults.conftest import SETTINGS as FAULT_SETTINGS
 from tests.e2e import jobsapp
 from tests.netns import netapp, netlab
 from tests.netns.netlab import Lab
@@ -38,17 +39,9 @@ SCALE: Final = "full" if FULL else "short"
 TARGET: Final = "tests.netns.netapp:jobs"
 LOG_TAIL: Final = 80
 
-# Fast, but not so fast that a busy 2-core machine makes a live worker look dead
-# (tests/chaos/redisfaults/conftest.py).
-SETTINGS: Final[dict[str, Any]] = {
-    "heartbeat_interval": 0.3,
-    "orphan_threshold": 2.0,
-    "recovery_interval": 0.3,
-    "idle_fetch_interval": 0.2,
-    "poll_interval": 0.1,
-    "retry_base_delay": 0.0,
-    "shutdown_timeout": 3.0,
-}
+SETTINGS: Final[dict[str, Any]] = dict(FAULT_SETTINGS)
+"""Fast, but not so fast that a busy 2-core machine makes a live worker look dead: the
+Redis-fault suite's (tests/chaos/redisfaults/conftest.py)."""
 
 
 def size(short: int, full: int) -> int:
