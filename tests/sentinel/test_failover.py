@@ -134,10 +134,13 @@ async def run_flow(topology: SentinelTopology, jobs: Jobs, fault: Callable[[], t
         flow.fault_began = time.time()
         flow.old, flow.new = await anyio.to_thread.run_sync(fault)
         flow.promoted = time.time()
-        group.start_soon(watch, flow.promoted)
         group.start_soon(watch_listening)
         if then is not None:
+            # e.g. the single replica rejoining: until then, durable settles cannot be
+            # confirmed and are held, so "back" is bounded from here (the figure still
+            # counts from the promotion).
             await then(flow)
+        group.start_soon(watch, flow.promoted)
         flow.fault_done = time.time()
 
     async with anyio.create_task_group() as group:
