@@ -364,6 +364,12 @@ async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Setti
         # Its own queues stay registered (the Store re-sends at most once a minute):
         # Redis may have lost the registry, which recovery and the dashboard read.
         await recovery.store.register_queues(settings.queue_names)
+        # A process that may judge nobody yet (just started, or its beats just failed)
+        # leaves the lock to one that may: holding it, it would hold up every recovery
+        # for a whole interval (a fleet restarted one process at a time would recover
+        # nothing).
+        if not any(recovery.may_judge(queue) for queue in settings.queue_names):
+            return
         if await recovery.store.take_lock(recovery.store.keys.recovery_lock, identity,
                                           settings.recovery_interval):
             await recovery.recover_orphans(scan=True)  # the SCAN until it was read once

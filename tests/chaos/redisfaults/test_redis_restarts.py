@@ -193,6 +193,10 @@ async def _restart(server: ServerProcess, workers: list[WorkerProcess], witness:
     again (same port, same AOF); how long each worker took to finish a job again (None:
     the batch ran out before it did)."""
     done_before = await witness.finished()
+    # Each worker's heartbeat and fetch say "failed" once per streak of failures: an
+    # outage that begins before they said "recovered" from the last one would go
+    # unannounced, and the wait below for it to be noticed would fail.
+    await wait_until(lambda: all(_recovered(w) for w in workers), timeout=10)
     noticed = {w.pid: _failures(w) for w in workers}
     stopped_at = time.monotonic()
     server.stop()
@@ -222,6 +226,12 @@ async def _restart(server: ServerProcess, workers: list[WorkerProcess], witness:
     return {"at_finished": done_before, "outage_s": round(up - stopped_at, 3),
             "resumed_in": {str(pid): None if s is None else round(s, 3)
                            for pid, s in resumed.items()}}
+
+
+def _recovered(worker: WorkerProcess) -> bool:
+    """Its heartbeat and fetch streaks are closed: each "failed" has its "recovered"."""
+    return all(log_count(worker, f"{what} failed") == log_count(worker, f"{what} recovered")
+               for what in ("heartbeat", "fetch"))
 
 
 def _failures(worker: WorkerProcess) -> int:
