@@ -383,11 +383,7 @@ class Manager:
         if not processed and not failed:
             return
         try:
-            # Shielded: cancelled after Redis added them but before the reply came (the
-            # worker stopping), the counts would stay here and be added again by the
-            # hand-over's flush. The wait is bounded by the command timeout.
-            with anyio.CancelScope(shield=True):
-                await self.store.add_stats(processed, failed)
+            await self.store.add_stats(processed, failed)
         except RedisError as exc:  # the counts are kept for the next flush
             self.streaks.stats.failed(exc)
             return

@@ -113,10 +113,12 @@ class Flow:
         return 0 if done is None else sum(1 for t in self.acked.values() if t > done)
 
 
-async def run_flow(topology: SentinelTopology, jobs: Jobs, fault: Callable[[], tuple[int, int]],
+async def run_flow(  # noqa: C901 - one flow, its fault and its watchers, in order
+        topology: SentinelTopology, jobs: Jobs, fault: Callable[[], tuple[int, int]],
                    back: Callable[[float], Awaitable[float]],
                    listening: Callable[[], Awaitable[float]], *, count: int, after_fault: int,
-                   then: Callable[[Flow], Awaitable[None]] | None = None) -> Flow:
+                   then: Callable[[Flow], Awaitable[None]] | None = None,
+                   back_after_then: bool = False) -> Flow:
     """Enqueue ``count`` jobs one by one at a steady pace; once ``FAULT_AT`` of them are
     acknowledged, run ``fault`` (a harness call, in a thread: the enqueuer goes on
     meanwhile), then ``then(flow)`` and, alongside the flow, ``back(promoted)`` (when
@@ -135,12 +137,15 @@ async def run_flow(topology: SentinelTopology, jobs: Jobs, fault: Callable[[], t
         flow.old, flow.new = await anyio.to_thread.run_sync(fault)
         flow.promoted = time.time()
         group.start_soon(watch_listening)
+        if not back_after_then:
+            group.start_soon(watch, flow.promoted)
         if then is not None:
-            # e.g. the single replica rejoining: until then, durable settles cannot be
+            await then(flow)
+        if back_after_then:
+            # The single replica rejoining: until then, durable settles cannot be
             # confirmed and are held, so "back" is bounded from here (the figure still
             # counts from the promotion).
-            await then(flow)
-        group.start_soon(watch, flow.promoted)
+            group.start_soon(watch, flow.promoted)
         flow.fault_done = time.time()
 
     async with anyio.create_task_group() as group:
@@ -382,7 +387,8 @@ async def test_flow_through_a_failover(
 
     flow, found = await _scenario(
         topology, start_worker, make_jobs, witness, namespace, durability,
-        fault=topology.failover, then=None if durability is None else demoted)
+        fault=topology.failover, then=None if durability is None else demoted,
+        back_after_then=durability is not None)
     report(_name("sentinel_failover", durability), durability=durability, **found)
     if durability is None:
         assert flow.promoted is not None
@@ -423,7 +429,7 @@ async def _scenario(
     topology: SentinelTopology, start_worker: StartWorker,
     make_jobs: Callable[..., Jobs], witness: Witness, namespace: str,
     durability: str | None, *, fault: Callable[[], tuple[int, int]],
-    then: Callable[[Flow], Awaitable[None]] | None,
+    then: Callable[[Flow], Awaitable[None]] | None, back_after_then: bool = False,
 ) -> tuple[Flow, dict[str, Any]]:
     """``WORKERS`` workers and the test's enqueuer through ``fault``; every worker
     stopped cleanly at the end. Returns the flow and its figures."""
@@ -440,7 +446,8 @@ async def _scenario(
         return await wait_listening(topology, namespace, workers, LISTEN_WAIT)
 
     flow = await run_flow(topology, jobs, fault, back, listening, count=FLOW_JOBS,
-                          after_fault=AFTER_FAULT, then=then)
+                          after_fault=AFTER_FAULT, then=then,
+                          back_after_then=back_after_then)
     await settle(topology, namespace)
     found = await figures(witness, flow)
     await stop_all(workers)
