@@ -418,7 +418,8 @@ async def test_flow_through_a_killed_master(
         await anyio.to_thread.run_sync(topology.restart_old_master_as_replica, flow.old)
 
     flow, found = await _scenario(topology, start_worker, make_jobs, witness, namespace,
-                                  durability, fault=topology.kill_master, then=restart)
+                                  durability, fault=topology.kill_master, then=restart,
+                                  back_after_then=durability is not None)
     report(_name("sentinel_kill", durability), durability=durability, **found)
     if durability is not None:
         assert found["lost"] == 0, found
