@@ -23,11 +23,13 @@ from cogworker_async.redis.durability import NotDurable
 from cogworker_async.registry import Enqueuer, JobFunction
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
+from cogworker_async.worker.observers import Death
 
 __all__ = [
     "App",
     "CogworkerError",
     "ConfigurationError",
+    "Death",
     "EmbeddedServerError",
     "Enqueuer",
     "Inspector",

@@ -34,6 +34,7 @@ from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
 from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
 from cogworker_async.unique import UniqueKey, UniquePolicy, policy_of
+from cogworker_async.worker.hooks import DeathHook, FailureHook, Hooks
 from cogworker_async.worker.manager import Manager
 
 P = ParamSpec("P")
@@ -42,6 +43,11 @@ R = TypeVar("R")
 PERIODIC_FIELDS: Final = ("name", "schedule", "tz", "next_run", "last_run")
 """What ``App.periodic_jobs`` tells of each periodic job (``Inspector.periodic`` tells
 more: its queue, and whether it runs now)."""
+
+def _check_hook(kind: str, hook: object) -> None:
+    if not callable(hook):
+        raise TypeError(f"{kind} takes a function, not {type(hook).__name__}")
+
 
 class JobDecorator(Protocol):
     """What ``@jobs.job(...)`` returns: registers the function it is applied to."""
@@ -102,6 +108,7 @@ class App:
         self.periodics: dict[str, Periodic] = {}
         self.client_middleware: list[ClientMiddleware] = []
         self.server_middleware: list[ServerMiddleware] = []
+        self.hooks = Hooks()
         self._url: str | None = None
         self._url_lock = threading.Lock()
         self._embedded: EmbeddedServer | None = None
@@ -213,6 +220,24 @@ class App:
         """Add ``async def mw(job_context, call_next) -> None`` around every run."""
         self.server_middleware.append(middleware)
 
+    def on_failure(self, hook: FailureHook, /) -> FailureHook:
+        """Register ``hook(job, error)`` (async or plain), called after every failed run in
+        a worker of this App: the job's context (``JobContext``) and what it raised —
+        for Sentry, paging, metrics. It runs apart from the job's settlement, bounded by
+        ``HOOK_TIMEOUT`` seconds; what it raises is logged (``worker/hooks.py``)."""
+        _check_hook("on_failure", hook)
+        self.hooks.on_failure.append(hook)
+        return hook
+
+    def on_death(self, hook: DeathHook, /) -> DeathHook:
+        """Register ``hook(death)`` (async or plain), called when a worker of this App
+        files a job in dead: out of retries, discarded, impossible to run (unknown job,
+        bad arguments, unreadable payload) or buried as ``ProcessDied``. ``death`` is a
+        ``Death`` (jid, name, queue, reason, message, the dead entry)."""
+        _check_hook("on_death", hook)
+        self.hooks.on_death.append(hook)
+        return hook
+
     async def periodic_jobs(self) -> list[dict[str, Any]]:
         """Each periodic job: name, schedule, timezone, next run and last run (epoch s;
         last run None before the first tick). ``Inspector(app).periodic`` tells more."""
@@ -277,7 +302,7 @@ class App:
         try:
             manager = Manager(self.registry, settings, store, url,
                               periodics=list(self.periodics.values()),
-                              middleware=self.server_middleware)
+                              middleware=self.server_middleware, hooks=self.hooks)
             async with anyio.create_task_group() as tg:
                 await tg.start(manager.run)
                 try:

@@ -44,6 +44,8 @@ MAX_DURABILITY_TIMEOUT: Final = 60.0
 
 QueueSpec = str | tuple[str, int]
 
+MAX_PORT: Final = 65535
+
 
 def check_queue_name(name: object) -> str:
     """Return ``name`` if it can be a queue name, else raise a clear error."""
@@ -127,6 +129,15 @@ class Settings:
     or Valkey). Not confirmed in ``durability_timeout``: the enqueue raises
     ``NotDurable``, a settle stays pending."""
     durability_timeout: float = 1.0
+    metrics_port: int | None = None
+    """Serve this process's Prometheus metrics on ``http://metrics_host:metrics_port/metrics``
+    (the ``metrics`` extra); None (the default): no server, no cost."""
+    metrics_host: str = "127.0.0.1"
+    """Where the metrics server listens: loopback unless you say otherwise."""
+    tracing: bool | None = None
+    """OpenTelemetry spans for enqueues and runs: None (the default) when
+    ``opentelemetry-api`` is installed (the ``otel`` extra), True to require it, False
+    for none."""
     identity: str | None = field(default=None)
     """This process's identity (default: host:pid:random)."""
 
@@ -164,6 +175,12 @@ class Settings:
         _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
         _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)
         _positive("durability_timeout", self.durability_timeout)
+        if self.metrics_port is not None:
+            _count("metrics_port", self.metrics_port, 0, MAX_PORT)
+        if not isinstance(self.metrics_host, str) or not self.metrics_host:
+            raise TypeError("metrics_host must be a non-empty str (an address to listen on)")
+        if self.tracing not in (None, True, False):
+            raise TypeError(f"tracing must be None, True or False, not {self.tracing!r}")
         if self.durability_timeout > MAX_DURABILITY_TIMEOUT:
             raise ValueError(f"durability_timeout must be at most {MAX_DURABILITY_TIMEOUT:g}"
                              f" seconds, got {self.durability_timeout!r}")

@@ -119,6 +119,10 @@ class Keys:
         """Jobs failed on ``day`` (``YYYY-MM-DD``, UTC)."""
         return self._app(f"stats:failed:{day}")
 
+    def run_metrics(self, minute: int) -> str:
+        """Hash of one minute's runs per job (``run_metrics.py``: fields and retention)."""
+        return self._app(f"metrics:{minute}")
+
     @property
     def wake_channel(self) -> str:
         """Pub/sub channel an enqueue publishes on, so idle workers fetch at once (not a

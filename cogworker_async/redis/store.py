@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -22,6 +22,7 @@ import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
+from cogworker_async import run_metrics
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.redis import sentinel
 from cogworker_async.redis.cluster import ClusterClient, ClusterLane, redirect_of
@@ -387,8 +388,11 @@ class Store(Liveness):
 
     # -- stats and wake-ups ----------------------------------------------------------
 
-    async def add_stats(self, processed: int, failed: int) -> None:
-        """Add to the totals and to today's counts (UTC; kept ``HISTORY_TTL``)."""
+    async def add_stats(self, processed: int, failed: int,
+                        runs: Mapping[int, Mapping[str, int]] | None = None) -> None:
+        """Add to the totals and to today's counts (UTC; kept ``HISTORY_TTL``), and the
+        run metrics (``{minute: {field: increment}}``, see ``run_metrics.py``): one
+        pipeline, all in the namespace's slot."""
         day = time.strftime("%Y-%m-%d", time.gmtime())
         async with self.client.pipeline(transaction=False) as pipe:
             for count, total, daily in ((processed, self.keys.stats_processed,
@@ -399,7 +403,22 @@ class Store(Liveness):
                     pipe.incrby(total, count)
                     pipe.incrby(daily, count)
                     pipe.expire(daily, HISTORY_TTL)
+            for minute, fields in (runs or {}).items():
+                key = self.keys.run_metrics(minute)
+                for name, increment in fields.items():
+                    pipe.hincrby(key, name, increment)
+                pipe.expire(key, run_metrics.RETENTION)
             await pipe.execute()
+
+    async def run_metrics(self, minutes: Sequence[int]) -> list[dict[bytes, bytes]]:
+        """The stored run metrics of each of ``minutes`` (an empty dict where none)."""
+        if not minutes:
+            return []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for minute in minutes:
+                pipe.hgetall(self.keys.run_metrics(minute))
+            replies = await pipe.execute()
+        return [dict(reply or {}) for reply in replies]
 
     @asynccontextmanager
     async def wake_ups(self) -> AsyncIterator[AsyncIterator[None]]:

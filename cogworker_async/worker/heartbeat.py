@@ -42,10 +42,13 @@ class LoopLag:
 
     last_tick: float = field(default_factory=time.monotonic)
     worst: float = 0.0
+    latest: float = 0.0
+    """The last lag measured (for a metrics scrape: ``take`` is the beat's)."""
 
     def tick(self, lag: float) -> None:
         self.last_tick = time.monotonic()
         self.worst = max(self.worst, lag)
+        self.latest = lag
 
     def take(self) -> float:
         """The worst lag since the last call, counting a stall still in progress."""

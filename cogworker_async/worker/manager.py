@@ -46,6 +46,7 @@ from cogworker_async.redis.store import (
     RedisError,
     Store,
 )
+from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
 from cogworker_async.worker import handover
@@ -54,7 +55,9 @@ from cogworker_async.worker.execute import Counters
 from cogworker_async.worker.fencing import Fence
 from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch, Work
 from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
+from cogworker_async.worker.hooks import HookRunner, Hooks
 from cogworker_async.worker.ledger import Ledger
+from cogworker_async.worker.observers import Observers, RunTally, Vitals, process_metrics
 from cogworker_async.worker.outcome import GiveBack
 from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor
@@ -99,6 +102,7 @@ class Manager:
         *,
         periodics: Sequence[Periodic] = (),
         middleware: Sequence[ServerMiddleware] = (),
+        hooks: Hooks | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -111,13 +115,19 @@ class Manager:
         self.ledger = Ledger(settings.concurrency + (settings.prefetch if reliable else 0),
                              settings.concurrency)
         self.counters = Counters()
+        self.tally = Tally()
+        self.hooks = HookRunner(hooks) if hooks else None
+        self.metrics = process_metrics(settings, self.vitals)
+        self.observers = Observers([RunTally(self.tally), *filter(None, (self.hooks,
+                                                                          self.metrics))])
         self.fetcher: Fetcher = (
             ReliableFetch(store, settings, self.identity) if reliable
             else BasicFetch(store, settings)
         )
         self.settler = Settler(store, self.identity, reliable=reliable, ledger=self.ledger)
         self.processor = Processor(registry, settings, self.settler, self.counters,
-                                   self.ledger, store=store, middleware=middleware)
+                                   self.ledger, store=store, middleware=middleware,
+                                   observers=self.observers)
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
         self.poller = Poller(store, settings)
         self.lag = LoopLag()
@@ -140,7 +150,7 @@ class Manager:
         # outage (or a shard's) every stamp there is stale.
         threshold = settings.orphan_threshold
         self.recovery = Recovery(store, settings, self.identity, may_judge=lambda queue: (
-            self.heartbeat.steady_in(queue, threshold)))
+            self.heartbeat.steady_in(queue, threshold)), observers=self.observers)
         self.reconciler = Reconciler(store, self.settler, self.identity,
                                      settings.queue_names, self.ledger)
         self._upkeep: TaskGroup | None = None
@@ -228,6 +238,10 @@ class Manager:
                 upkeep.start_soon(self.poller.run)
                 upkeep.start_soon(self.cron.run)
                 upkeep.start_soon(self._flush_stats_forever)
+                if self.hooks is not None:
+                    upkeep.start_soon(self.hooks.run)
+                if self.metrics is not None:
+                    await upkeep.start(self.metrics.serve)
                 upkeep.start_soon(self._probe_lag)
                 upkeep.start_soon(self.fence.run)
                 async with anyio.create_task_group() as jobs:
@@ -378,13 +392,20 @@ class Manager:
             await anyio.sleep(STATS_FLUSH_INTERVAL)
             await self._flush_stats()
 
+    def vitals(self) -> Vitals:
+        """This process's gauges, right now (safe from a metrics server's thread)."""
+        return Vitals(busy=self.ledger.busy, concurrency=self.settings.concurrency,
+                      pending=len(self.ledger.pending), loop_lag=self.lag.latest)
+
     async def _flush_stats(self) -> None:
         processed, failed = self.counters.processed, self.counters.failed
-        if not processed and not failed:
+        if not processed and not failed and not self.tally:
             return
+        runs = self.tally.take()
         try:
-            await self.store.add_stats(processed, failed)
+            await self.store.add_stats(processed, failed, runs)
         except RedisError as exc:  # the counts are kept for the next flush
+            self.tally.restore(runs)
             self.streaks.stats.failed(exc)
             return
         self.streaks.stats.succeeded()

@@ -12,10 +12,12 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 
 from cogworker_async import job
+from cogworker_async.context import JobContext
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import InvalidArguments, Retry, UnknownJob, UnparseablePayload
 from cogworker_async.middleware import ServerMiddleware
@@ -27,7 +29,8 @@ from cogworker_async.worker.execute import Counters, Executor, Leftover
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import JobLocks
-from cogworker_async.worker.outcome import Ack, Disposition, GiveBack, RetryPolicy
+from cogworker_async.worker.observers import UNREADABLE, Observers, RunReport, outcome_of
+from cogworker_async.worker.outcome import Ack, Disposition, Filing, GiveBack, RetryPolicy
 from cogworker_async.worker.settlement import Settler
 
 log = logging.getLogger(__name__)
@@ -44,6 +47,13 @@ class Attempt:
     payload: job.Payload | None = None
     leftover: Leftover = field(default_factory=Leftover)
     started: float = field(default_factory=time.monotonic)
+    decoded: job.Payload | None = None
+    """The payload as read (``payload`` is set only once the run may start)."""
+    definition: JobDefinition | None = None
+    skipped: bool = False
+    """Not run: another run holds its lock (``JobLocks``); acked, not reported."""
+    discarded: bool = False
+    """Failed with one of its ``discard_on`` exceptions."""
 
     def fallback(self) -> Disposition:
         """What to do if deciding failed: after a run, never a give-back."""
@@ -65,6 +75,7 @@ class Processor:
         *,
         store: Store,
         middleware: Sequence[ServerMiddleware] = (),
+        observers: Observers | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
@@ -73,6 +84,7 @@ class Processor:
         self.ledger = ledger
         self.policy = RetryPolicy(settings.retry_base_delay, settings.retry_max_delay)
         self.locks = JobLocks(store)
+        self.observers = observers or Observers()
         self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
                                  store.orphan_count)
 
@@ -104,9 +116,49 @@ class Processor:
             log.exception("jid=%s: deciding its outcome failed", job.jid_of(attempt.work.raw))
             disposition = outcome.interrupt(attempt.work.raw, RuntimeError("bookkeeping failed"),
                                             now=time.time())
+        if attempt.ran and not attempt.skipped:
+            self._report(attempt, disposition)
         await self.settler.settle(attempt.work, disposition)
         if attempt.payload is not None:
             await self.locks.after_settle(attempt.payload, disposition, ran=attempt.ran)
+
+    def _report(self, attempt: Attempt, disposition: Disposition) -> None:
+        """Tell the observers what the run came to (before it is settled: what they do
+        never changes that)."""
+        try:
+            result = outcome_of(disposition, discarded=attempt.discarded)
+            if result is None:
+                return
+            payload, work = attempt.decoded, attempt.work
+            duration = time.monotonic() - attempt.started
+            ended_at = time.time()
+            error = attempt.error
+            report = RunReport(
+                name=UNREADABLE if payload is None else str(payload["class"]),
+                queue=work.queue, jid=work.jid, outcome=result, duration=duration,
+                ended_at=ended_at,
+                enqueued_at=None if payload is None else job.number(payload, "enqueued_at"),
+                started_at=ended_at - duration, error=error,
+                entry=dict(disposition.entry) if isinstance(disposition, Filing) and
+                disposition.target == "dead" else None,
+                context=None if error is None or payload is None else
+                self._context(attempt.definition, payload, work.queue))
+        except Exception:
+            log.exception("jid=%s: reporting its outcome failed", attempt.work.jid)
+            return
+        self.observers.finished(report)
+
+    def _context(self, definition: JobDefinition | None, payload: job.Payload,
+                 queue: str) -> JobContext:
+        """The context a failed run had (or would have had: an unknown job never ran)."""
+        if definition is not None:
+            return self.executor.context(definition, payload, queue)
+        return JobContext(jid=str(payload["jid"]), name=str(payload["class"]), queue=queue,
+                          attempt=attempt_of(payload),
+                          enqueued_at=job.number(payload, "enqueued_at"),
+                          created_at=job.number(payload, "created_at"),
+                          payload=dict(payload), _orphanings=partial(
+                              self.executor.orphanings, queue, str(payload["jid"])))
 
     async def _hold_slot_for(self, thread_done: anyio.Event) -> None:
         """A timed-out plain function still runs in its thread: its slot stays busy."""
@@ -127,7 +179,8 @@ class Processor:
             self.counters.failed += 1
             return
         work.jid = payload["jid"]
-        definition = self.registry.get(payload["class"])
+        attempt.decoded = payload
+        definition = attempt.definition = self.registry.get(payload["class"])
         problem = self._check(definition, payload)
         if problem is not None or definition is None:
             attempt.ran = True
@@ -137,15 +190,16 @@ class Processor:
             self._failed(attempt, payload, None, problem or UnknownJob(), terminal=True)
             return
         if not await self.locks.before_run(payload):
-            attempt.ran, attempt.disposition = True, Ack()  # skipped: never overlaps
+            # skipped: never overlaps
+            attempt.ran, attempt.skipped, attempt.disposition = True, True, Ack()
             return
         attempt.payload = payload
         try:
             await self.executor.run(definition, payload, work.queue, attempt.leftover)
         except (Exception, SystemExit) as exc:  # the job failed; the worker goes on
             attempt.ran, attempt.error = True, exc
-            self._failed(attempt, payload, definition, exc,
-                         terminal=isinstance(exc, definition.discard_on))
+            attempt.discarded = isinstance(exc, definition.discard_on)
+            self._failed(attempt, payload, definition, exc, terminal=attempt.discarded)
             return
         attempt.ran = True
         attempt.disposition = Ack()

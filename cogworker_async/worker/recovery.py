@@ -35,6 +35,7 @@ from cogworker_async.errors import UnparseablePayload, why
 from cogworker_async.redis.store import ConnectionLost, RedisError, Store
 from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.locks import release_for_dead
+from cogworker_async.worker.observers import Death, Observers
 from cogworker_async.worker.reconcile import Reconciler
 from cogworker_async.worker.settlement import MAX_ENTRY_BYTES
 from cogworker_async.worker.streak import Streak
@@ -82,8 +83,10 @@ def process_died_entry(raw: bytes, *, max_orphanings: int, identity: str,
 
 class Recovery:
     def __init__(self, store: Store, settings: Settings, identity: str, *,
-                 may_judge: Callable[[str], bool] = lambda queue: True) -> None:
+                 may_judge: Callable[[str], bool] = lambda queue: True,
+                 observers: Observers | None = None) -> None:
         self.store = store
+        self.observers = observers or Observers()
         self.settings = settings
         self.identity = identity
         self.may_judge = may_judge
@@ -282,6 +285,8 @@ class Recovery:
         )
         if result is None:  # alive after all, as seen by this queue's slot
             return None
+        if result.moved:
+            self.observers.recovered(queue, result.moved)
         if result.parked:
             await self.bury_repeat_orphans(queue, identity, info)
         # Recovery never removes a declared_dead mark: it is the only evidence a paused
@@ -334,6 +339,10 @@ class Recovery:
                 return  # someone else is burying: leave the rest to them
             log.error("jid=%s orphaned more than %d times: moved to dead (ProcessDied)",
                       entry["jid"], self.settings.max_orphanings)
+            self.observers.died(Death(
+                jid=job.jid_of(raw), name=str(entry.get("class") or "") or None, queue=queue,
+                reason=str(entry.get("error_class") or "ProcessDied"),
+                message=str(entry.get("error_message") or ""), entry=dict(entry)))
             await release_for_dead(self.store, entry)
 
     async def file_unsettled(self, queue: str) -> None:

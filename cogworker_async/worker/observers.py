@@ -1,0 +1,206 @@
+"""Observers: who hears what became of each run, apart from settling it.
+
+The processor decides a run's outcome, then reports it here before settling; so does
+recovery when it takes jobs back from a dead process or buries a repeat orphan. What
+listens: the run metrics (``run_metrics.Tally``, always), the Prometheus metrics (when
+``metrics_port`` is set), the error and death hooks (when registered) — each a small
+object with the methods of ``Observer`` it needs.
+
+An observer is called on the event loop, synchronously, on the hot path: it must be
+cheap and must not block (the hooks only queue their calls). One that raises is logged
+and skipped: what an observer does never changes how a job is settled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Protocol
+
+from anyio.abc import TaskStatus
+
+from cogworker_async.context import JobContext
+from cogworker_async.errors import ConfigurationError
+from cogworker_async.run_metrics import Tally
+from cogworker_async.settings import Settings
+from cogworker_async.worker.outcome import Ack, Disposition, Filing
+
+log = logging.getLogger(__name__)
+
+Outcome = Literal["succeeded", "retried", "dead", "discarded"]
+"""What one run came to. Each run has exactly one: a failed run is ``retried`` (it will
+run again), ``discarded`` (it raised one of its ``discard_on`` exceptions: dead at once)
+or ``dead`` (no retries left, or it can never run: unknown job, bad arguments,
+unreadable payload)."""
+
+OUTCOMES: Final[tuple[Outcome, ...]] = ("succeeded", "retried", "dead", "discarded")
+
+UNREADABLE: Final = "(unreadable)"
+"""The job name reported for a payload that could not be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """One finished run, as observers see it."""
+
+    name: str
+    """The registered job name (the payload's ``class``), or ``UNREADABLE``."""
+    queue: str
+    jid: str | None
+    outcome: Outcome
+    duration: float
+    """Seconds from fetch to decision (0 for a job that could not start)."""
+    ended_at: float
+    """Epoch seconds the run ended."""
+    enqueued_at: float | None
+    """Epoch seconds it was (last) put on its queue, when the payload says."""
+    started_at: float
+    """Epoch seconds its run began (``ended_at - duration``)."""
+    error: BaseException | None = None
+    entry: dict[str, Any] | None = None
+    """The dead entry as filed, for ``dead`` and ``discarded``."""
+    context: JobContext | None = None
+    """The job's context (what ``current_job()`` gave it), for failed runs."""
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome != "succeeded"
+
+    @property
+    def wait(self) -> float | None:
+        """Seconds from enqueue to start, when known."""
+        if self.enqueued_at is None:
+            return None
+        return max(0.0, self.started_at - self.enqueued_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Death:
+    """A job that landed in dead, as the death hooks see it."""
+
+    jid: str | None
+    name: str | None
+    queue: str
+    reason: str
+    """The error class filed with it: the job's own exception's, or ``ProcessDied``,
+    ``UnknownJob``, ``InvalidArguments``, ``UnparseablePayload``..."""
+    message: str
+    entry: dict[str, Any]
+    """The dead entry as filed (the payload with its error fields)."""
+
+
+def outcome_of(disposition: Disposition, *, discarded: bool) -> Outcome | None:
+    """The outcome of a run from its settled disposition (None: it never ran, it is
+    given back). ``discarded``: it failed with one of its ``discard_on`` exceptions."""
+    if isinstance(disposition, Ack):
+        return "succeeded"
+    if isinstance(disposition, Filing):
+        if disposition.target == "retry":
+            return "retried"
+        return "discarded" if discarded else "dead"
+    return None
+
+
+def death_of(report: RunReport) -> Death | None:
+    """The death a report tells of, if it sent its job to dead."""
+    if report.outcome not in ("dead", "discarded") or report.entry is None:
+        return None
+    entry = report.entry
+    return Death(jid=report.jid, name=report.name, queue=report.queue,
+                 reason=str(entry.get("error_class") or ""),
+                 message=str(entry.get("error_message") or ""), entry=entry)
+
+
+class Observer(Protocol):
+    """What an observer may hear. Implement the ones you need (``Observers`` calls
+    only those an observer has)."""
+
+    def finished(self, report: RunReport) -> None: ...
+
+
+class Observers:
+    """Fans each report out to every observer; one that raises is logged, not fatal."""
+
+    __slots__ = ("_died", "_finished", "_recovered")
+
+    def __init__(self, observers: Sequence[object] = ()) -> None:
+        self._finished = [o.finished for o in observers if hasattr(o, "finished")]
+        self._recovered = [o.recovered for o in observers if hasattr(o, "recovered")]
+        self._died = [o.died for o in observers if hasattr(o, "died")]
+
+    def finished(self, report: RunReport) -> None:
+        for call in self._finished:
+            try:
+                call(report)
+            except Exception:
+                log.exception("an observer failed on jid=%s (the job is settled as if "
+                              "it had not)", report.jid)
+
+    def recovered(self, queue: str, count: int) -> None:
+        """``count`` jobs of ``queue`` were taken back from a dead process."""
+        for call in self._recovered:
+            try:
+                call(queue, count)
+            except Exception:
+                log.exception("an observer failed on a recovery")
+
+    def died(self, death: Death) -> None:
+        """A job landed in dead outside a run (a ``ProcessDied`` burial)."""
+        for call in self._died:
+            try:
+                call(death)
+            except Exception:
+                log.exception("an observer failed on the death of jid=%s", death.jid)
+
+
+@dataclass(frozen=True, slots=True)
+class Vitals:
+    """One worker process's gauges at one moment (``Manager.vitals``)."""
+
+    busy: int
+    """Jobs whose run is in progress."""
+    concurrency: int
+    pending: int
+    """Outcomes decided but not yet settled in Redis (it is away)."""
+    loop_lag: float
+    """Seconds the event loop woke up late, last measured."""
+
+
+class ProcessMetrics(Protocol):
+    """A worker's Prometheus metrics (``cogworker_async.prometheus``): an observer and
+    the server that shows it."""
+
+    def finished(self, report: RunReport) -> None: ...
+
+    def recovered(self, queue: str, count: int) -> None: ...
+
+    async def serve(self, *, task_status: TaskStatus[None]) -> None:
+        """Listen (then report started), serve until cancelled, close."""
+
+
+def process_metrics(settings: Settings, vitals: Callable[[], Vitals]) -> ProcessMetrics | None:
+    """The process's Prometheus metrics if ``settings.metrics_port`` asks for them (the
+    ``metrics`` extra: a clear error without it), else None — and nothing imported."""
+    if settings.metrics_port is None:
+        return None
+    try:
+        from cogworker_async.prometheus.process import WorkerMetrics
+    except ImportError as exc:
+        raise ConfigurationError(
+            "metrics_port needs the metrics extra: pip install 'cogworker-async[metrics]' "
+            f"({exc})") from None
+    return WorkerMetrics(settings, vitals)
+
+
+class RunTally:
+    """The run metrics' observer: adds each run to the tally the stats flush writes."""
+
+    __slots__ = ("tally",)
+
+    def __init__(self, tally: Tally) -> None:
+        self.tally = tally
+
+    def finished(self, report: RunReport) -> None:
+        self.tally.add(report.name, ended_at=report.ended_at, seconds=report.duration,
+                       failed=report.failed)
