@@ -42,7 +42,7 @@ import anyio
 import redis.exceptions
 import typer
 
-from cogworker_async import environment, urls
+from cogworker_async import environment, logs, urls
 from cogworker_async.admin import cli as admin_cli
 from cogworker_async.app import App, Worker
 from cogworker_async.errors import CogworkerError, why
@@ -288,10 +288,19 @@ def run(
         min=0.0, help="Seconds to wait at start for a Redis that is not up yet.")]
     = WAIT_FOR_REDIS,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    log_format: Annotated[str, typer.Option(
+        help="text, or json: one object per line, with jid/job/queue/attempt in a job.")]
+    = "text",
+    metrics_port: Annotated[int | None, typer.Option(
+        help="Serve Prometheus metrics on this port (the metrics extra).")] = None,
+    metrics_host: Annotated[str | None, typer.Option(
+        help="Address for --metrics-port (default loopback).")] = None,
 ) -> None:
     """Work jobs until SIGTERM/SIGINT, then shut down gracefully."""
-    logging.basicConfig(level=_log_level(log_level),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        logs.configure(_log_level(log_level), log_format)
+    except ValueError as exc:
+        fail(str(exc))
     try:
         app = load_app(target)
     except typer.BadParameter as exc:
@@ -303,6 +312,10 @@ def run(
         overrides["queues"] = tuple(queue)
     if redis_url:
         overrides["redis_url"] = redis_url
+    if metrics_port is not None:
+        overrides["metrics_port"] = metrics_port
+    if metrics_host is not None:
+        overrides["metrics_host"] = metrics_host
     url = _redis_url(app, _settings(app, overrides))
     if redis_url:
         overrides["redis_url"] = url
