@@ -127,23 +127,12 @@ class Tally:
         entry.histogram[bucket_of(ms)] += 1
 
     def take(self) -> dict[int, dict[str, int]]:
-        """What to write, as ``{minute: {field: increment}}``, emptying the tally (give
-        it back with ``restore`` if the write failed)."""
+        """What to write, as ``{minute: {field: increment}}``, emptying the tally."""
         entries, self.entries = self.entries, {}
         out: dict[int, dict[str, int]] = {}
         for (minute, name), entry in entries.items():
             out.setdefault(minute, {}).update(entry.fields(name))
         return out
-
-    def restore(self, taken: Mapping[int, Mapping[str, int]]) -> None:
-        """Add a failed write's increments back (they go with the next flush)."""
-        for minute, fields in taken.items():
-            for name, entry in parse(fields).items():
-                mine = self.entries.get((minute, name))
-                if mine is None:
-                    self.entries[(minute, name)] = entry
-                else:
-                    mine.add(entry)
 
     def __bool__(self) -> bool:
         return bool(self.entries)

@@ -40,6 +40,7 @@ from cogworker_async.admin.records import (
     split_token,
     vars_of,
 )
+from cogworker_async.admin.run_metrics import RunMetrics
 from cogworker_async.admin.sets import DeadSet, JobSet, RetrySet, ScheduledSet, release_lock
 from cogworker_async.redis.admin import Admin
 from cogworker_async.settings import check_queue_name
@@ -235,8 +236,8 @@ class PeriodicJobs:
 
 class Inspector:
     """Everything the dashboard and the admin CLI read and do, for one App: ``stats``,
-    ``queues`` (and ``queue(name)``), ``scheduled``, ``retries``, ``dead``, ``processes``
-    and ``periodic``.
+    ``queues`` (and ``queue(name)``), ``scheduled``, ``retries``, ``dead``, ``processes``,
+    ``periodic`` and ``metrics`` (runs per job class and minute).
 
     It holds no connection of its own: each call uses the App's pool for the running
     event loop (closed by ``App.close()``).
@@ -251,6 +252,7 @@ class Inspector:
         self.dead = DeadSet(self)
         self.processes = ProcessSet(self)
         self.periodic = PeriodicJobs(self)
+        self.metrics = RunMetrics(self)
 
     @property
     def default_queue(self) -> str:

@@ -12,6 +12,7 @@ from typing import Final
 
 SCRIPT_NAMES: Final = (
     "ack",
+    "add_stats",
     "beat",
     "bury_orphan",
     "cron_claim",

@@ -47,6 +47,18 @@ SetName = Literal["retry", "dead", "schedule"]
 
 
 @dataclass(frozen=True, slots=True)
+class StatsFlush:
+    """One stats flush of a worker (``Store.flush_stats``): numbered, so that it can be
+    sent again after a lost reply and still count once."""
+
+    number: int
+    processed: int
+    failed: int
+    runs: Mapping[int, Mapping[str, int]]
+    """Run metrics: ``{minute: {field: increment}}`` (``run_metrics.Tally.take``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLimits:
     """The dead set's bounds, applied by every script that files into it."""
 
@@ -68,6 +80,9 @@ def durability_of(settings: Settings) -> Durability | None:
 
 REGISTER_EVERY: Final = 60.0
 """Seconds after which a Store registers a queue name again on its next enqueue."""
+FLUSH_NUMBER_TTL: Final = 3600
+"""Seconds a process's last applied stats flush number is kept: far longer than a
+flush is ever retried (a worker retries its unconfirmed flush every second)."""
 
 RedisError = redis.exceptions.RedisError
 ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
@@ -388,11 +403,9 @@ class Store(Liveness):
 
     # -- stats and wake-ups ----------------------------------------------------------
 
-    async def add_stats(self, processed: int, failed: int,
-                        runs: Mapping[int, Mapping[str, int]] | None = None) -> None:
-        """Add to the totals and to today's counts (UTC; kept ``HISTORY_TTL``), and the
-        run metrics (``{minute: {field: increment}}``, see ``run_metrics.py``): one
-        pipeline, all in the namespace's slot."""
+    async def add_stats(self, processed: int, failed: int) -> None:
+        """Add to the totals and to today's counts (UTC; kept ``HISTORY_TTL``). Not safe
+        to repeat after a lost reply: a worker's flush uses ``flush_stats``."""
         day = time.strftime("%Y-%m-%d", time.gmtime())
         async with self.client.pipeline(transaction=False) as pipe:
             for count, total, daily in ((processed, self.keys.stats_processed,
@@ -403,12 +416,24 @@ class Store(Liveness):
                     pipe.incrby(total, count)
                     pipe.incrby(daily, count)
                     pipe.expire(daily, HISTORY_TTL)
-            for minute, fields in (runs or {}).items():
-                key = self.keys.run_metrics(minute)
-                for name, increment in fields.items():
-                    pipe.hincrby(key, name, increment)
-                pipe.expire(key, run_metrics.RETENTION)
             await pipe.execute()
+
+    async def flush_stats(self, identity: str, flush: StatsFlush) -> bool:
+        """Apply one of ``identity``'s stats flushes — totals, today's counts and the run
+        metrics — at most once (``add_stats.lua``): after a lost reply, send the same
+        flush again. False if it had been applied already."""
+        keys = self.keys
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        names = [keys.stats_flushed(identity), keys.stats_processed,
+                 keys.stats_processed_on(day), keys.stats_failed, keys.stats_failed_on(day)]
+        args: list[Any] = [flush.number, flush.processed, flush.failed, HISTORY_TTL,
+                           run_metrics.RETENTION, FLUSH_NUMBER_TTL]
+        for minute, fields in flush.runs.items():
+            names.append(keys.run_metrics(minute))
+            args.append(len(fields))
+            for name, increment in fields.items():
+                args += [name, increment]
+        return int(await self._run("add_stats", names, args)) == 1
 
     async def run_metrics(self, minutes: Sequence[int]) -> list[dict[bytes, bytes]]:
         """The stored run metrics of each of ``minutes`` (an empty dict where none)."""

@@ -44,6 +44,7 @@ from cogworker_async.redis.store import (
     ClusterUnreachable,
     ConnectionLost,
     RedisError,
+    StatsFlush,
     Store,
 )
 from cogworker_async.run_metrics import Tally
@@ -116,6 +117,9 @@ class Manager:
                              settings.concurrency)
         self.counters = Counters()
         self.tally = Tally()
+        self._flushes = 0
+        self._unconfirmed: StatsFlush | None = None
+        """A stats flush not known to be applied: sent again, as it is, next time."""
         self.hooks = HookRunner(hooks) if hooks else None
         self.metrics = process_metrics(settings, self.vitals)
         self.observers = Observers([RunTally(self.tally), *filter(None, (self.hooks,
@@ -398,19 +402,28 @@ class Manager:
                       pending=len(self.ledger.pending), loop_lag=self.lag.latest)
 
     async def _flush_stats(self) -> None:
-        processed, failed = self.counters.processed, self.counters.failed
-        if not processed and not failed and not self.tally:
-            return
-        runs = self.tally.take()
+        """Send the counts and run metrics gathered since the last flush. A flush that
+        fails (or is cancelled: the shutdown's hand-over flushes again) is kept and sent
+        again as it was, under its number, before anything newer: Redis applies each
+        number once (``add_stats.lua``), so a lost reply never counts twice."""
+        flush = self._unconfirmed
+        if flush is None:
+            counters = self.counters
+            processed, failed = counters.processed, counters.failed
+            if not processed and not failed and not self.tally:
+                return
+            self._flushes += 1
+            flush = self._unconfirmed = StatsFlush(self._flushes, processed, failed,
+                                                   self.tally.take())
+            counters.processed -= processed
+            counters.failed -= failed
         try:
-            await self.store.add_stats(processed, failed, runs)
-        except RedisError as exc:  # the counts are kept for the next flush
-            self.tally.restore(runs)
+            await self.store.flush_stats(self.identity, flush)
+        except RedisError as exc:  # kept for the next flush
             self.streaks.stats.failed(exc)
             return
+        self._unconfirmed = None
         self.streaks.stats.succeeded()
-        self.counters.processed -= processed
-        self.counters.failed -= failed
 
     async def _settle_before_leaving(self) -> None:
         """Jobs that ran but are not settled in Redis (it is down) get what is left of

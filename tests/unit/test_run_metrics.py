@@ -35,17 +35,6 @@ def test_the_tally_sums_runs_per_minute_and_job_and_empties_when_taken() -> None
     assert parse(taken[minute_of(t + 60)])["send"].runs == 1
 
 
-def test_a_failed_write_is_restored_and_goes_with_the_next_flush() -> None:
-    tally = Tally()
-    t = 1_800_000_000.0
-    tally.add("send", ended_at=t, seconds=0.01, failed=True)
-    taken = tally.take()
-    tally.add("send", ended_at=t, seconds=0.02, failed=False)
-    tally.restore(taken)
-    again = parse(tally.take()[minute_of(t)])["send"]
-    assert (again.runs, again.failed, again.ms) == (2, 1, 30)
-
-
 def test_stored_fields_parse_from_bytes_and_foreign_fields_are_skipped() -> None:
     stored = {b"send|runs": b"3", b"send|failed": b"1", b"send|ms": b"30", b"send|h3": b"3",
               b"send|h999": b"5", b"nonsense": b"1", b"send|runs2": b"x"}

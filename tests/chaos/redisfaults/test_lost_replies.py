@@ -310,3 +310,35 @@ async def test_lost_first_beat_reply(
     assert len(rule.dropped) == 1
     assert "first heartbeat failed" in worker.log()
     await worker.stop()
+
+
+async def test_lost_stats_flush_reply_counts_once(
+    proxied: tuple[ServerProcess, LostReplyProxy], start_worker: StartWorker,
+    make_jobs: Callable[[str], Jobs], clients: Callable[[str], redis.asyncio.Redis],
+    witness: Witness, namespace: str,
+) -> None:
+    """(d) the stats flush (``add_stats.lua``): its reply lost, the worker sends the same
+    flush again under its number; the totals count every run once."""
+    server, proxy = proxied
+    r, jobs, keys = clients(server.url), make_jobs(server.url), Keys(namespace)
+    rule = proxy.arm(DropReply(sha("add_stats"), when=lambda reply: reply == 1))
+    worker = start_worker(proxy.url, "--concurrency", "4", identity="fault-7d")
+    await wait_ready(r, namespace, worker)
+    tags = [f"counted-{i}" for i in range(5)]
+    await jobs.record.enqueue_many([((tag,), {}) for tag in tags])
+    await wait_alive(worker, lambda: _dropped(rule), timeout=10)
+    await wait_alive(worker, lambda: _done(r, witness, namespace, 5), timeout=20)
+
+    async def processed() -> int:
+        return int(await r.get(keys.stats_processed) or 0)
+
+    await wait_alive(worker, lambda: _at_least(processed, 5), timeout=10)
+    await worker.stop()  # the hand-over flushes once more
+    report("7d-lost-stats-reply", runs=5, processed=await processed(),
+           flush_requests=rule.requests)
+    assert rule.requests >= 2
+    assert await processed() == 5
+
+
+async def _at_least(read: Callable[[], Any], bound: int) -> bool:
+    return int(await read()) >= bound

@@ -1,0 +1,235 @@
+"""Tracing: OpenTelemetry spans around enqueues and runs, the trace context carried in
+the payload from the one to the other.
+
+The only module that imports ``opentelemetry``, and only once tracing is on:
+``job_tracer`` tries the import when an App (its ``Client``) or a worker (its
+``Executor``) is built. A process without the ``otel`` extra pays that one failed import
+and nothing per job; with it, spans go wherever the application's SDK sends them (with
+the API alone they are no-ops, and nothing is added to payloads).
+
+The shape of a trace (the OpenTelemetry messaging conventions)::
+
+    the caller's span (a web request, a script...)
+      └─ send <queue>            PRODUCER, around the check and the push of an enqueue;
+         │                       its context goes in the payload's ``trace`` field
+         ├─ process <queue>      CONSUMER, one run in a worker process (maybe hours later)
+         └─ process <queue>      CONSUMER, its retry: the same trace, the same parent
+
+A job whose payload carries no context (a periodic tick, a job enqueued with tracing
+off) starts a trace of its own: its run is a root span, never a child of whatever
+context the worker's tasks inherited. A worker started inside a span (a lifespan run
+under a request, a test) would otherwise adopt every job into that one trace.
+
+``messaging.system`` is "cogworker": the conventions name the system as the client
+instrumentation knows it, and the queue protocol here (reliable fetch, retries, dead,
+schedules) is this package's own; Redis only stores it. That is what the Sidekiq
+instrumentation does ("sidekiq", also on Redis), and "redis" would mix these spans up
+with the Redis client's own spans (``db.system.name = "redis"``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+from cogworker_async.errors import ConfigurationError
+from cogworker_async.version import __version__
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span
+
+    from cogworker_async.context import JobContext
+    from cogworker_async.middleware import RunNext
+
+log = logging.getLogger(__name__)
+
+TRACE_FIELD: Final = "trace"
+"""The payload field that carries the enqueue's trace context: the propagator's headers,
+``{"traceparent": "00-<trace id>-<span id>-01", "tracestate": ...}`` with the default
+W3C propagators. Absent when there is nothing to carry."""
+
+INSTRUMENTATION: Final = "cogworker_async"
+"""The instrumentation scope (the tracer's name)."""
+
+SYSTEM: Final = "cogworker"
+"""``messaging.system`` (see the module docstring for why not "redis")."""
+
+# Attribute names: the messaging conventions' (v1.26 and later), then this package's own.
+MESSAGING_SYSTEM: Final = "messaging.system"
+OPERATION_TYPE: Final = "messaging.operation.type"
+OPERATION_NAME: Final = "messaging.operation.name"
+DESTINATION: Final = "messaging.destination.name"
+MESSAGE_ID: Final = "messaging.message.id"
+BATCH_COUNT: Final = "messaging.batch.message_count"
+ERROR_TYPE: Final = "error.type"
+JOB_NAME: Final = "cogworker.job.name"
+"""The registered job name (the payload's ``class``)."""
+JOB_ATTEMPT: Final = "cogworker.job.attempt"
+"""1 on the first run, 2 on the first retry, ..."""
+JOB_RECOVERED: Final = "cogworker.job.recovered"
+"""The job was once taken back from a process that died running it."""
+ENQUEUE_REFUSED: Final = "cogworker.enqueue.refused"
+"""Nothing was pushed: a unique job's duplicate, or a client middleware said no."""
+
+SEND: Final = "send"
+PROCESS: Final = "process"
+
+MISSING_EXTRA: Final = ("tracing=True needs opentelemetry-api: install the 'otel' extra "
+                        "(pip install 'cogworker-async[otel]'), or leave tracing unset")
+
+
+def job_tracer(setting: bool | None) -> JobTracer | None:
+    """The tracer for ``Settings.tracing``: None when tracing is off (False, or None
+    without opentelemetry-api); ConfigurationError when it is True and the API is
+    missing. Called once per App and once per worker, never per job."""
+    if setting is False:
+        return None
+    try:
+        return JobTracer()
+    except ImportError:
+        if setting:
+            raise ConfigurationError(MISSING_EXTRA) from None
+        return None
+
+
+class JobTracer:
+    """Makes the spans of one App's enqueues, or of one worker's runs.
+
+    Its tracer is taken from the global provider once, when it is built: before the
+    application sets its provider, the API hands out a proxy that follows it later.
+    """
+
+    def __init__(self) -> None:
+        from opentelemetry import context, propagate, trace  # ImportError: no extra
+
+        self._tracer = trace.get_tracer(INSTRUMENTATION, __version__)
+        self._producer, self._consumer = trace.SpanKind.PRODUCER, trace.SpanKind.CONSUMER
+        self._status, self._error = trace.Status, trace.StatusCode.ERROR
+        self._in_context = trace.set_span_in_context
+        self._attach, self._detach, self._current = (context.attach, context.detach,
+                                                     context.get_current)
+        self._inject, self._extract = propagate.inject, propagate.extract
+        self._empty = context.Context()
+
+    # -- enqueue side -----------------------------------------------------------------
+
+    @contextmanager
+    def sending(self, name: str, queue: str, *, count: int | None = None) -> Iterator[Span]:
+        """A PRODUCER span around one enqueue (``count``: a batch's), current inside the
+        block, so that ``inject`` puts it in the payload and a client middleware's own
+        spans are its children. What the block raises is recorded on it."""
+        attributes: dict[str, str | int] = {
+            MESSAGING_SYSTEM: SYSTEM, OPERATION_TYPE: SEND, OPERATION_NAME: SEND,
+            DESTINATION: queue, JOB_NAME: name}
+        if count is not None:
+            attributes[BATCH_COUNT] = count
+        span = self._tracer.start_span(f"{SEND} {queue}", kind=self._producer,
+                                       attributes=attributes)
+        token = self._attach(self._in_context(span))
+        try:
+            yield span
+        except BaseException as exc:
+            self._failed(span, exc)
+            raise
+        finally:
+            self._detach(token)
+            span.end()
+
+    @staticmethod
+    def sent(span: Span, jid: str | None) -> None:
+        """Note what one enqueue came to: its jid, or that nothing was pushed."""
+        if jid is None:
+            span.set_attribute(ENQUEUE_REFUSED, True)
+        else:
+            span.set_attribute(MESSAGE_ID, jid)
+
+    def inject(self, payload: MutableMapping[str, Any]) -> None:
+        """Put the current trace context in the payload (nothing if there is none: the
+        API without an SDK, or no span)."""
+        carrier: dict[str, str] = {}
+        self._inject(carrier)
+        if carrier:
+            payload[TRACE_FIELD] = carrier
+
+    def current(self) -> Context:
+        """The caller's context, for an enqueue made on another thread (``enqueue_sync``
+        runs on a private event loop, which does not see the caller's context)."""
+        return self._current()
+
+    @contextmanager
+    def within(self, context: Context) -> Iterator[None]:
+        """Make ``context`` (from ``current``) the current one inside the block."""
+        token = self._attach(context)
+        try:
+            yield
+        finally:
+            self._detach(token)
+
+    # -- worker side ------------------------------------------------------------------
+
+    async def around_run(self, job: JobContext, call_next: RunNext) -> None:
+        """Built-in server middleware (outermost): a CONSUMER span around one run, child
+        of the enqueue's span, current while the job runs (so the job's own spans, and
+        its enqueues, are its children)."""
+        parent = self._parent(job.payload)
+        span = self._tracer.start_span(
+            f"{PROCESS} {job.queue}", context=parent, kind=self._consumer,
+            attributes={MESSAGING_SYSTEM: SYSTEM, OPERATION_TYPE: PROCESS,
+                        OPERATION_NAME: PROCESS, DESTINATION: job.queue,
+                        MESSAGE_ID: job.jid, JOB_NAME: job.name, JOB_ATTEMPT: job.attempt})
+        token = self._attach(self._in_context(span, parent))
+        try:
+            if span.is_recording():  # a Redis call: only for a span that is kept
+                await self._mark_recovered(span, job)
+            await call_next(job)
+        except BaseException as exc:
+            self._failed(span, exc)
+            raise
+        finally:
+            self._detach(token)
+            span.end()
+
+    def _parent(self, payload: Mapping[str, Any]) -> Context:
+        """The enqueue's context from the payload, on an empty base: without one (or
+        with one that does not parse) the run starts a trace of its own."""
+        carrier = payload.get(TRACE_FIELD)
+        if not isinstance(carrier, dict) or not carrier:
+            return self._empty
+        headers = {key: found for key, found in carrier.items()
+                   if isinstance(key, str) and isinstance(found, str)}
+        try:
+            return self._extract(headers, context=self._empty)
+        except Exception:  # a custom propagator's bug: never a reason to fail a run
+            log.debug("jid=%s: its trace context could not be read", payload.get("jid"),
+                      exc_info=True)
+            return self._empty
+
+    @staticmethod
+    async def _mark_recovered(span: Span, job: JobContext) -> None:
+        try:
+            recovered = await job.was_recovered()
+        except Exception:  # a Redis error: the attribute is never worth a failed run
+            log.debug("jid=%s: could not tell whether it was recovered", job.jid,
+                      exc_info=True)
+            return
+        span.set_attribute(JOB_RECOVERED, recovered)
+
+    def _failed(self, span: Span, exc: BaseException) -> None:
+        """Record a failure. A cancellation (a shutdown's, a caller's) is no failure of
+        the job: the span just ends (a cancelled run is given back and runs again)."""
+        if not span.is_recording() or not isinstance(exc, Exception | SystemExit):
+            return
+        span.record_exception(exc)
+        span.set_attribute(ERROR_TYPE, error_type(exc))
+        span.set_status(self._status(self._error, f"{type(exc).__name__}: {exc}"))
+
+
+def error_type(exc: BaseException) -> str:
+    """``error.type`` of an exception: its fully qualified class name (a built-in's
+    bare name)."""
+    kind = type(exc)
+    return kind.__qualname__ if kind.__module__ == "builtins" else \
+        f"{kind.__module__}.{kind.__qualname__}"
