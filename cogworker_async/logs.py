@@ -131,8 +131,8 @@ class TextFormatter(logging.Formatter):
         # traceback that format() appends.
         text = super().formatMessage(record)
         attributes = record.__dict__
-        if "jid" not in attributes:
-            return text
+        if "jid" not in attributes or f"jid={attributes['jid']}" in text:
+            return text  # not in a job, or a line that names its job already
         fields = " ".join(f"{key}={attributes[key]}" for key in JOB_FIELDS if key in attributes)
         return f"{text} [{fields}]"
 

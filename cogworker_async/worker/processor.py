@@ -64,6 +64,12 @@ class Attempt:
         return outcome.interrupt(self.work.raw, self.error, now=time.time())
 
 
+def _fields(payload: job.Payload, name: str, queue: str) -> dict[str, object]:
+    """A job's log fields (``logs.JOB_FIELDS``) for a line about it logged outside its run."""
+    return {"jid": payload["jid"], "job": name, "queue": queue,
+            "attempt": attempt_of(payload)}
+
+
 class Processor:
     def __init__(
         self,
@@ -204,8 +210,10 @@ class Processor:
         attempt.ran = True
         attempt.disposition = Ack()
         if log.isEnabledFor(logging.INFO):
+            # Logged after the run, outside its context: the job's fields by hand.
             log.info("done: %s jid=%s in %.3fs", definition.name, payload["jid"],
-                     time.monotonic() - attempt.started)
+                     time.monotonic() - attempt.started,
+                     extra=_fields(payload, definition.name, work.queue))
 
     def _check(self, definition: JobDefinition | None, payload: job.Payload) -> Exception | None:
         if definition is None:
@@ -232,7 +240,8 @@ class Processor:
         attempt.disposition = filed
         log.warning("failed: %s jid=%s: %s: %s -> %s%s", payload["class"], payload["jid"],
                     type(error).__name__, error, filed.target,
-                    f" in {filed.delay:.1f}s" if filed.target == "retry" else "")
+                    f" in {filed.delay:.1f}s" if filed.target == "retry" else "",
+                    extra=_fields(payload, str(payload["class"]), attempt.work.queue))
 
     @staticmethod
     def _requested_delay(definition: JobDefinition | None, payload: job.Payload,
