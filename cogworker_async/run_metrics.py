@@ -9,7 +9,8 @@ Stored in the namespace's slot, one hash per minute (``Keys.run_metrics(minute)`
 
 - ``<name>|runs``: runs that finished (succeeded or failed);
 - ``<name>|failed``: of which failed;
-- ``<name>|ms``: their total run time, whole milliseconds;
+- ``<name>|us``: their total run time, whole microseconds (so that a flood of
+  sub-millisecond runs still adds up);
 - ``<name>|h<i>``: runs whose time fell in bucket ``i`` (``BUCKET_BOUNDS_MS``).
 
 A job name may itself hold ``|``: a field is split at its last one. Memory is bounded by
@@ -64,15 +65,21 @@ class JobMinute:
 
     runs: int = 0
     failed: int = 0
-    ms: int = 0
+    us: int = 0
+    """Total run time, microseconds."""
     histogram: list[int] = field(default_factory=lambda: [0] * BUCKETS)
 
     def add(self, other: JobMinute) -> None:
         self.runs += other.runs
         self.failed += other.failed
-        self.ms += other.ms
+        self.us += other.us
         for index, count in enumerate(other.histogram):
             self.histogram[index] += count
+
+    @property
+    def ms(self) -> float:
+        """Total run time, milliseconds."""
+        return self.us / 1000
 
     @property
     def mean_ms(self) -> float | None:
@@ -100,7 +107,7 @@ class JobMinute:
     def fields(self, name: str) -> dict[str, int]:
         """This entry as hash increments (zero counts left out)."""
         out = {field_of(name, "runs"): self.runs, field_of(name, "failed"): self.failed,
-               field_of(name, "ms"): self.ms}
+               field_of(name, "us"): self.us}
         out.update({field_of(name, f"h{index}"): count
                     for index, count in enumerate(self.histogram) if count})
         return {key: value for key, value in out.items() if value}
@@ -123,7 +130,7 @@ class Tally:
         ms = seconds * 1000.0
         entry.runs += 1
         entry.failed += failed
-        entry.ms += round(ms)
+        entry.us += round(ms * 1000)
         entry.histogram[bucket_of(ms)] += 1
 
     def take(self) -> dict[int, dict[str, int]]:
@@ -143,7 +150,7 @@ def parse(fields: Mapping[str, int] | Mapping[bytes, bytes]) -> dict[str, JobMin
     Fields that are not this format's are skipped (nothing here is worth failing a page)."""
     out: dict[str, JobMinute] = {}
     for raw_key, raw_value in fields.items():
-        key = raw_key.decode() if isinstance(raw_key, bytes) else raw_key
+        key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else raw_key
         name, sep, what = key.rpartition(SEPARATOR)
         try:
             value = int(raw_value)
@@ -163,8 +170,8 @@ def _apply(entry: JobMinute, what: str, value: int) -> None:
         entry.runs += value
     elif what == "failed":
         entry.failed += value
-    elif what == "ms":
-        entry.ms += value
+    elif what == "us":
+        entry.us += value
     elif what.startswith("h") and what[1:].isdigit() and int(what[1:]) < BUCKETS:
         entry.histogram[int(what[1:])] += value
 

@@ -76,7 +76,7 @@ class JobTotals:
     name: str
     runs: int
     failed: int
-    total_ms: int
+    total_ms: float
     mean_ms: float | None
     p50_ms: float | None
     p95_ms: float | None
@@ -94,7 +94,7 @@ class Series:
 
     name: str
     runs: tuple[int, ...]
-    total_ms: tuple[int, ...]
+    total_ms: tuple[float, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +171,7 @@ def summarize(window_minutes: int, minutes: Sequence[int],
     top_series = tuple(
         Series(name,
                runs=tuple(minute[name].runs if name in minute else 0 for minute in parsed),
-               total_ms=tuple(minute[name].ms if name in minute else 0 for minute in parsed))
+               total_ms=tuple(minute[name].ms if name in minute else 0.0 for minute in parsed))
         for name in order[:top])
     return MetricsSummary(window_minutes, tuple(minutes),
                           tuple(JobTotals.of(name, totals[name]) for name in order), top_series)
@@ -207,9 +207,14 @@ def run_time(ms: float | None) -> str:
     for unit, size in (("h", SECONDS_PER_HOUR * MS_PER_SECOND),
                        ("min", SECONDS_PER_MINUTE * MS_PER_SECOND), ("s", MS_PER_SECOND)):
         if ms >= size:
-            value = ms / size
-            return f"{value:.1f} {unit}" if value < FRACTION_BELOW else f"{value:.0f} {unit}"
-    return f"{ms:.1f} ms" if ms < FRACTION_BELOW else f"{ms:.0f} ms"
+            return f"{_number(ms / size)} {unit}"
+    return f"{_number(ms)} ms"
+
+
+def _number(value: float) -> str:
+    """One decimal under ``FRACTION_BELOW`` (none when it is 0: ``2 s``, not ``2.0 s``)."""
+    rounded = round(value, 1)
+    return f"{rounded:g}" if rounded < FRACTION_BELOW else f"{value:.0f}"
 
 
 # -- the read ----------------------------------------------------------------------------

@@ -116,3 +116,128 @@ def bars(history: Sequence[Any]) -> list[Bar]:
                 width=step * 0.7, processed_height=CHART_HEIGHT * day.processed / top,
                 failed_height=CHART_HEIGHT * day.failed / top)
             for i, day in enumerate(history)]
+
+
+# -- the Metrics tab's charts (SVG drawn by the server: no script, nothing inline) ------
+
+LINE_CHART_HEIGHT: Final = 160.0
+LINE_MARGIN: Final = 2.0
+"""Units kept clear at the top and bottom of a line chart, for the stroke."""
+DOT_HALF_WIDTH: Final = 2.0
+"""Half the width (at least) of the dash drawn for a lone point: a line of one point
+shows nothing."""
+SCALE_STEPS: Final = (1, 2, 5, 10)
+HEAT_ROW_HEIGHT: Final = 18
+"""Height of a heat map row, in pixels: the labels beside it (CSS) use the same."""
+HEAT_FAINTEST: Final = 0.12
+"""Opacity of a cell holding the fewest runs (one): still visible against the paper."""
+
+
+def nice_top(peak: float) -> float:
+    """The round number (1, 2 or 5 times a power of ten) at or above ``peak``: the top
+    of a chart reads at a glance, as on the live graph."""
+    if peak <= 1:
+        return 1.0
+    power = 10 ** math.floor(math.log10(peak))
+    return float(next(step * power for step in SCALE_STEPS if step * power >= peak))
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One series of a line chart: its label, its CSS class (the colour), and its
+    polylines (a gap where it has no value: a minute without runs has no run time)."""
+
+    label: str
+    css: str
+    segments: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LineChart:
+    lines: tuple[Line, ...]
+    top: float
+    """The value at the top of the chart."""
+
+
+def line_chart(series: Sequence[tuple[str, Sequence[float | None]]], *,
+               css: Sequence[str] = ()) -> LineChart:
+    """Series of equal length as polylines in a ``viewBox`` 600 × 160, scaled together
+    to a round top. ``css``: each series' class (else ``s0``, ``s1``, ...)."""
+    values = [v for _, points in series for v in points if v is not None]
+    top = nice_top(max(values, default=0.0))
+    return LineChart(tuple(
+        Line(label, css[index] if index < len(css) else f"s{index}", _segments(points, top))
+        for index, (label, points) in enumerate(series)), top)
+
+
+def _segments(values: Sequence[float | None], top: float) -> tuple[str, ...]:
+    """A series' polylines, broken where it has no value."""
+    step = CHART_WIDTH / max(1, len(values) - 1)
+    scale = (LINE_CHART_HEIGHT - 2 * LINE_MARGIN) / top
+    segments: list[list[tuple[float, float]]] = [[]]
+    for i, value in enumerate(values):
+        if value is None:
+            segments.append([])
+        else:
+            segments[-1].append((i * step, LINE_CHART_HEIGHT - LINE_MARGIN - value * scale))
+    half = max(DOT_HALF_WIDTH, step / 2)
+    return tuple(_polyline(points, half) for points in segments if points)
+
+
+def _polyline(points: list[tuple[float, float]], half: float) -> str:
+    if len(points) == 1:  # a dash across its minute, kept within the chart
+        (x, y), = points
+        left = min(max(0.0, x - half), CHART_WIDTH - 2 * half)
+        points = [(left, y), (left + 2 * half, y)]
+    return " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One minute × one run-time bucket of a heat map, in the SVG's units."""
+
+    x: float
+    y: float
+    width: float
+    opacity: float
+    count: int
+    minute: int
+    """Index of the minute in the window."""
+    bucket: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeatMap:
+    """Runs per minute (columns) and run-time bucket (rows, slowest at the top)."""
+
+    cells: tuple[Cell, ...]
+    rows: tuple[int, ...]
+    """The buckets shown, top row first: from the slowest used to the fastest used."""
+    peak: int
+
+    @property
+    def height(self) -> int:
+        return len(self.rows) * HEAT_ROW_HEIGHT
+
+    @property
+    def row_height(self) -> int:
+        return HEAT_ROW_HEIGHT
+
+
+def heat_map(histograms: Sequence[Sequence[int]]) -> HeatMap:
+    """Per-minute histograms as a heat map ``CHART_WIDTH`` wide, a row of
+    ``HEAT_ROW_HEIGHT`` per bucket: the darker a cell, the more runs took that long."""
+    used = sorted({bucket for histogram in histograms
+                   for bucket, count in enumerate(histogram) if count})
+    if not used:
+        return HeatMap((), (), 0)
+    rows = tuple(range(used[-1], used[0] - 1, -1))
+    peak = max(count for histogram in histograms for count in histogram)
+    width = CHART_WIDTH / max(1, len(histograms))
+    cells = tuple(
+        Cell(x=minute * width, y=float(rows.index(bucket) * HEAT_ROW_HEIGHT), width=width,
+             opacity=HEAT_FAINTEST + (1 - HEAT_FAINTEST) * count / peak, count=count,
+             minute=minute, bucket=bucket)
+        for minute, histogram in enumerate(histograms)
+        for bucket, count in enumerate(histogram) if count)
+    return HeatMap(cells, rows, peak)

@@ -18,6 +18,14 @@ from starlette.staticfiles import StaticFiles
 
 from cogworker_async.admin.api import Queue
 from cogworker_async.admin.records import JobRecord
+from cogworker_async.admin.run_metrics import (
+    DEFAULT_WINDOW_MINUTES,
+    JobMetrics,
+    MetricsSummary,
+    bucket_labels,
+    check_window,
+    run_time,
+)
 from cogworker_async.admin.sets import JobSet
 from cogworker_async.web import actions, format
 from cogworker_async.web.site import NO_STORE, SET_KINDS, STATIC, Site
@@ -28,6 +36,9 @@ MAX_PAGE: Final = 10_000_000
 """Page numbers beyond this are read as this (a window far past any real queue's end)."""
 MAX_TERM: Final = 200
 """Characters of a search term used."""
+WINDOWS: Final = (60, 120, 240, 480)
+"""The Metrics tab's window choices, in minutes (any of 1..480 may be asked for)."""
+BAD_REQUEST: Final = 400
 
 
 def page_number(request: Request) -> int:
@@ -138,6 +149,66 @@ def periodic(site: Site) -> Endpoint:
     return view
 
 
+def window_param(request: Request) -> int | None:
+    """The Metrics window asked for (minutes; the last hour unless asked), or None
+    when it is not a window (not a whole number of 1..480 minutes)."""
+    raw = request.query_params.get("window")
+    if raw is None:
+        return DEFAULT_WINDOW_MINUTES
+    try:
+        return check_window(int(raw))
+    except ValueError:
+        return None
+
+
+async def _not_a_window(site: Site, request: Request) -> Response:
+    # Said, not clamped: a hand-edited URL should not quietly show another window.
+    return await site.render(request, "metrics_window.html", status=BAD_REQUEST,
+                             tab="metrics_jobs", windows=WINDOWS,
+                             asked=request.query_params.get("window", ""))
+
+
+def metrics(site: Site) -> Endpoint:
+    """Every job class over the window: the table, and a chart of the busiest."""
+    async def view(request: Request) -> Response:
+        window = window_param(request)
+        if window is None:
+            return await _not_a_window(site, request)
+        by = "time" if request.query_params.get("by") == "time" else "runs"
+        summary: MetricsSummary = await site.inspector.metrics.summary(window)
+        chart = format.line_chart([(s.name, s.total_ms if by == "time" else s.runs)
+                                   for s in summary.top])
+        return await site.render(request, "metrics.html", tab="metrics_jobs",
+                                 metrics=summary, chart=chart, by=by, windows=WINDOWS,
+                                 ms=run_time)
+    return view
+
+
+def metrics_job(site: Site) -> Endpoint:
+    """One job class over the window: its run-time heat map and its minutes."""
+    async def view(request: Request) -> Response:
+        name = request.path_params["name"]
+        window = window_param(request)
+        if window is None:
+            return await _not_a_window(site, request)
+        if not name:
+            return await site.render(request, "missing.html", status=404, tab="metrics_jobs",
+                                     what="Name a job class: /metrics/jobs/NAME.")
+        found: JobMetrics = await site.inspector.metrics.job(name, window)
+        minutes = found.minutes
+        runs = format.line_chart([("runs", [m.totals.runs for m in minutes]),
+                                  ("failed", [m.totals.failed for m in minutes])],
+                                 css=("processed", "failed"))
+        times = format.line_chart([("p95", [m.totals.p95_ms for m in minutes]),
+                                   ("mean", [m.totals.mean_ms for m in minutes])],
+                                  css=("p95", "mean"))
+        heat = format.heat_map([m.histogram for m in minutes])
+        return await site.render(request, "metrics_job.html", tab="metrics_jobs", job=found,
+                                 runs=runs, times=times, heat=heat, labels=bucket_labels(),
+                                 windows=WINDOWS, ms=run_time)
+    return view
+
+
 # -- the table -------------------------------------------------------------------------
 
 
@@ -165,6 +236,9 @@ def build(site: Site) -> list[BaseRoute]:
         Route("/busy", busy(site), name="busy"),
         *(route for kind in SET_KINDS for route in _set_routes(site, kind)),
         Route("/periodic", periodic(site), name="periodic"),
+        # Under /metrics/jobs: /metrics itself is the Prometheus scrape endpoint's.
+        Route("/metrics/jobs", metrics(site), name="metrics_jobs"),
+        Route("/metrics/jobs/{name:path}", metrics_job(site), name="metrics_job"),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     site.router.routes = routes

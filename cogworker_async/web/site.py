@@ -41,7 +41,9 @@ STATIC: Final = HERE / "static"
 SET_KINDS: Final = ("scheduled", "retries", "dead")
 TABS: Final = (("dashboard", "Dashboard"), ("queues", "Queues"), ("busy", "Busy"),
                ("scheduled", "Scheduled"), ("retries", "Retries"), ("dead", "Dead"),
-               ("periodic", "Periodic"))
+               ("periodic", "Periodic"), ("metrics_jobs", "Metrics"))
+"""The nav, in order (route name, label). Metrics last, as in Sidekiq 7; its route is
+``/metrics/jobs`` (``/metrics`` is the Prometheus scrape endpoint)."""
 VERBS: Final = {"retried": "Put back on its queue", "deleted": "Deleted",
                 "killed": "Moved to dead", "cleared": "Cleared"}
 """The actions a redirect may report (anything else in the query string is ignored)."""

@@ -16,7 +16,7 @@ MINUTE = 29_000_000
 
 def flush(number: int, processed: int = 3, failed: int = 1) -> StatsFlush:
     return StatsFlush(number, processed, failed,
-                      {MINUTE: {"send|runs": 3, "send|failed": 1, "send|ms": 12, "send|h2": 3},
+                      {MINUTE: {"send|runs": 3, "send|failed": 1, "send|us": 12000, "send|h2": 3},
                        MINUTE + 1: {"other|runs": 1}})
 
 

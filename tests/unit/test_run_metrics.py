@@ -36,7 +36,7 @@ def test_the_tally_sums_runs_per_minute_and_job_and_empties_when_taken() -> None
 
 
 def test_stored_fields_parse_from_bytes_and_foreign_fields_are_skipped() -> None:
-    stored = {b"send|runs": b"3", b"send|failed": b"1", b"send|ms": b"30", b"send|h3": b"3",
+    stored = {b"send|runs": b"3", b"send|failed": b"1", b"send|us": b"30000", b"send|h3": b"3",
               b"send|h999": b"5", b"nonsense": b"1", b"send|runs2": b"x"}
     entry = parse(stored)["send"]
     assert (entry.runs, entry.failed, entry.ms) == (3, 1, 30)
@@ -60,8 +60,8 @@ def test_percentiles_are_read_off_the_histogram_within_a_bucket() -> None:
 
 
 def test_sums_over_minutes_add_every_field() -> None:
-    a = parse({"x|runs": 1, "x|ms": 5, "x|h2": 1})
-    b = parse({"x|runs": 2, "x|failed": 2, "x|ms": 7, "x|h2": 2, "y|runs": 1})
+    a = parse({"x|runs": 1, "x|us": 5000, "x|h2": 1})
+    b = parse({"x|runs": 2, "x|failed": 2, "x|us": 7000, "x|h2": 2, "y|runs": 1})
     total = run_metrics.summed([a, b])
     assert (total["x"].runs, total["x"].failed, total["x"].ms) == (3, 2, 12)
     assert total["x"].histogram[2] == 3
