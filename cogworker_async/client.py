@@ -4,6 +4,10 @@ Everything a job will need is checked here, at the caller: arguments that are no
 arguments that don't fit the function, a bad queue name, a payload over the size limit.
 The worker should never be the first to find out. An enqueue is never retried blindly
 (a lost reply would push the job twice): a connection error reaches the caller.
+
+With tracing on (``tracing.py``), each enqueue path runs in a PRODUCER span that covers
+the checks and the push (so a refusal or a Redis error is recorded on it), and the
+payload carries the span's context to the worker.
 """
 
 from __future__ import annotations
@@ -17,16 +21,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from cogworker_async import job, unique
+from cogworker_async import job, tracing, unique
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
 from cogworker_async.redis.store import RedisError, Store, dead_limits_of, durability_of
 from cogworker_async.settings import Settings
+
+if TYPE_CHECKING:
+    from cogworker_async.tracing import CallerContext
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +114,8 @@ class Client:
         self._portal: BlockingPortal | None = None
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._policy_checked = False
+        # The one import check for tracing on this side (None: off, at no cost per job).
+        self._tracer = tracing.job_tracer(settings.tracing)
 
     def store(self) -> Store:
         """This event loop's Store (a pool is bound to the loop that made it)."""
@@ -131,6 +140,9 @@ class Client:
         definition.check_arguments(args, kwargs)
         payload = job.build(definition.name, args, kwargs, queue=options.queue,
                             retry=options.retry, now=time.time())
+        if self._tracer is not None and self._tracer.active():  # before the middleware,
+            # which may read or drop it
+            self._tracer.inject(cast("dict[str, Any]", payload))
         if not self.middleware and options.unique is None:  # nothing to pass it through
             raw = job.encode_new(payload, self.settings.max_payload_bytes)
             return _Push(options.queue, raw, payload["jid"])
@@ -171,6 +183,22 @@ class Client:
         delay: Delay | None = None,
         at: When | None = None,
     ) -> str | None:
+        if self._tracer is None or not self._tracer.active():
+            return await self._enqueue(definition, options, args, kwargs, delay, at)
+        with self._tracer.sending(definition.name, options.queue) as span:
+            jid = await self._enqueue(definition, options, args, kwargs, delay, at)
+            self._tracer.sent(span, jid)
+            return jid
+
+    async def _enqueue(
+        self,
+        definition: JobDefinition,
+        options: JobOptions,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        delay: Delay | None,
+        at: When | None,
+    ) -> str | None:
         epoch, seconds = self._due(delay, at)
         push = await self._prepare(definition, options, args, kwargs)
         if push is None:
@@ -194,6 +222,19 @@ class Client:
         return push.jid
 
     async def enqueue_many(
+        self,
+        definition: JobDefinition,
+        options: JobOptions,
+        calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
+    ) -> list[str | None]:
+        if self._tracer is None or not self._tracer.active():
+            return await self._enqueue_many(definition, options, calls)
+        batch = list(calls)  # its length is the span's message count
+        with self._tracer.sending(definition.name, options.queue, count=len(batch)):
+            # One span for the batch, whose context every job of it carries.
+            return await self._enqueue_many(definition, options, batch)
+
+    async def _enqueue_many(
         self,
         definition: JobDefinition,
         options: JobOptions,
@@ -246,7 +287,11 @@ class Client:
                 self._portal_cm = start_blocking_portal()
                 self._portal = self._portal_cm.__enter__()
             portal = self._portal
-        jid: str | None = portal.call(self._enqueue_now, definition, options, args, kwargs)
+        # The private loop does not see this thread's context: the enqueue's span is
+        # made a child of the caller's (a sync web framework's request span) by hand.
+        caller = self._tracer.current() if self._tracer is not None else None
+        jid: str | None = portal.call(self._enqueue_now, definition, options, args, kwargs,
+                                      caller)
         return jid
 
     async def _enqueue_now(
@@ -255,8 +300,12 @@ class Client:
         options: JobOptions,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
+        caller: CallerContext | None,
     ) -> str | None:
-        return await self.enqueue(definition, options, args, kwargs)
+        if self._tracer is None or caller is None:
+            return await self.enqueue(definition, options, args, kwargs)
+        with self._tracer.within(caller):
+            return await self.enqueue(definition, options, args, kwargs)
 
     async def close(self) -> None:
         store = self._stores.pop(asyncio.get_running_loop(), None)

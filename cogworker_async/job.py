@@ -46,6 +46,9 @@ Payload = TypedDict("Payload", {
     # periodic.py's: worker/cron.py writes them, worker/locks.py reads ``periodic``:
     "periodic": str,
     "periodic_tick": float,
+    # tracing.py's: the enqueue's trace context (W3C ``traceparent``, ``tracestate``),
+    # written by the client (``JobTracer.inject``), read by the run's span (``_parent``):
+    "trace": dict[str, str],
     # A dead entry's: the bytes of what was not a job (``unparseable_entry``), and the
     # process that kept dying with it (worker/recovery.py, ``process_died_entry``):
     "raw_payload_base64": str,
@@ -73,7 +76,7 @@ Field = Literal[
     "jid", "class", "args", "kwargs", "queue", "created_at", "enqueued_at", "retry",
     "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
     "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
-    "periodic", "periodic_tick", "raw_payload_base64", "raw_payload_preview",
+    "periodic", "periodic_tick", "trace", "raw_payload_base64", "raw_payload_preview",
     "orphaned_from", "orphaned_process",
 ]
 """The name of a ``Payload`` field: what the accessors take, so that mypy checks it

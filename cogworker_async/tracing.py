@@ -38,11 +38,16 @@ from cogworker_async.errors import ConfigurationError
 from cogworker_async.version import __version__
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from opentelemetry.context import Context
     from opentelemetry.trace import Span
 
     from cogworker_async.context import JobContext
     from cogworker_async.middleware import RunNext
+
+    CallerContext: TypeAlias = Context
+    """An enqueuing thread's trace context, as ``JobTracer.current`` hands it out."""
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +62,8 @@ INSTRUMENTATION: Final = "cogworker_async"
 SYSTEM: Final = "cogworker"
 """``messaging.system`` (see the module docstring for why not "redis")."""
 
-# Attribute names: the messaging conventions' (v1.26 and later), then this package's own.
+# Attribute names: the messaging conventions' current ones (``messaging.operation.type``
+# has replaced ``messaging.operation``), then this package's own.
 MESSAGING_SYSTEM: Final = "messaging.system"
 OPERATION_TYPE: Final = "messaging.operation.type"
 OPERATION_NAME: Final = "messaging.operation.name"
@@ -106,13 +112,22 @@ class JobTracer:
         from opentelemetry import context, propagate, trace  # ImportError: no extra
 
         self._tracer = trace.get_tracer(INSTRUMENTATION, __version__)
+        self._provider = trace.get_tracer_provider
+        self._unset = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
         self._producer, self._consumer = trace.SpanKind.PRODUCER, trace.SpanKind.CONSUMER
         self._status, self._error = trace.Status, trace.StatusCode.ERROR
-        self._in_context = trace.set_span_in_context
+        self._in_context, self._current_span = trace.set_span_in_context, trace.get_current_span
         self._attach, self._detach, self._current = (context.attach, context.detach,
                                                      context.get_current)
         self._inject, self._extract = propagate.inject, propagate.extract
         self._empty = context.Context()
+
+    def active(self) -> bool:
+        """Whether the application has set a tracer provider (an SDK) yet. Asked per
+        enqueue and per run, a fraction of a microsecond: with the API alone (installed
+        by some other package, say) every span would be a no-op that still costs a few
+        microseconds, so none is made and nothing is put in the payload."""
+        return not isinstance(self._provider(), self._unset)
 
     # -- enqueue side -----------------------------------------------------------------
 
@@ -147,20 +162,22 @@ class JobTracer:
             span.set_attribute(MESSAGE_ID, jid)
 
     def inject(self, payload: MutableMapping[str, Any]) -> None:
-        """Put the current trace context in the payload (nothing if there is none: the
-        API without an SDK, or no span)."""
+        """Put the current trace context in the payload; nothing without a valid span
+        (the API without an SDK, and no context from upstream), at no further cost."""
+        if not self._current_span().get_span_context().is_valid:
+            return
         carrier: dict[str, str] = {}
         self._inject(carrier)
         if carrier:
             payload[TRACE_FIELD] = carrier
 
-    def current(self) -> Context:
+    def current(self) -> CallerContext:
         """The caller's context, for an enqueue made on another thread (``enqueue_sync``
         runs on a private event loop, which does not see the caller's context)."""
         return self._current()
 
     @contextmanager
-    def within(self, context: Context) -> Iterator[None]:
+    def within(self, context: CallerContext) -> Iterator[None]:
         """Make ``context`` (from ``current``) the current one inside the block."""
         token = self._attach(context)
         try:

@@ -4,6 +4,10 @@ its timeout, in a thread if it is a plain function.
 A timed-out async job is cancelled. A plain function cannot be: its thread runs on, so
 the job is filed as a ``JobTimeout`` failure at once, but its slot stays busy until the
 thread returns (``Leftover.thread_done``) — the docs say so, rather than pretend.
+
+The chain, outermost first: the tracing span (when tracing is on: ``tracing.py``), the
+counts, the App's server middleware, the job. The span is outermost so that it times and
+records whatever the rest raises.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
 from cogworker_async.retries import attempt_of
+from cogworker_async.tracing import job_tracer
 
 _this_run: ContextVar[tuple[JobDefinition, payloads.Payload, Leftover]] = ContextVar(
     "cogworker_this_run")
@@ -36,7 +41,8 @@ class Counters:
 
     async def middleware(self, job: JobContext, call_next: Callable[[JobContext],
                                                                    Awaitable[None]]) -> None:
-        """The built-in server middleware that counts runs (outermost in the chain)."""
+        """The built-in server middleware that counts runs (outermost but for the
+        tracing span)."""
         try:
             await call_next(job)
         except BaseException:
@@ -62,14 +68,20 @@ class Executor:
         middleware: Sequence[ServerMiddleware],
         limiter: anyio.CapacityLimiter,
         orphanings: Callable[[str, str], Awaitable[int]],
+        *,
+        tracing: bool | None = None,
     ) -> None:
+        """``tracing``: ``Settings.tracing`` (the one import check for this worker)."""
         self.counters = counters
         self.middleware = list(middleware)
         self.limiter = limiter
         self.orphanings = orphanings
-        # The chain is built once, not per run; each run finds its own parts in a
+        self._tracer = job_tracer(tracing)
+        # The chains are built once, not per run; each run finds its own parts in a
         # context variable (per task: concurrent runs never see each other's).
         self._chain = server_chain([counters.middleware, *self.middleware], self._innermost)
+        self._traced_chain = self._chain if self._tracer is None else server_chain(
+            [self._tracer.around_run, counters.middleware, *self.middleware], self._innermost)
 
     def context(self, definition: JobDefinition, payload: payloads.Payload,
                 queue: str) -> JobContext:
@@ -90,8 +102,10 @@ class Executor:
         context = self.context(definition, payload, queue)
         token = CURRENT.set(context)
         parts = _this_run.set((definition, payload, leftover))
+        tracer = self._tracer
+        chain = self._traced_chain if tracer is not None and tracer.active() else self._chain
         try:
-            await self._chain(context)
+            await chain(context)
         finally:
             _this_run.reset(parts)
             CURRENT.reset(token)

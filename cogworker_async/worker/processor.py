@@ -92,7 +92,7 @@ class Processor:
         self.locks = JobLocks(store)
         self.observers = observers or Observers()
         self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
-                                 store.orphan_count)
+                                 store.orphan_count, tracing=settings.tracing)
 
     async def process(self, work: Work) -> None:
         """Run ``work`` (admitted to the ledger) and settle it; on cancellation, settle
