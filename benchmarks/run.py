@@ -94,11 +94,15 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
 DEFAULT_SYSTEMS = list(SYSTEMS)
 
 SCENARIOS = ["enqueue", "bulk", "noop", "latency", "sleep", "memory", "cluster",
-             "durability"]
+             "durability", "metrics"]
 CLUSTER_SCRIPT = HERE / "cluster.py"
 """The ``cluster`` scenario (ours only, on its own servers): benchmarks/cluster.py."""
 DURABILITY_SCRIPT = HERE / "durability.py"
 """The ``durability`` scenario (ours only, on its own servers): benchmarks/durability.py."""
+METRICS_SCRIPT = HERE / "metrics_cost.py"
+"""The ``metrics`` scenario (ours only, on its own server): benchmarks/metrics_cost.py."""
+OWN_SERVERS = ("cluster", "durability", "metrics")
+"""Scenarios run by a script of their own, on their own servers (after the others)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1059,7 +1063,7 @@ def measure(bench: Bench, systems: list[System], scenarios: list[str],
         for system in systems:
             runs[system.name].append({})
         for scenario in [s for s in scenarios
-                         if s not in ("memory", "cluster", "durability")]:
+                         if s != "memory" and s not in OWN_SERVERS]:
             for system in systems:
                 bench.redis.flush()
                 log(f"run {run}/{total}: {scenario} / {system.name} ...")
@@ -1111,10 +1115,14 @@ def main() -> int:
     durability_text = ""
     if "durability" in scenarios and OURS in args.systems.split(","):
         durability_text = run_durability(args, sizes, bench, errors)
+    metrics_text = ""
+    if "metrics" in scenarios and OURS in args.systems.split(","):
+        metrics_text = run_script("metrics", "metrics off vs on (metrics_port)",
+                                  METRICS_SCRIPT, args, bench, errors)
     finished = dt.datetime.now().astimezone()
     report = render(args, sizes, systems, results, errors, command, started, finished,
                     load_before, os.getloadavg(), redis_version, profile_text,
-                    cluster_text, durability_text)
+                    cluster_text, durability_text, metrics_text)
     print(report)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     raw = RESULTS_DIR / f"{bench.stamp}.json"
@@ -1165,11 +1173,31 @@ def run_durability(args: argparse.Namespace, sizes: Sizes, bench: Bench,
     return done.stdout.strip()
 
 
+def run_script(name: str, what: str, script: Path, args: argparse.Namespace, bench: Bench,
+               errors: list[str]) -> str:
+    """A scenario's own script with the project's venv (its own number of runs, which
+    its noise needs, unless ``--runs`` says); its Markdown, or "" after an error."""
+    log(f"{name}: {what} ...")
+    raw = bench.logs / f"{name}.json"
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    argv = [str(ensure_our_python()), str(script), "--json", str(raw),
+            *(["--quick"] if args.quick else []),
+            *(["--runs", str(args.runs)] if args.runs else [])]
+    with open(bench.logs / f"{name}.log", "w") as stderr:
+        done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr,
+                              text=True, timeout=3600)
+    if done.returncode != 0:
+        errors.append(f"{name}: exited with {done.returncode} "
+                      f"(see {bench.logs / f'{name}.log'})")
+        return ""
+    return done.stdout.strip()
+
+
 def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
            results: dict[str, dict[str, Any]], errors: list[str], command: str,
            started: dt.datetime, finished: dt.datetime, load_before: tuple[float, ...],
            load_after: tuple[float, ...], redis_version: str, profile_text: str,
-           cluster_text: str = "", durability_text: str = "") -> str:
+           cluster_text: str = "", durability_text: str = "", metrics_text: str = "") -> str:
     box = machine()
     kind = "QUICK smoke run (--quick: small N, 1 run)" if args.quick else \
         f"full run ({sizes.runs} runs, medians)"
@@ -1221,6 +1249,8 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
         lines += ["## Redis Cluster: 3 masters vs one Redis (ours)", "", cluster_text, ""]
     if durability_text:
         lines += ["## Durability: off vs 'replica' and 'aof' (ours)", "", durability_text, ""]
+    if metrics_text:
+        lines += ["## Prometheus metrics: off vs on (ours)", "", metrics_text, ""]
     if errors:
         lines += ["## Errors", "", *[f"- {e}" for e in errors], ""]
     if profile_text:
@@ -1274,6 +1304,10 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         "same run: concurrent enqueue rate, sequential enqueue latency, `enqueue_many`, "
         "one worker's no-op processing and enqueue → start latency (see "
         "`benchmarks/durability.py`).",
+        "- **metrics** (ours): one worker's no-op processing with `metrics_port` unset "
+        "and set, back to back in each run (order alternating), `/metrics` scraped every "
+        "0.5 s while on; jobs/s and worker CPU per job, and on ÷ off against the target "
+        "of at most 10 % (see `benchmarks/metrics_cost.py`).",
         "",
         "Ratios are ours ÷ peer for rates and peer ÷ ours for times, CPU, latency, calls "
         "and memory: above 1 means ours is better.",

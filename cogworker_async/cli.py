@@ -46,6 +46,7 @@ from cogworker_async import environment, logs, urls
 from cogworker_async.admin import cli as admin_cli
 from cogworker_async.app import App, Worker
 from cogworker_async.errors import CogworkerError, why
+from cogworker_async.prometheus import exporter as metrics_exporter
 from cogworker_async.redis.connection import connect, server_info
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
@@ -394,6 +395,7 @@ def web(
 
 
 admin_cli.register(cli, load_app)  # stats, queues, scheduled, retries, dead, ...
+metrics_exporter.register(cli, load_app)  # metrics: the system-wide Prometheus gauges
 
 
 @cli.command()

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -29,6 +29,7 @@ from cogworker_async.admin.run_metrics import (
 from cogworker_async.admin.sets import JobSet
 from cogworker_async.web import actions, format
 from cogworker_async.web.site import NO_STORE, SET_KINDS, STATIC, Site
+from cogworker_async.worker.streak import Streak
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -39,6 +40,8 @@ MAX_TERM: Final = 200
 WINDOWS: Final = (60, 120, 240, 480)
 """The Metrics tab's window choices, in minutes (any of 1..480 may be asked for)."""
 BAD_REQUEST: Final = 400
+NOT_IMPLEMENTED: Final = 501
+"""/metrics without the metrics extra installed."""
 
 
 def page_number(request: Request) -> int:
@@ -209,6 +212,24 @@ def metrics_job(site: Site) -> Endpoint:
     return view
 
 
+def prometheus(site: Site) -> Endpoint:
+    """The system-wide gauges for Prometheus (queue sizes and latency, the sets, live
+    processes; the metrics extra): ``cogworker_up 0`` and no other gauge while Redis
+    cannot be read, never a hung scrape. One streak per dashboard: an outage is logged
+    once, not at every scrape."""
+    streak = Streak("reading Redis for the metrics")
+
+    async def view(request: Request) -> Response:
+        try:
+            from cogworker_async.prometheus.system import render
+        except ImportError:
+            return PlainTextResponse("/metrics needs the metrics extra: pip install "
+                                     "'cogworker-async[metrics]'\n", NOT_IMPLEMENTED)
+        body, content_type = await render(site.inspector, streak=streak)
+        return Response(body, media_type=content_type, headers=NO_STORE)
+    return view
+
+
 # -- the table -------------------------------------------------------------------------
 
 
@@ -237,6 +258,7 @@ def build(site: Site) -> list[BaseRoute]:
         *(route for kind in SET_KINDS for route in _set_routes(site, kind)),
         Route("/periodic", periodic(site), name="periodic"),
         # Under /metrics/jobs: /metrics itself is the Prometheus scrape endpoint's.
+        Route("/metrics", prometheus(site), name="prometheus"),
         Route("/metrics/jobs", metrics(site), name="metrics_jobs"),
         Route("/metrics/jobs/{name:path}", metrics_job(site), name="metrics_job"),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

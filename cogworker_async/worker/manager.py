@@ -219,7 +219,20 @@ class Manager:
                 await anyio.sleep(self.settings.heartbeat_interval)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Work until ``stop()``; ready (``task_status.started()``) once it can fetch."""
+        """Work until ``stop()``; ready (``task_status.started()``) once it can fetch.
+        The metrics server, if any, listens first: a port in use stops the start before
+        this process is registered anywhere."""
+        if self.metrics is None:
+            await self._work(task_status=task_status)
+            return
+        async with anyio.create_task_group() as metrics:
+            await metrics.start(self.metrics.serve)
+            try:
+                await self._work(task_status=task_status)
+            finally:
+                metrics.cancel_scope.cancel()
+
+    async def _work(self, *, task_status: TaskStatus[None]) -> None:
         reliable = self.fetcher.reliable
         await self.store.check_server(reliable=reliable)
         # Served queues are registered (the dashboard, the poller and recovery find each
@@ -244,8 +257,6 @@ class Manager:
                 upkeep.start_soon(self._flush_stats_forever)
                 if self.hooks is not None:
                     upkeep.start_soon(self.hooks.run)
-                if self.metrics is not None:
-                    await upkeep.start(self.metrics.serve)
                 upkeep.start_soon(self._probe_lag)
                 upkeep.start_soon(self.fence.run)
                 async with anyio.create_task_group() as jobs:

@@ -1,0 +1,154 @@
+"""The system-wide gauges: what is in Redis, the same whichever process reads it.
+
+Served by one reader, never by every worker (N workers reporting the same queue size
+would be N series of one fact, and ``sum()`` over them N times too much): the
+dashboard's ``/metrics`` (``render``) and the ``cogworker-async metrics`` exporter
+(``SystemCollector``, ``exporter.py``). Read through the admin model (``Inspector``),
+as the dashboard reads them, at each scrape:
+
+- ``cogworker_queue_size{queue}``: jobs waiting on each registered queue.
+- ``cogworker_queue_latency_seconds{queue}``: how long its oldest job has waited (0 for
+  an empty queue).
+- ``cogworker_scheduled_size``, ``cogworker_retry_size``, ``cogworker_dead_size``: the
+  sets, summed over queues.
+- ``cogworker_processes``: worker processes alive (beating).
+- ``cogworker_up``: 1 when this scrape read Redis; 0 when Redis could not be read within
+  ``SCRAPE_TIMEOUT`` (down, refusing, too slow) — then none of the gauges above is given.
+
+Why ``cogworker_up 0`` rather than a failed scrape: the exporter convention
+(``redis_exporter``'s ``redis_up``, ``mysqld_exporter``'s ``mysql_up``). The scrape
+itself succeeds, so Prometheus' own ``up`` says the exporter is running, and
+``cogworker_up == 0`` says Redis is not answering it: two different alerts. The bound
+keeps a hung Redis from hanging the scrape past Prometheus' own timeout (10 s by
+default), which would leave no answer at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import anyio
+from prometheus_client import generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cogworker_async.admin.records import QueueInfo
+from cogworker_async.redis.store import ClusterUnreachable, ConnectionLost, RedisError
+from cogworker_async.worker.streak import Streak
+
+if TYPE_CHECKING:
+    from cogworker_async.admin.api import Inspector
+
+log = logging.getLogger(__name__)
+
+SCRAPE_TIMEOUT: Final = 5.0
+"""Seconds one read of Redis may take: past it, ``cogworker_up 0`` (half of
+Prometheus' default scrape timeout: the answer arrives before it gives up)."""
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+"""The classic text exposition format, what ``generate_latest`` writes and every
+Prometheus version reads (our names and labels need none of the newer escaping)."""
+READING: Final = "reading Redis for the metrics"
+"""The name of the streak that logs an outage once (and its end)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SystemGauges:
+    """One read of the system-wide figures."""
+
+    queues: tuple[QueueInfo, ...]
+    scheduled: int
+    retries: int
+    dead: int
+    processes: int
+    """Processes alive (beating)."""
+
+
+async def read(inspector: Inspector) -> SystemGauges:
+    """The figures, as the dashboard reads them (each read bounded by the admin model:
+    heads of queues, set cardinalities, one entry per process)."""
+    queues = await inspector.queues.infos()
+    scheduled = await inspector.scheduled.size()
+    retries = await inspector.retries.size()
+    dead = await inspector.dead.size()
+    processes = sum(1 for process in await inspector.processes.all() if process.alive)
+    return SystemGauges(tuple(queues), scheduled, retries, dead, processes)
+
+
+async def read_bounded(inspector: Inspector, streak: Streak) -> SystemGauges | None:
+    """``read`` within ``SCRAPE_TIMEOUT``; None if Redis could not be read (logged once
+    per outage through ``streak``). Any other error is a bug: logged with its
+    traceback, and still None — a scrape must answer."""
+    try:
+        with anyio.fail_after(SCRAPE_TIMEOUT):
+            gauges = await read(inspector)
+    except (RedisError, ClusterUnreachable, *ConnectionLost) as exc:  # + fail_after's
+        streak.failed(exc)
+        return None
+    except Exception as exc:
+        streak.failed(exc, trace=True)
+        return None
+    streak.succeeded()
+    return gauges
+
+
+def families(gauges: SystemGauges | None) -> list[Metric]:
+    """The metric families of one read (None: Redis could not be read)."""
+    up = GaugeMetricFamily("cogworker_up", "1 if Redis was read for this scrape, 0 if "
+                           "not (then no other cogworker gauge is given).",
+                           value=0 if gauges is None else 1)
+    if gauges is None:
+        return [up]
+    size = GaugeMetricFamily("cogworker_queue_size", "Jobs waiting on the queue.",
+                             labels=["queue"])
+    latency = GaugeMetricFamily("cogworker_queue_latency_seconds",
+                                "Seconds the queue's oldest job has waited.", labels=["queue"])
+    for queue in gauges.queues:
+        size.add_metric([queue.name], queue.size)
+        latency.add_metric([queue.name], queue.latency)
+    return [
+        up, size, latency,
+        GaugeMetricFamily("cogworker_scheduled_size", "Jobs scheduled for later.",
+                          value=gauges.scheduled),
+        GaugeMetricFamily("cogworker_retry_size", "Failed jobs waiting for their retry.",
+                          value=gauges.retries),
+        GaugeMetricFamily("cogworker_dead_size", "Jobs in the dead set.",
+                          value=gauges.dead),
+        GaugeMetricFamily("cogworker_processes", "Worker processes alive.",
+                          value=gauges.processes),
+    ]
+
+
+class _Families(Collector):
+    """Families already read, for ``generate_latest``."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self._metrics
+
+
+async def render(inspector: Inspector, *, streak: Streak | None = None) -> tuple[bytes, str]:
+    """The system-wide gauges as a scrape's body and its content type (the dashboard's
+    ``/metrics``). Never raises for Redis: ``cogworker_up 0`` says it was not read.
+    ``streak``: one kept across scrapes logs an outage once (else each failed scrape
+    logs a warning)."""
+    gauges = await read_bounded(inspector, streak or Streak(READING))
+    return generate_latest(_Families(families(gauges))), CONTENT_TYPE
+
+
+class SystemCollector(Collector):
+    """The system-wide gauges for a ``CollectorRegistry``, read at each scrape by
+    ``read_now`` (blocking: the exporter's server threads call into its event loop)."""
+
+    def __init__(self, read_now: Callable[[], SystemGauges | None]) -> None:
+        self._read_now = read_now
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # registered without a read of Redis
+
+    def collect(self) -> Iterable[Metric]:
+        return families(self._read_now())

@@ -1,0 +1,114 @@
+"""The system-wide gauges (``render``, what the dashboard's ``/metrics`` serves) say what
+is in Redis: queue sizes and latency, the three sets, live processes; and an outage is
+``cogworker_up 0`` within the bound, logged once, never a hung or failed scrape."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Final
+
+import anyio
+import pytest
+
+from cogworker_async import App
+from cogworker_async.admin import Inspector
+from cogworker_async.prometheus import system
+from cogworker_async.prometheus.system import READING, render
+from cogworker_async.worker.streak import Streak
+from tests.cli import adminapp
+from tests.prometheus.scraping import names, parse, value
+from tests.servers import free_port
+from tests.waiting import wait_until
+
+LATER: Final = 3600.0
+"""Seconds ahead a scheduled job is due (it stays scheduled)."""
+SHORT_BOUND: Final = 0.5
+"""Seconds a read may take in the outage tests (the real bound is longer)."""
+SYSTEM_GAUGES: Final = {"cogworker_queue_size", "cogworker_queue_latency_seconds",
+                        "cogworker_scheduled_size", "cogworker_retry_size",
+                        "cogworker_dead_size", "cogworker_processes"}
+
+
+@pytest.fixture
+async def jobs(redis_url: str, namespace: str) -> AsyncIterator[adminapp.Jobs]:
+    built = adminapp.build(namespace, redis_url)
+    yield built
+    await built.app.close()
+
+
+async def sizes_are(insp: Inspector, retries: int, dead: int) -> bool:
+    return (await insp.retries.size(), await insp.dead.size()) == (retries, dead)
+
+
+async def test_the_gauges_say_what_is_in_redis(jobs: adminapp.Jobs) -> None:
+    insp = Inspector(jobs.app)
+    await jobs.flaky.enqueue("a")  # fails: waits an hour in retries
+    await jobs.doomed.enqueue("b")  # fails: dead at once
+    await jobs.doomed.enqueue("c")
+    async with jobs.app.worker():
+        await wait_until(lambda: sizes_are(insp, 1, 2))
+        body, content_type = await render(insp)
+        running = parse(body.decode())
+    assert value(running, "cogworker_processes") == 1
+    assert content_type.startswith("text/plain; version=0.0.4")
+
+    before = time.time()
+    for tag in ("d", "e", "f"):
+        await jobs.ok.enqueue(tag)
+    await jobs.ok.options(queue="mail").enqueue("g")
+    await jobs.ok.enqueue_in(LATER, "h")
+    samples = parse((await render(insp))[0].decode())
+    assert value(samples, "cogworker_up") == 1
+    assert value(samples, "cogworker_queue_size", queue="default") == 3
+    assert value(samples, "cogworker_queue_size", queue="mail") == 1
+    latency = value(samples, "cogworker_queue_latency_seconds", queue="default")
+    assert latency is not None
+    assert 0 <= latency <= time.time() - before + 0.01
+    assert value(samples, "cogworker_scheduled_size") == 1
+    assert value(samples, "cogworker_retry_size") == 1
+    assert value(samples, "cogworker_dead_size") == 2
+    assert value(samples, "cogworker_processes") == 0  # the worker has stopped
+
+    await insp.queue("default").clear()
+    emptied = parse((await render(insp))[0].decode())
+    assert value(emptied, "cogworker_queue_size", queue="default") == 0
+    assert value(emptied, "cogworker_queue_latency_seconds", queue="default") == 0
+
+
+async def test_redis_down_is_up_0_and_nothing_else(namespace: str) -> None:
+    app = App(f"redis://127.0.0.1:{free_port()}", namespace=namespace)  # nobody there
+    try:
+        with anyio.fail_after(system.SCRAPE_TIMEOUT):
+            body, _ = await render(Inspector(app))
+    finally:
+        await app.close()
+    samples = parse(body.decode())
+    assert value(samples, "cogworker_up") == 0
+    assert names(samples) & SYSTEM_GAUGES == set()
+
+
+async def test_a_redis_that_does_not_answer_is_up_0_within_the_bound(
+    namespace: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server that takes the connection and never replies (hung, paused, a black
+    hole): each scrape answers within the bound, and the outage is logged once."""
+    monkeypatch.setattr(system, "SCRAPE_TIMEOUT", SHORT_BOUND)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel accepts; nobody reads or answers
+        app = App(f"redis://127.0.0.1:{silent.getsockname()[1]}", namespace=namespace)
+        streak = Streak(READING)
+        try:
+            for _ in range(2):
+                began = time.monotonic()
+                body, _ = await render(Inspector(app), streak=streak)
+                assert time.monotonic() - began < SHORT_BOUND + 1.0
+                assert value(parse(body.decode()), "cogworker_up") == 0
+        finally:
+            await app.close()
+    warnings = [r for r in caplog.records
+                if r.levelno >= logging.WARNING and READING in r.getMessage()]
+    assert len(warnings) == 1
