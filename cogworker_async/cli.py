@@ -357,8 +357,8 @@ def _leave_abandoned_threads(status: int) -> None:
     lingering = _other_threads()
     if not lingering:
         return
-    log.warning("exiting with %d job thread(s) still running; their jobs were given back",
-                len(lingering))
+    log.warning("exiting with %d thread(s) still running (plain jobs, whose jobs were "
+                "given back, or plain hooks abandoned at their timeout)", len(lingering))
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

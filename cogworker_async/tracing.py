@@ -30,6 +30,7 @@ with the Redis client's own spans (``db.system.name = "redis"``).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
     """An enqueuing thread's trace context, as ``JobTracer.current`` hands it out."""
 
 log = logging.getLogger(__name__)
+
+PROVIDER_ENV: Final = "OTEL_PYTHON_TRACER_PROVIDER"
+"""The API's environment variable naming a tracer provider to load."""
+_MISSING: Final = object()
 
 TRACE_FIELD: Final = "trace"
 """The payload field that carries the enqueue's trace context: the propagator's headers,
@@ -112,8 +117,14 @@ class JobTracer:
         from opentelemetry import context, propagate, trace  # ImportError: no extra
 
         self._tracer = trace.get_tracer(INSTRUMENTATION, __version__)
-        self._provider = trace.get_tracer_provider
+        self._invalid = trace.INVALID_SPAN
+        self._trace = trace
         self._unset = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        self._seen: object = None
+        self._seen_active = False
+        # With the provider named by an environment variable, the API makes it on the
+        # first get_tracer_provider(): ask that way then (slower: an os.environ lookup).
+        self._by_env = PROVIDER_ENV in os.environ
         self._producer, self._consumer = trace.SpanKind.PRODUCER, trace.SpanKind.CONSUMER
         self._status, self._error = trace.Status, trace.StatusCode.ERROR
         self._in_context, self._current_span = trace.set_span_in_context, trace.get_current_span
@@ -124,10 +135,20 @@ class JobTracer:
 
     def active(self) -> bool:
         """Whether the application has set a tracer provider (an SDK) yet. Asked per
-        enqueue and per run, a fraction of a microsecond: with the API alone (installed
-        by some other package, say) every span would be a no-op that still costs a few
-        microseconds, so none is made and nothing is put in the payload."""
-        return not isinstance(self._provider(), self._unset)
+        enqueue and per run: with the API alone (installed by some other package, say)
+        every span would be a no-op that still costs microseconds, so none is made and
+        nothing is put in the payload. ``get_tracer_provider()`` costs an ``os.environ``
+        lookup per call (measured: a few percent of a no-op job), so the API's global is
+        read directly, with the public call as the fallback."""
+        trace = self._trace
+        provider = getattr(trace, "_TRACER_PROVIDER", _MISSING)
+        if provider is None and not self._by_env:
+            return False
+        if provider is _MISSING or provider is None:  # another API version; the env var
+            provider = trace.get_tracer_provider()
+        if provider is not self._seen:
+            self._seen, self._seen_active = provider, not isinstance(provider, self._unset)
+        return self._seen_active
 
     # -- enqueue side -----------------------------------------------------------------
 
@@ -141,8 +162,12 @@ class JobTracer:
             DESTINATION: queue, JOB_NAME: name}
         if count is not None:
             attributes[BATCH_COUNT] = count
-        span = self._tracer.start_span(f"{SEND} {queue}", kind=self._producer,
-                                       attributes=attributes)
+        try:
+            span = self._tracer.start_span(f"{SEND} {queue}", kind=self._producer,
+                                           attributes=attributes)
+        except Exception:  # the SDK's sampler or processors: the enqueue goes untraced
+            log.warning("starting a span failed: the enqueue goes untraced", exc_info=True)
+            span = self._invalid
         token = self._attach(self._in_context(span))
         try:
             yield span
@@ -151,7 +176,7 @@ class JobTracer:
             raise
         finally:
             self._detach(token)
-            span.end()
+            _end(span)
 
     @staticmethod
     def sent(span: Span, jid: str | None) -> None:
@@ -192,11 +217,18 @@ class JobTracer:
         of the enqueue's span, current while the job runs (so the job's own spans, and
         its enqueues, are its children)."""
         parent = self._parent(job.payload)
-        span = self._tracer.start_span(
-            f"{PROCESS} {job.queue}", context=parent, kind=self._consumer,
-            attributes={MESSAGING_SYSTEM: SYSTEM, OPERATION_TYPE: PROCESS,
-                        OPERATION_NAME: PROCESS, DESTINATION: job.queue,
-                        MESSAGE_ID: job.jid, JOB_NAME: job.name, JOB_ATTEMPT: job.attempt})
+        try:
+            span = self._tracer.start_span(
+                f"{PROCESS} {job.queue}", context=parent, kind=self._consumer,
+                attributes={MESSAGING_SYSTEM: SYSTEM, OPERATION_TYPE: PROCESS,
+                            OPERATION_NAME: PROCESS, DESTINATION: job.queue,
+                            MESSAGE_ID: job.jid, JOB_NAME: job.name,
+                            JOB_ATTEMPT: job.attempt})
+        except Exception:  # the SDK's sampler or processors: the job runs untraced
+            log.warning("starting a span failed: jid=%s runs untraced", job.jid,
+                        exc_info=True)
+            await call_next(job)
+            return
         token = self._attach(self._in_context(span, parent))
         try:
             if span.is_recording():  # a Redis call: only for a span that is kept
@@ -207,7 +239,7 @@ class JobTracer:
             raise
         finally:
             self._detach(token)
-            span.end()
+            _end(span)
 
     def _parent(self, payload: Mapping[str, Any]) -> Context:
         """The enqueue's context from the payload, on an empty base: without one (or
@@ -250,3 +282,13 @@ def error_type(exc: BaseException) -> str:
     kind = type(exc)
     return kind.__qualname__ if kind.__module__ == "builtins" else \
         f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _end(span: Span) -> None:
+    """End a span; the SDK's span processors run here, unguarded: one that raises must
+    never fail a run that succeeded (it would run again) or an enqueue that was pushed
+    (the caller would push it again)."""
+    try:
+        span.end()
+    except Exception:
+        log.warning("ending a span failed (a span processor raised)", exc_info=True)

@@ -119,9 +119,10 @@ class Keys:
         """Jobs failed on ``day`` (``YYYY-MM-DD``, UTC)."""
         return self._app(f"stats:failed:{day}")
 
-    def stats_flushed(self, identity: str) -> str:
-        """The number of the last stats flush of ``identity`` applied (``add_stats.lua``)."""
-        return self._app(f"stats:flushed:{identity}")
+    def stats_flushed(self, flusher: str) -> str:
+        """The number of the last stats flush applied of ``flusher`` (one run of a
+        process: its identity and a random part; ``add_stats.lua``)."""
+        return self._app(f"stats:flushed:{flusher}")
 
     def run_metrics(self, minute: int) -> str:
         """Hash of one minute's runs per job (``run_metrics.py``: fields and retention)."""

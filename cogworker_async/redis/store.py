@@ -418,13 +418,14 @@ class Store(Liveness):
                     pipe.expire(daily, HISTORY_TTL)
             await pipe.execute()
 
-    async def flush_stats(self, identity: str, flush: StatsFlush) -> bool:
-        """Apply one of ``identity``'s stats flushes — totals, today's counts and the run
+    async def flush_stats(self, flusher: str, flush: StatsFlush) -> bool:
+        """Apply one of ``flusher``'s stats flushes — totals, today's counts and the run
         metrics — at most once (``add_stats.lua``): after a lost reply, send the same
-        flush again. False if it had been applied already."""
+        flush again. False if it had been applied already. ``flusher`` names one run of
+        one process (numbers start at 1 in each)."""
         keys = self.keys
         day = time.strftime("%Y-%m-%d", time.gmtime())
-        names = [keys.stats_flushed(identity), keys.stats_processed,
+        names = [keys.stats_flushed(flusher), keys.stats_processed,
                  keys.stats_processed_on(day), keys.stats_failed, keys.stats_failed_on(day)]
         args: list[Any] = [flush.number, flush.processed, flush.failed, HISTORY_TTL,
                            run_metrics.RETENTION, FLUSH_NUMBER_TTL]

@@ -8,7 +8,8 @@
     async def page(death: Death) -> None:
         await pager.send(f"{death.name} {death.jid} is dead: {death.reason}")
 
-``on_failure`` hears every failed run (it will be retried, or it is dead); ``on_death``
+``on_failure`` hears every failed run (it will be retried — a ``raise Retry(...)`` too —
+or it is dead); ``on_death``
 every job that lands in dead in this process — a run out of retries or discarded, a job
 that cannot run (unknown, bad arguments, unreadable payload) and a repeat orphan this
 process buried as ``ProcessDied``.
@@ -24,12 +25,15 @@ when the worker stops are dropped (best effort, like any notification).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import inspect
+import json
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -45,6 +49,8 @@ HOOK_WORKERS: Final = 4
 """Hook calls run at once."""
 HOOK_BUFFER: Final = 1_000
 """Calls waiting at most; more are dropped (and counted)."""
+HOOK_THREADS: Final = HOOK_WORKERS
+"""Plain hook calls whose thread still runs (abandoned ones included), at most."""
 
 FailureHook = Callable[[JobContext, BaseException], Any]
 """``(job, error)``: async or plain."""
@@ -73,19 +79,29 @@ class HookRunner:
         self.buffer = buffer
         self.dropped = 0
         self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._threads = threading.BoundedSemaphore(HOOK_THREADS)
         self._ready = anyio.Event()
 
     # -- observer side (on the hot path: queue only) -------------------------------------
 
     def finished(self, report: RunReport) -> None:
-        if report.error is not None and report.context is not None:
+        context = report.context
+        if report.error is not None and context is not None and self.hooks.on_failure:
+            # A copy: the job's payload is also what its retry or dead entry is built
+            # from, re-encoded at each settle attempt — a hook that scrubs a field must
+            # not change what is filed.
+            context = dataclasses.replace(context, payload=_detached(context.payload))
             for failure_hook in self.hooks.on_failure:
-                self._queue(failure_hook, (report.context, report.error))
-        death = death_of(report)
-        if death is not None:
-            self.died(death)
+                self._queue(failure_hook, (context, report.error))
+        if self.hooks.on_death:
+            death = death_of(report)
+            if death is not None:
+                self.died(death)
 
     def died(self, death: Death) -> None:
+        if not self.hooks.on_death:
+            return
+        death = dataclasses.replace(death, entry=_detached(death.entry))  # as above
         for death_hook in self.hooks.on_death:
             self._queue(death_hook, (death,))
 
@@ -118,19 +134,59 @@ class HookRunner:
             await self.call(hook, args)
 
     async def call(self, hook: Callable[..., Any], args: Sequence[Any]) -> None:
-        """One bounded call; whatever it raises is logged."""
+        """One bounded call; whatever it raises is logged (``SystemExit`` too: as for a
+        job, a hook never ends the worker)."""
         try:
-            with anyio.fail_after(self.timeout):
+            with anyio.move_on_after(self.timeout) as scope:
                 if _is_async(hook):
                     await hook(*args)
                 else:
-                    # A thread cannot be cancelled: abandoned at the timeout, it runs on.
-                    await anyio.to_thread.run_sync(partial(hook, *args),
-                                                   abandon_on_cancel=True)
-        except TimeoutError:
-            log.error("hook %s ran over %.0fs: abandoned", _name(hook), self.timeout)
-        except Exception:
+                    await self._in_thread(hook, args)
+        except (Exception, SystemExit):
             log.exception("hook %s failed", _name(hook))
+            return
+        if scope.cancelled_caught:
+            log.error("hook %s ran over %.0fs: abandoned", _name(hook), self.timeout)
+
+    async def _in_thread(self, hook: Callable[..., Any], args: Sequence[Any]) -> None:
+        """A plain hook in a thread. A thread cannot be cancelled: abandoned at the
+        timeout, it runs on — so at most ``HOOK_THREADS`` may still run, abandoned ones
+        counted; past that the call is dropped (and logged), rather than a thread leaked
+        per call until the process can make no more (its jobs' and heartbeat's too)."""
+        if not self._threads.acquire(blocking=False):
+            self.dropped += 1
+            log.error("hook %s not called: %d earlier calls of plain hooks still run in "
+                      "their threads", _name(hook), HOOK_THREADS)
+            return
+        lock, state = threading.Lock(), ["queued"]
+
+        def run() -> None:
+            with lock:
+                if state[0] == "gone":  # abandoned before it began (released below)
+                    return
+                state[0] = "running"
+            try:
+                hook(*args)
+            finally:
+                self._threads.release()
+
+        try:
+            await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+        finally:
+            with lock:
+                if state[0] == "queued":
+                    state[0] = "gone"
+                    self._threads.release()
+
+
+def _detached(value: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a payload (a JSON round trip for what a middleware put there and
+    ``deepcopy`` refuses)."""
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        detached: dict[str, Any] = json.loads(json.dumps(value, default=repr))
+        return detached
 
 
 def _is_async(hook: Callable[..., Any]) -> bool:

@@ -58,7 +58,7 @@ from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch, Wor
 from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
 from cogworker_async.worker.hooks import HookRunner, Hooks
 from cogworker_async.worker.ledger import Ledger
-from cogworker_async.worker.observers import Observers, RunTally, Vitals, process_metrics
+from cogworker_async.worker.observers import Observers, Vitals, process_metrics
 from cogworker_async.worker.outcome import GiveBack
 from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor
@@ -118,12 +118,16 @@ class Manager:
         self.counters = Counters()
         self.tally = Tally()
         self._flushes = 0
+        self._flusher = f"{self.identity}:{secrets.token_hex(4)}"
+        """Whose flush numbers these are: this run of the process (an identity may be
+        configured, and reused by the next run, whose numbers start at 1 again)."""
         self._unconfirmed: StatsFlush | None = None
         """A stats flush not known to be applied: sent again, as it is, next time."""
         self.hooks = HookRunner(hooks) if hooks else None
         self.metrics = process_metrics(settings, self.vitals)
-        self.observers = Observers([RunTally(self.tally), *filter(None, (self.hooks,
-                                                                          self.metrics))])
+        # The run metrics' tally is fed by the processor directly (always on, the
+        # cheapest path); observers only when there are any.
+        self.observers = Observers([o for o in (self.hooks, self.metrics) if o is not None])
         self.fetcher: Fetcher = (
             ReliableFetch(store, settings, self.identity) if reliable
             else BasicFetch(store, settings)
@@ -131,7 +135,7 @@ class Manager:
         self.settler = Settler(store, self.identity, reliable=reliable, ledger=self.ledger)
         self.processor = Processor(registry, settings, self.settler, self.counters,
                                    self.ledger, store=store, middleware=middleware,
-                                   observers=self.observers)
+                                   observers=self.observers, tally=self.tally)
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
         self.poller = Poller(store, settings)
         self.lag = LoopLag()
@@ -429,7 +433,7 @@ class Manager:
             counters.processed -= processed
             counters.failed -= failed
         try:
-            await self.store.flush_stats(self.identity, flush)
+            await self.store.flush_stats(self._flusher, flush)
         except RedisError as exc:  # kept for the next flush
             self.streaks.stats.failed(exc)
             return
@@ -452,6 +456,8 @@ class Manager:
         """Shutdown: settle what can be settled, hand over what ran and failed, requeue
         what never finished (see ``handover.py``)."""
         await self._flush_stats()
+        if self._unconfirmed is None:  # that was an older flush sent again: now the rest
+            await self._flush_stats()
         if self.fetcher.reliable:
             with anyio.move_on_after(HANDOVER_TIMEOUT / 2):
                 await handover.relist_if_wanted(self.ledger, self.fence.relist)

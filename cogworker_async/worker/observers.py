@@ -2,9 +2,10 @@
 
 The processor decides a run's outcome, then reports it here before settling; so does
 recovery when it takes jobs back from a dead process or buries a repeat orphan. What
-listens: the run metrics (``run_metrics.Tally``, always), the Prometheus metrics (when
-``metrics_port`` is set), the error and death hooks (when registered) — each a small
-object with the methods of ``Observer`` it needs.
+listens: the Prometheus metrics (when ``metrics_port`` is set) and the error and death
+hooks (when registered) — each a small object with the methods of ``Observer`` it
+needs. With neither, no report is built at all. (The run metrics, always on, are fed
+by the processor directly: ``run_metrics.Tally``.)
 
 An observer is called on the event loop, synchronously, on the hot path: it must be
 cheap and must not block (the hooks only queue their calls). One that raises is logged
@@ -22,7 +23,6 @@ from anyio.abc import TaskStatus
 
 from cogworker_async.context import JobContext
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings
 from cogworker_async.worker.outcome import Ack, Disposition, Filing
 
@@ -38,6 +38,8 @@ OUTCOMES: Final[tuple[Outcome, ...]] = ("succeeded", "retried", "dead", "discard
 
 UNREADABLE: Final = "(unreadable)"
 """The job name reported for a payload that could not be read."""
+UNKNOWN: Final = "(unknown)"
+"""The run metrics' name for runs of job names this worker has not registered."""
 
 
 @dataclass(slots=True)
@@ -63,6 +65,8 @@ class RunReport:
     """The dead entry as filed, for ``dead`` and ``discarded``."""
     context: JobContext | None = None
     """The job's context (what ``current_job()`` gave it), for failed runs."""
+    known: bool = True
+    """The name is a job this worker has registered (not a payload's invention)."""
 
     @property
     def failed(self) -> bool:
@@ -130,6 +134,10 @@ class Observers:
         self._recovered = [o.recovered for o in observers if hasattr(o, "recovered")]
         self._died = [o.died for o in observers if hasattr(o, "died")]
 
+    def __bool__(self) -> bool:
+        """Whether anyone listens (else no report need be built)."""
+        return bool(self._finished or self._recovered or self._died)
+
     def finished(self, report: RunReport) -> None:
         for call in self._finished:
             try:
@@ -192,16 +200,3 @@ def process_metrics(settings: Settings, vitals: Callable[[], Vitals]) -> Process
             "metrics_port needs the metrics extra: pip install 'cogworker-async[metrics]' "
             f"({exc})") from None
     return WorkerMetrics(settings, vitals)
-
-
-class RunTally:
-    """The run metrics' observer: adds each run to the tally the stats flush writes."""
-
-    __slots__ = ("tally",)
-
-    def __init__(self, tally: Tally) -> None:
-        self.tally = tally
-
-    def finished(self, report: RunReport) -> None:
-        self.tally.add(report.name, ended_at=report.ended_at, seconds=report.duration,
-                       failed=report.failed)

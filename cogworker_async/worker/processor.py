@@ -23,13 +23,20 @@ from cogworker_async.errors import InvalidArguments, Retry, UnknownJob, Unparsea
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.redis.store import Store
 from cogworker_async.retries import attempt_of
+from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings
 from cogworker_async.worker import outcome
 from cogworker_async.worker.execute import Counters, Executor, Leftover
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import JobLocks
-from cogworker_async.worker.observers import UNREADABLE, Observers, RunReport, outcome_of
+from cogworker_async.worker.observers import (
+    UNKNOWN,
+    UNREADABLE,
+    Observers,
+    RunReport,
+    outcome_of,
+)
 from cogworker_async.worker.outcome import Ack, Disposition, Filing, GiveBack, RetryPolicy
 from cogworker_async.worker.settlement import Settler
 
@@ -82,6 +89,7 @@ class Processor:
         store: Store,
         middleware: Sequence[ServerMiddleware] = (),
         observers: Observers | None = None,
+        tally: Tally | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
@@ -90,7 +98,8 @@ class Processor:
         self.ledger = ledger
         self.policy = RetryPolicy(settings.retry_base_delay, settings.retry_max_delay)
         self.locks = JobLocks(store)
-        self.observers = observers or Observers()
+        self.observers = observers if observers is not None else Observers()
+        self.tally = tally if tally is not None else Tally()
         self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
                                  store.orphan_count, tracing=settings.tracing)
 
@@ -129,26 +138,35 @@ class Processor:
             await self.locks.after_settle(attempt.payload, disposition, ran=attempt.ran)
 
     def _report(self, attempt: Attempt, disposition: Disposition) -> None:
-        """Tell the observers what the run came to (before it is settled: what they do
-        never changes that)."""
+        """Add the run to the run metrics, and tell the observers (Prometheus, hooks)
+        what it came to — before it is settled: what they do never changes that. With
+        no observer, no report is built: the run metrics alone cost a tally entry
+        (``benchmarks/``: a report per job was a measurable share of a no-op job)."""
         try:
             result = outcome_of(disposition, discarded=attempt.discarded)
             if result is None:
                 return
-            payload, work = attempt.decoded, attempt.work
+            payload, definition = attempt.decoded, attempt.definition
             duration = time.monotonic() - attempt.started
             ended_at = time.time()
-            error = attempt.error
+            name = UNREADABLE if payload is None else str(payload["class"])
+            # Names come from payloads: runs of names this worker has not registered
+            # count as one, so that invented names cannot grow the minute hashes.
+            self.tally.add(name if definition is not None else UNKNOWN,
+                           ended_at=ended_at, seconds=duration, failed=result != "succeeded")
+            if not self.observers:
+                return
+            work, error = attempt.work, attempt.error
             report = RunReport(
-                name=UNREADABLE if payload is None else str(payload["class"]),
-                queue=work.queue, jid=work.jid, outcome=result, duration=duration,
-                ended_at=ended_at,
+                name=name, queue=work.queue, jid=work.jid, outcome=result,
+                duration=duration, ended_at=ended_at,
                 enqueued_at=None if payload is None else job.number(payload, "enqueued_at"),
                 started_at=ended_at - duration, error=error,
                 entry=dict(disposition.entry) if isinstance(disposition, Filing) and
                 disposition.target == "dead" else None,
                 context=None if error is None or payload is None else
-                self._context(attempt.definition, payload, work.queue))
+                self._context(definition, payload, work.queue),
+                known=definition is not None)
         except Exception:
             log.exception("jid=%s: reporting its outcome failed", attempt.work.jid)
             return

@@ -86,7 +86,7 @@ class Recovery:
                  may_judge: Callable[[str], bool] = lambda queue: True,
                  observers: Observers | None = None) -> None:
         self.store = store
-        self.observers = observers or Observers()
+        self.observers = observers if observers is not None else Observers()
         self.settings = settings
         self.identity = identity
         self.may_judge = may_judge

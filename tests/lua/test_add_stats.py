@@ -71,3 +71,14 @@ async def test_a_damaged_flush_number_does_not_stop_the_flushes(store: Store) ->
     assert await store.flush_stats(IDENTITY, flush(1))
     assert await totals(store) == (3, 1)
     assert not await store.flush_stats(IDENTITY, flush(1))
+
+
+async def test_a_damaged_counter_is_skipped_and_the_rest_of_the_flush_applied(
+    store: Store
+) -> None:
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    await store.client.hset(store.keys.stats_processed_on(day), "x", "y")  # wrong type
+    assert await store.flush_stats(IDENTITY, flush(1))
+    assert await totals(store) == (3, 1)  # the failed total after the damaged key too
+    [first, _] = await store.run_metrics([MINUTE, MINUTE + 1])
+    assert parse(first)["send"].runs == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 from opentelemetry import trace
@@ -59,3 +60,41 @@ async def test_a_recovered_job_says_so_on_its_runs_span(
     run = only(finished(spans), kind="CONSUMER")
     assert run["attributes"]["cogworker.job.recovered"] is True
     assert run["attributes"]["messaging.message.id"] == jid
+
+
+class _Raising:
+    """A span processor that raises when a span ends (a buggy exporter, say)."""
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        pass
+
+    def on_end(self, span: Any) -> None:
+        raise RuntimeError("the exporter is broken")
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+async def test_a_span_processor_that_raises_fails_neither_the_run_nor_the_enqueue(
+    make_app: Callable[..., App], store: Store, spans: InMemorySpanExporter,
+) -> None:
+    """Ending a span runs the SDK's processors: one that raises must not fail a run that
+    succeeded (it would be retried: run twice) nor an enqueue that was pushed."""
+    trace.get_tracer_provider().add_span_processor(_Raising())  # type: ignore[attr-defined]
+    jobs = make_app()
+    ran: list[int] = []
+
+    @jobs.job(name="fine")
+    async def fine(n: int) -> None:
+        ran.append(n)
+
+    jid = await fine.enqueue(1)  # no exception: the push happened
+    assert jid is not None
+    async with jobs.worker():
+        await wait_until(lambda: ran == [1], timeout=5)
+    assert ran == [1]
+    assert await store.client.zcard(store.keys.retry("default")) == 0
+    assert await store.client.zcard(store.keys.dead("default")) == 0

@@ -14,7 +14,7 @@ import pytest
 
 from cogworker_async import App, Death, JobContext
 from cogworker_async.redis.store import Store
-from cogworker_async.worker.hooks import HookRunner, Hooks
+from cogworker_async.worker.hooks import HOOK_THREADS, HookRunner, Hooks
 from tests.waiting import wait_until
 from tests.worker.test_recovery import DEAD, plant_dead, raw_job
 
@@ -170,3 +170,81 @@ def test_a_hook_must_be_callable(make_app: Callable[..., App]) -> None:
     jobs = make_app()
     with pytest.raises(TypeError, match="on_failure takes a function"):
         jobs.on_failure("not a function")  # type: ignore[arg-type]
+
+
+async def test_a_hook_calling_sys_exit_does_not_end_the_worker(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    jobs = make_app()
+    after: list[int] = []
+
+    @jobs.on_death
+    def leave(death: Death) -> None:
+        raise SystemExit(3)
+
+    @jobs.job(name="doomed", retry=False)
+    async def doomed() -> None:
+        raise Boom("dead at once")
+
+    @jobs.job(name="next")
+    async def next_job(n: int) -> None:
+        after.append(n)
+
+    await doomed.enqueue()
+    async with jobs.worker() as worker:
+        await wait_until(lambda: store.client.zcard(store.keys.dead("default")), timeout=5)
+        await next_job.enqueue(1)
+        await wait_until(lambda: after == [1], timeout=5)
+        assert not worker.stopping
+
+
+async def test_a_hook_that_changes_what_it_is_given_changes_nothing_filed(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    """Hooks get copies: the payload a hook sees is also what the retry entry is built
+    from (and re-encoded at each settle attempt)."""
+    jobs = make_app()
+    seen: list[str] = []
+
+    @jobs.on_failure
+    def scrub(job: JobContext, error: BaseException) -> None:
+        job.payload["kwargs"]["password"] = "***"
+        job.payload["args"].append("injected")
+        seen.append(job.jid)
+
+    @jobs.job(name="login")
+    async def login(user: str, *, password: str) -> None:
+        raise Boom("try again later")
+
+    jid = await login.enqueue("ann", password="s3cret")
+    async with jobs.worker():
+        await wait_until(lambda: seen == [jid], timeout=5)
+        await wait_until(lambda: store.client.zcard(store.keys.retry("default")), timeout=5)
+    [entry] = [json.loads(e) for e in await store.client.zrange(store.keys.retry("default"),
+                                                                  0, -1)]
+    assert entry["args"] == ["ann"]
+    assert entry["kwargs"] == {"password": "s3cret"}
+
+
+async def test_hung_plain_hooks_hold_at_most_a_few_threads() -> None:
+    """A plain hook abandoned at its timeout runs on in its thread: past HOOK_THREADS
+    such threads, further plain calls are dropped rather than a thread leaked per call."""
+    release = threading.Event()
+    started: list[int] = []
+
+    def hang(death: Death) -> None:
+        started.append(1)
+        release.wait(30)
+
+    runner = HookRunner(Hooks(on_death=[hang]), timeout=0.1)
+    before = threading.active_count()
+    death = Death(jid="j", name="n", queue="default", reason="Boom", message="", entry={})
+    try:
+        with anyio.fail_after(10):
+            for _ in range(HOOK_THREADS * 3):
+                await runner.call(hang, (death,))
+        assert len(started) <= HOOK_THREADS
+        assert threading.active_count() - before <= HOOK_THREADS
+        assert runner.dropped >= HOOK_THREADS * 2
+    finally:
+        release.set()

@@ -2,7 +2,7 @@
 -- applied at most once per (process, flush number), so that a flush whose reply was lost
 -- (a timeout, a cancelled flush at shutdown) can be sent again without counting twice.
 -- Everything here lives in the namespace's slot.
--- KEYS[1] the process's last applied flush number (string, expires)
+-- KEYS[1] the last applied flush number of this run of the process (string, expires)
 -- KEYS[2] processed total   KEYS[3] processed today   KEYS[4] failed total
 -- KEYS[5] failed today      KEYS[6..] one run-metrics hash per minute (run_metrics.py)
 -- ARGV[1] this flush's number (increasing per process)   ARGV[2] processed   ARGV[3] failed
@@ -23,9 +23,11 @@ redis.call("SET", KEYS[1], ARGV[1], "EX", ARGV[6])
 local counts = {{2, 3, tonumber(ARGV[2])}, {4, 5, tonumber(ARGV[3])}}
 for _, count in ipairs(counts) do
   if count[3] > 0 then
-    redis.call("INCRBY", KEYS[count[1]], count[3])
-    redis.call("INCRBY", KEYS[count[2]], count[3])
-    redis.call("EXPIRE", KEYS[count[2]], ARGV[4])
+    -- pcall: the number is set already, so a damaged key (a wrong type) must not end the
+    -- script halfway; it is skipped, and everything else of this flush is applied.
+    redis.pcall("INCRBY", KEYS[count[1]], count[3])
+    redis.pcall("INCRBY", KEYS[count[2]], count[3])
+    redis.pcall("EXPIRE", KEYS[count[2]], ARGV[4])
   end
 end
 local at = 7
@@ -33,9 +35,9 @@ for index = 6, #KEYS do
   local fields = tonumber(ARGV[at])
   for pair = 1, fields do
     local field_at = at + pair * 2 - 1
-    redis.call("HINCRBY", KEYS[index], ARGV[field_at], ARGV[field_at + 1])
+    redis.pcall("HINCRBY", KEYS[index], ARGV[field_at], ARGV[field_at + 1])
   end
-  redis.call("EXPIRE", KEYS[index], ARGV[5])
+  redis.pcall("EXPIRE", KEYS[index], ARGV[5])
   at = at + 1 + fields * 2
 end
 return 1
