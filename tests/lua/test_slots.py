@@ -28,7 +28,7 @@ from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.liveness import Requeued
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
-from cogworker_async.redis.store import Store
+from cogworker_async.redis.store import StatsFlush, Store
 from tests.lua.helpers import fetched, jid_of, make_job
 
 IDENTITY = "host:1:abc"
@@ -257,11 +257,16 @@ async def forget(s: Setup) -> None:
     assert await s.store.forget(OWNER, None, declared_dead=True)
 
 
+async def add_stats(s: Setup) -> None:
+    runs = {29_000_000: {"send|runs": 1, "send|us": 900}, 29_000_001: {"send|runs": 2}}
+    assert await s.store.flush_stats(f"{IDENTITY}:run", StatsFlush(1, 3, 1, runs))
+
+
 SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
-        ack, beat, bury_orphan, cron_claim, due, enqueue, enqueue_unique, extend_lock, fetch,
-        file_failure, file_unsettled, forget, give_back, move_member, park_unsettled, promote,
-        release_lock, relist, requeue, schedule, take_lock,
+        ack, add_stats, beat, bury_orphan, cron_claim, due, enqueue, enqueue_unique,
+        extend_lock, fetch, file_failure, file_unsettled, forget, give_back, move_member,
+        park_unsettled, promote, release_lock, relist, requeue, schedule, take_lock,
     )
 }
 

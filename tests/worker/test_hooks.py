@@ -203,7 +203,7 @@ async def test_a_hook_that_changes_what_it_is_given_changes_nothing_filed(
 ) -> None:
     """Hooks get copies: the payload a hook sees is also what the retry entry is built
     from (and re-encoded at each settle attempt)."""
-    jobs = make_app()
+    jobs = make_app(retry_base_delay=3600.0)  # the retry waits in the retry set
     seen: list[str] = []
 
     @jobs.on_failure
@@ -218,8 +218,8 @@ async def test_a_hook_that_changes_what_it_is_given_changes_nothing_filed(
 
     jid = await login.enqueue("ann", password="s3cret")
     async with jobs.worker():
-        await wait_until(lambda: seen == [jid], timeout=5)
-        await wait_until(lambda: store.client.zcard(store.keys.retry("default")), timeout=5)
+        await wait_until(lambda: store.client.zcard(store.keys.retry("default")), timeout=10)
+        await wait_until(lambda: seen == [jid], timeout=10)
     [entry] = [json.loads(e) for e in await store.client.zrange(store.keys.retry("default"),
                                                                   0, -1)]
     assert entry["args"] == ["ann"]
