@@ -46,6 +46,11 @@ QueueSpec = str | tuple[str, int]
 
 MAX_PORT: Final = 65535
 
+BEATS_PER_THRESHOLD: Final = 2
+"""``orphan_threshold`` spans at least this many beats: one beat may be late (a busy
+host, a slow Redis round trip: a beat gives up after up to one interval) without the
+process being taken for dead."""
+
 
 def check_queue_name(name: object) -> str:
     """Return ``name`` if it can be a queue name, else raise a clear error."""
@@ -184,8 +189,12 @@ class Settings:
         if self.durability_timeout > MAX_DURABILITY_TIMEOUT:
             raise ValueError(f"durability_timeout must be at most {MAX_DURABILITY_TIMEOUT:g}"
                              f" seconds, got {self.durability_timeout!r}")
-        if self.orphan_threshold <= self.heartbeat_interval:
-            raise ValueError("orphan_threshold must be longer than heartbeat_interval")
+        if self.orphan_threshold < BEATS_PER_THRESHOLD * self.heartbeat_interval:
+            raise ValueError(
+                f"orphan_threshold ({self.orphan_threshold:g}s) must be at least "
+                f"{BEATS_PER_THRESHOLD} x heartbeat_interval ({self.heartbeat_interval:g}s): "
+                "with less, one late beat makes a live process look dead, and the jobs it "
+                "runs would be recovered and run again")
 
     @property
     def default_queue(self) -> str:

@@ -29,6 +29,7 @@ def test_weighted_queues() -> None:
         {"namespace": ""},
         {"shutdown_timeout": -1},
         {"orphan_threshold": 1.0, "heartbeat_interval": 2.0},
+        {"orphan_threshold": 1.5, "heartbeat_interval": 1.0},  # one late beat: dead
         {"fetch": "fast"},
         {"prefetch": -1},
     ],
@@ -47,3 +48,11 @@ def test_queue_names_that_would_break_keys_are_refused(name: str) -> None:
 def test_unknown_setting_names_are_refused_at_app_creation() -> None:
     with pytest.raises(TypeError):
         App("redis://localhost", concurency=5)
+
+
+def test_the_orphan_threshold_may_span_exactly_two_beats() -> None:
+    """The bound is inclusive: 2 beats' worth is the shortest threshold allowed, and the
+    refusal says why."""
+    assert Settings(orphan_threshold=2.0, heartbeat_interval=1.0).orphan_threshold == 2.0
+    with pytest.raises(ValueError, match="one late beat"):
+        Settings(orphan_threshold=1.9, heartbeat_interval=1.0)
