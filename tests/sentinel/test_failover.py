@@ -152,8 +152,11 @@ async def run_flow(  # noqa: C901 - one flow, its fault and its watchers, in ord
         index = 0
         while True:
             done = flow.fault_done
+            # Jobs keep coming until every worker is seen back (each must run one after
+            # the fault): stopped at ``count``, the last few jobs could all go to one
+            # worker, and the others would wait for work that never came.
             if index >= count and done is not None and (
-                    flow.acked_after_fault() >= after_fault
+                    (flow.acked_after_fault() >= after_fault and flow.back_at is not None)
                     or time.time() > done + RECOVER_BOUND):
                 break
             tag = f"job-{index}"
@@ -230,7 +233,14 @@ async def wait_back(topology: SentinelTopology, namespace: str, witness: Witness
                 return False
         return True
 
-    await wait_until(back, timeout=timeout, every=0.1)
+    try:
+        await wait_until(back, timeout=timeout, every=0.1)
+    except AssertionError:
+        beating = await beating_on(port, namespace, since)
+        ran = {pid: round(await witness.last_ran(pid) - since, 2) for pid in pids}
+        raise AssertionError(f"not back within {timeout}s of {since:.2f}: beating on the "
+                             f"new master {sorted(beating)} of {sorted(pids)}; last run "
+                             f"after it, per pid (s): {ran}") from None
     return time.time()
 
 
