@@ -339,7 +339,9 @@ async def test_master_killed_and_replica_promoted(
            enqueuer_back_after=round(enqueuer_back, 1),
            workers_back_after=round(workers_back, 1), new_master=new_master,
            lost=len(lost), run_twice=len(twice))
-    assert all(alive), "a worker died with the master"
+    assert all(alive), "a worker died with the master:\n" + "".join(
+        f"--- {w.pid} (exit {w.returncode}) ---\n{w.log()[-4000:]}"
+        for w, up in zip(flow.workers, alive, strict=True) if not up)
     assert new_master != victim_port
     # Lost and run-twice jobs are the asynchronous-replication window (documented in the
     # README): a handful, never a queue's worth.
