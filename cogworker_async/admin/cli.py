@@ -113,7 +113,9 @@ def show(renderable: RenderableType) -> None:
 # -- the boundary: App, event loop, errors ----------------------------------------------
 
 
-def _open(load_app: LoadApp, target: str, redis_url: str | None) -> App:
+def open_app(load_app: LoadApp, target: str, redis_url: str | None) -> App:
+    """The App ``target`` names, for a command (a bad target: ``fail``); on another
+    server if ``redis_url`` says. Shared by every command that reads an App."""
     try:
         app = load_app(target)
     except typer.BadParameter as exc:
@@ -245,7 +247,7 @@ def _stats_command(load_app: LoadApp) -> Callable[..., None]:
             history = await insp.stats.history(days) if days else []
             return await insp.summary(), await insp.server(), history
 
-        summary, server, history = _run(_open(load_app, target, redis_url), read)
+        summary, server, history = _run(open_app(load_app, target, redis_url), read)
         if as_json:
             extra = {"history": [dataclasses.asdict(day) for day in history]} if days else {}
             emit_json({**summary, "server": server, **extra})
@@ -268,7 +270,7 @@ def _queues_command(load_app: LoadApp) -> Callable[..., None]:
         if name is None:
             if action:
                 fail(f"--{action} needs a queue NAME")
-            _show_queues(_open(load_app, target, redis_url), as_json)
+            _show_queues(open_app(load_app, target, redis_url), as_json)
             return
         try:
             queue = check_queue_name(name)
@@ -276,7 +278,7 @@ def _queues_command(load_app: LoadApp) -> Callable[..., None]:
             fail(str(exc))
         if action == "clear":
             _confirm(f"Delete every job on queue {queue!r}?", yes)
-        app = _open(load_app, target, redis_url)
+        app = open_app(load_app, target, redis_url)
         if delete:
             tokens = check_tokens(delete, position=True)
             report("delete", _run(app, lambda insp: insp.queue(queue).delete(tokens)), as_json)
@@ -292,7 +294,7 @@ def _queues_command(load_app: LoadApp) -> Callable[..., None]:
 def _processes_command(load_app: LoadApp) -> Callable[..., None]:
     def processes(target: Target, redis_url: RedisUrl = None, as_json: AsJson = False) -> None:
         """Worker processes (busy, beats, lag, memory), their running jobs, recoveries."""
-        _show_processes(_open(load_app, target, redis_url), as_json)
+        _show_processes(open_app(load_app, target, redis_url), as_json)
 
     return processes
 
@@ -300,7 +302,7 @@ def _processes_command(load_app: LoadApp) -> Callable[..., None]:
 def _periodic_command(load_app: LoadApp) -> Callable[..., None]:
     def periodic(target: Target, redis_url: RedisUrl = None, as_json: AsJson = False) -> None:
         """Periodic jobs: schedule, timezone, next and last run, running now."""
-        found = _run(_open(load_app, target, redis_url), lambda insp: insp.periodic.all())
+        found = _run(open_app(load_app, target, redis_url), lambda insp: insp.periodic.all())
         if as_json:
             emit_json({"periodic": [dataclasses.asdict(p) for p in found]})
         else:
@@ -337,18 +339,18 @@ def _set_command(load_app: LoadApp, which: str) -> Callable[..., None]:
         action = _one_action(**tokens, retry_all=retry_all, delete_all=delete_all,
                              kill_all=kill_all)
         if action is None:
-            _show_set(_open(load_app, target, redis_url), which, page, size, search, as_json)
+            _show_set(open_app(load_app, target, redis_url), which, page, size, search, as_json)
             return
         if which == "dead" and action.startswith("kill"):
             fail("dead jobs are dead already: --kill is for scheduled and retries")
         named = tokens.get(action)
         if named is not None:
             checked = check_tokens(named, position=False)
-            done = _run(_open(load_app, target, redis_url),
+            done = _run(open_app(load_app, target, redis_url),
                         lambda insp: _act(insp.job_set(which), action, checked))
         else:
             _confirm(_BULK_QUESTION[action].format(which=which), yes)
-            done = _run(_open(load_app, target, redis_url),
+            done = _run(open_app(load_app, target, redis_url),
                         lambda insp: _act_on_all(insp.job_set(which), action))
         report(action.replace("_", "-"), done, as_json)
 

@@ -58,7 +58,7 @@ def _command(load_app: admin_cli.LoadApp) -> Any:
             check_window(window)  # before Redis is asked anything
         except ValueError as exc:
             admin_cli.fail(f"--window: {exc}")
-        app = admin_cli._open(load_app, target, redis_url)
+        app = admin_cli.open_app(load_app, target, redis_url)
         if job is not None:
             name = job
             found = admin_cli._run(app, lambda insp: insp.metrics.job(name, window))

@@ -56,7 +56,7 @@ def _command(load_app: admin_cli.LoadApp) -> Any:
         0.1 worker stopped (safe to run again: it finishes what an interrupted run left)."""
         if old_namespace is not None and not old_namespace:
             admin_cli.fail("--old-namespace must not be empty")
-        app = admin_cli._open(load_app, target, redis_url)
+        app = admin_cli.open_app(load_app, target, redis_url)
         periodic_queues = {name: app.registry[name].options.queue
                            for name in app.periodics if name in app.registry}
 

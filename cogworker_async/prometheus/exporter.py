@@ -29,7 +29,7 @@ from anyio.from_thread import BlockingPortal
 
 from cogworker_async import logs
 from cogworker_async.admin.api import Inspector
-from cogworker_async.admin.cli import EXIT_USAGE, RedisUrl, Target, fail
+from cogworker_async.admin.cli import EXIT_USAGE, RedisUrl, Target, fail, open_app
 from cogworker_async.app import App
 from cogworker_async.errors import CogworkerError
 from cogworker_async.urls import mask
@@ -78,7 +78,7 @@ def _metrics_command(load_app: LoadApp) -> Callable[..., None]:
             logs.configure(level, log_format)
         except ValueError as exc:
             fail(str(exc))
-        app = _open(load_app, target, redis_url)
+        app = open_app(load_app, target, redis_url)
         try:
             url = app.redis_url()
             anyio.run(_export, app, url, host, port)
@@ -86,21 +86,6 @@ def _metrics_command(load_app: LoadApp) -> Callable[..., None]:
             fail(str(exc), EXIT_USAGE)
 
     return metrics
-
-
-def _open(load_app: LoadApp, target: str, redis_url: str | None) -> App:
-    """The App ``target`` names; on another server if ``redis_url`` says (a copy: the
-    module's App stays as its code made it)."""
-    try:
-        app = load_app(target)
-    except typer.BadParameter as exc:
-        fail(exc.format_message())
-    if not redis_url:
-        return app
-    moved = App(redis_url, settings=app.settings)
-    moved.registry.update(app.registry)
-    moved.periodics.update(app.periodics)
-    return moved
 
 
 async def _export(app: App, url: str, host: str, port: int) -> None:
