@@ -11,9 +11,12 @@ from cogworker_async.errors import (
     ConfigurationError,
     EmbeddedServerError,
     InvalidArguments,
+    JobCancelled,
+    JobFailed,
     JobTimeout,
     PayloadTooLarge,
     ProcessDied,
+    ResultNotJSON,
     Retry,
     SerializationError,
     UnknownJob,
@@ -22,11 +25,13 @@ from cogworker_async.errors import (
 from cogworker_async.redis.durability import NotDurable
 from cogworker_async.registry import Enqueuer, JobFunction
 from cogworker_async.settings import Settings
+from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.version import __version__
 from cogworker_async.worker.observers import Death
 
 __all__ = [
     "App",
+    "CancelOutcome",
     "CogworkerError",
     "ConfigurationError",
     "Death",
@@ -34,12 +39,16 @@ __all__ = [
     "Enqueuer",
     "Inspector",
     "InvalidArguments",
+    "JobCancelled",
     "JobContext",
+    "JobFailed",
     "JobFunction",
+    "JobStatus",
     "JobTimeout",
     "NotDurable",
     "PayloadTooLarge",
     "ProcessDied",
+    "ResultNotJSON",
     "Retry",
     "SerializationError",
     "Settings",

@@ -27,11 +27,13 @@ from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
 from cogworker_async.embedded import EmbeddedServer
 from cogworker_async.errors import ConfigurationError
+from cogworker_async.lookup import JobLookup
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
 from cogworker_async.periodic import Periodic, parse_tz
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
+from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
 from cogworker_async.unique import UniqueKey, UniquePolicy, policy_of
 from cogworker_async.worker.hooks import DeathHook, FailureHook, Hooks
@@ -113,6 +115,7 @@ class App:
         self._url_lock = threading.Lock()
         self._embedded: EmbeddedServer | None = None
         self._client = Client(self.settings, self.redis_url, self.client_middleware)
+        self._lookup = JobLookup(self._client.store)
 
     # -- registering jobs -------------------------------------------------------------
 
@@ -133,6 +136,7 @@ class App:
         unique_key: UniqueKey | None = None,
         retry_in: RetryIn | None = None,
         discard_on: Sequence[type[BaseException]] = (),
+        keep_result: float | None = None,
     ) -> JobDecorator: ...
 
     def job(
@@ -149,6 +153,7 @@ class App:
         unique_key: UniqueKey | None = None,
         retry_in: RetryIn | None = None,
         discard_on: Sequence[type[BaseException]] = (),
+        keep_result: float | None = None,
     ) -> Any:
         """Register a function as a job (``@jobs.job`` or ``@jobs.job(queue=..., ...)``).
 
@@ -159,10 +164,12 @@ class App:
         - ``unique``: True / "until_executed" or "until_started" (see ``unique.py``), with
           ``unique_ttl`` and an optional ``unique_key(*args, **kwargs) -> str``;
         - ``retry_in(attempt, error)``: seconds before the next attempt (None: default);
-        - ``discard_on``: exception types that send the job to dead at once.
+        - ``discard_on``: exception types that send the job to dead at once;
+        - ``keep_result``: seconds its return value (JSON) is kept for ``result(jid)``.
         """
         options = JobOptions(queue=queue or self.settings.default_queue, retry=retry,
-                             timeout=timeout, unique=policy_of(unique), unique_ttl=unique_ttl)
+                             timeout=timeout, unique=policy_of(unique), unique_ttl=unique_ttl,
+                             keep_result=keep_result)
         for kind in discard_on:
             if not (isinstance(kind, type) and issubclass(kind, BaseException)):
                 raise TypeError(f"discard_on takes exception classes, not {kind!r}")
@@ -253,6 +260,29 @@ class App:
             raise ValueError(f"no job is registered as {name!r} in this App")
         return await self._client.enqueue(definition, definition.options, args, kwargs)
 
+    # -- jobs as values -----------------------------------------------------------------
+
+    async def status(self, jid: str, *, queue: str | None = None) -> JobStatus:
+        """What became of job ``jid``: a ``JobStatus`` (state, queue, name, attempt,
+        times, progress, result or error). ``unknown`` when there is no record: never
+        enqueued, or ended longer ago than ``keep_status`` (or its ``keep_result``)."""
+        return await self._lookup.status(jid, queue=queue)
+
+    async def result(self, jid: str, *, timeout: float | None = None,  # noqa: ASYNC109
+                     queue: str | None = None) -> Any:
+        """Wait for job ``jid`` to end; its return value (None unless it keeps its
+        result: ``keep_result``). Raises ``JobFailed`` (dead), ``JobCancelled``,
+        ``TimeoutError``, or ``LookupError`` (no such job)."""
+        return await self._lookup.result(jid, timeout=timeout, queue=queue)
+
+    async def cancel(self, jid: str, *, queue: str | None = None) -> CancelOutcome:
+        """Cancel job ``jid``: ``"cancelled"`` (it was waiting: it will never run),
+        ``"stopping"`` (it runs: its process stops it within about a second; a plain
+        function sees ``current_job().cancel_requested``), ``"finished"`` (it had
+        ended) or ``"unknown"``. A cancel outlives the process running the job: if it
+        dies, recovery drops the job instead of running it again."""
+        return await self._lookup.cancel(jid, queue=queue)
+
     # -- connection -------------------------------------------------------------------
 
     def redis_url(self) -> str:
@@ -298,7 +328,7 @@ class App:
         settings = dataclasses.replace(self.settings, **overrides)
         url = self._pick_url(settings) if "redis_url" in overrides else self.redis_url()
         store = Store.from_url(url, settings.namespace, dead_limits_of(settings),
-                               durability_of(settings))
+                               durability_of(settings), settings.keep_status)
         try:
             manager = Manager(self.registry, settings, store, url,
                               periodics=list(self.periodics.values()),

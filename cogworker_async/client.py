@@ -73,6 +73,13 @@ class _Push:
     """(digest, ttl) when a unique lock must be taken with the push."""
 
 
+def _duplicate(jid: str) -> str | None:
+    """An enqueue's answer for a chosen jid that is alive: None, as for a unique job's
+    duplicate."""
+    log.debug("jid %s is already queued, scheduled, running or retrying: not enqueued", jid)
+    return None
+
+
 async def mark_unique(enqueue: Enqueue, call_next: EnqueueNext) -> str | None:
     """Built-in client middleware: a unique job's payload carries its digest and policy
     (the worker releases the lock from them, even in a process without the registry)."""
@@ -126,7 +133,7 @@ class Client:
                 del self._stores[old]  # its loop is gone: so are its connections
             store = self._stores[loop] = Store.from_url(
                 self._resolve_url(), self.settings.namespace, dead_limits_of(self.settings),
-                durability_of(self.settings))
+                durability_of(self.settings), self.settings.keep_status)
         return store
 
     async def _prepare(
@@ -139,7 +146,8 @@ class Client:
         """Check, build and pass the job through the client chain; None if refused."""
         definition.check_arguments(args, kwargs)
         payload = job.build(definition.name, args, kwargs, queue=options.queue,
-                            retry=options.retry, now=time.time())
+                            retry=options.retry, now=time.time(), jid=options.jid,
+                            keep_result=options.keep_result)
         if self._tracer is not None and self._tracer.active():  # before the middleware,
             # which may read or drop it
             self._tracer.inject(cast("dict[str, Any]", payload))
@@ -206,19 +214,23 @@ class Client:
         store = self.store()
         if not self._policy_checked:
             await self._warn_if_evicting(store)
+        chosen = options.jid is not None
+        name, jids = definition.name, [push.jid]
         if push.unique is not None:
             digest, ttl = push.unique
             if not await store.enqueue_unique(digest, push.jid, ttl, push.queue, push.raw,
-                                              at=epoch, delay=seconds):
-                log.debug("%s: a unique job with the same digest is already enqueued",
-                          definition.name)
+                                              at=epoch, delay=seconds, name=name,
+                                              chosen=chosen):
+                log.debug("%s: a unique job with the same digest (or jid) is already "
+                          "enqueued", definition.name)
                 return None
-        elif epoch is not None:
-            await store.schedule(push.queue, [push.raw], at=epoch)
-        elif seconds is not None:
-            await store.schedule(push.queue, [push.raw], delay=seconds)
-        else:
-            await store.enqueue(push.queue, [push.raw])
+        elif epoch is not None or seconds is not None:
+            if await store.schedule(push.queue, [push.raw], at=epoch, delay=seconds,
+                                    jids=jids, name=name, chosen=chosen) < 0:
+                return _duplicate(push.jid)
+        elif await store.enqueue(push.queue, [push.raw], jids=jids, name=name,
+                                 chosen=chosen) < 0:
+            return _duplicate(push.jid)
         return push.jid
 
     async def enqueue_many(
@@ -240,6 +252,9 @@ class Client:
         options: JobOptions,
         calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
     ) -> list[str | None]:
+        if options.jid is not None:
+            raise ValueError("options(jid=...) names one job: enqueue it with enqueue(), "
+                             "not enqueue_many()")
         pushes: list[_Push | None] = []
         for index, call in enumerate(calls):
             try:
@@ -254,7 +269,8 @@ class Client:
             await self._warn_if_evicting(store)
         taken = await store.push_batch(
             options.queue, [p.raw for p in plain],
-            [(p.unique[0], p.jid, p.unique[1], p.raw) for p in locked if p.unique])
+            [(p.unique[0], p.jid, p.unique[1], p.raw) for p in locked if p.unique],
+            jids=[p.jid for p in plain], name=definition.name)
         refused = {p.jid for p, ok in zip(locked, taken, strict=True) if not ok}
         return [p.jid if p is not None and p.jid not in refused else None for p in pushes]
 

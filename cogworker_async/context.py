@@ -14,10 +14,56 @@ thread). Outside a job, ``current_job()`` raises ``LookupError``.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+MAX_INFO_BYTES: Final = 64 * 1024
+"""Largest progress ``info`` (as JSON): it is written to Redis, over and over."""
+
+
+@dataclass(slots=True, eq=False)
+class RunControl:
+    """What the worker and one run share while it runs: a cancel asked for it, and the
+    progress it reported that is not written yet (``worker/canceller.py`` writes it,
+    coalesced: a job calling ``set_progress`` in a tight loop costs one write per
+    interval, not one per call)."""
+
+    queue: str
+    jid: str
+    cancel_requested: bool = False
+    unwritten: tuple[float, bytes | None] | None = None
+    """The last progress reported and not written yet: fraction, info as JSON."""
+    stop: Callable[[], None] | None = None
+    """Cancels the run (an async job's scope); None for a plain function, which cannot
+    be interrupted and reads ``cancel_requested`` instead."""
+
+    def cancel(self) -> None:
+        self.cancel_requested = True
+        if self.stop is not None:
+            self.stop()
+
+    def report(self, fraction: float, info: Any = None) -> None:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) \
+                or not math.isfinite(fraction) or not 0 <= fraction <= 1:
+            raise ValueError(f"progress must be a number from 0 to 1, got {fraction!r}")
+        encoded = None
+        if info is not None:
+            try:
+                encoded = json.dumps(info, separators=(",", ":"), allow_nan=False).encode()
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"progress info must be JSON: {exc}") from None
+            if len(encoded) > MAX_INFO_BYTES:
+                raise ValueError(f"progress info is {len(encoded)} bytes as JSON, over "
+                                 f"{MAX_INFO_BYTES}")
+        self.unwritten = (float(fraction), encoded)
+
+
+def _no_control() -> RunControl:
+    return RunControl("", "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +78,24 @@ class JobContext:
     created_at: float | None
     payload: dict[str, Any] = field(repr=False)
     _orphanings: Callable[[], Awaitable[int]] = field(repr=False)
+    _control: RunControl = field(default_factory=_no_control, repr=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel this job (``jobs.cancel(jid)``). An async
+        job is cancelled anyway (``CancelledError``); a plain function cannot be, and
+        checks this to stop itself (raise ``JobCancelled``, or return)."""
+        return self._control.cancel_requested
+
+    async def set_progress(self, fraction: float, info: Any = None) -> None:
+        """Report how far the job is (0..1), with optional JSON ``info``: shown by
+        ``status(jid)``, the dashboard and the CLI. Writes are coalesced: call it as
+        often as you like."""
+        self._control.report(fraction, info)
+
+    def set_progress_sync(self, fraction: float, info: Any = None) -> None:
+        """``set_progress`` for a plain (non-async) job function."""
+        self._control.report(fraction, info)
 
     async def was_recovered(self) -> bool:
         """True if this job was ever taken back from a process that died running it

@@ -17,6 +17,7 @@ from typing import Any, Final
 from cogworker_async import unique as unique_module
 from cogworker_async.retries import check_retry
 from cogworker_async.settings import check_queue_name
+from cogworker_async.status import check_jid, check_keep_result
 from cogworker_async.unique import UniqueKey, UniquePolicy
 
 Delay = float | int | timedelta
@@ -35,6 +36,12 @@ class JobOptions:
     """Seconds a run may take before it fails with JobTimeout (None: no limit)."""
     unique: UniquePolicy | None = None
     unique_ttl: float = unique_module.DEFAULT_TTL
+    keep_result: float | None = None
+    """Seconds the job's return value (JSON) is kept after it succeeds (None: not kept;
+    ``jobs.result(jid)`` then returns None)."""
+    jid: str | None = None
+    """A caller-chosen jid (``options(jid=...)``, one enqueue): enqueueing it while a job
+    with that jid is queued, scheduled, running or retrying returns None."""
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -43,6 +50,9 @@ class JobOptions:
             _seconds("timeout", self.timeout, MAX_TIMEOUT)
         unique_module.policy_of(self.unique)
         _seconds("unique_ttl", self.unique_ttl, unique_module.MAX_TTL)
+        check_keep_result(self.keep_result)
+        if self.jid is not None:
+            check_jid(self.jid)
 
 
 MAX_TIMEOUT: Final = 366 * 24 * 3600.0

@@ -21,6 +21,8 @@ and the write was not confirmed in time (the job may exist: like a lost reply).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CogworkerError(Exception):
     """Root of every error this package raises on purpose."""
@@ -76,3 +78,27 @@ def why(exc: BaseException) -> str:
     """An error for a log line: its class and message. (redis-py's errors' repr() shows
     only the class, hiding e.g. the WRONGTYPE text a script raised.)"""
     return f"{type(exc).__name__}: {exc}"
+
+
+class JobFailed(CogworkerError):
+    """``result(jid)``: the job is dead (it failed with no retries left, or could not
+    run); ``error`` is its last failure, ``status`` what its record says."""
+
+    def __init__(self, message: str, status: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error: str | None = getattr(status, "error", None)
+
+
+class JobCancelled(CogworkerError):
+    """``result(jid)``: the job was cancelled. Also what a plain job function raises to
+    stop itself once ``current_job().cancel_requested`` is True."""
+
+    def __init__(self, message: str = "the job was cancelled", status: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ResultNotJSON(CogworkerError):
+    """A job that keeps its result returned something JSON cannot hold: the run is
+    filed in dead with this error (it is not run again: it did its work)."""

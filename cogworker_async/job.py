@@ -46,6 +46,9 @@ Payload = TypedDict("Payload", {
     # periodic.py's: worker/cron.py writes them, worker/locks.py reads ``periodic``:
     "periodic": str,
     "periodic_tick": float,
+    # status.py's: seconds the job's result is kept (``keep_result``), written by the
+    # client, read by the worker when it acks (worker/processor.py):
+    "keep_result": float,
     # tracing.py's: the enqueue's trace context (W3C ``traceparent``, ``tracestate``),
     # written by the client (``JobTracer.inject``), read by the run's span (``_parent``):
     "trace": dict[str, str],
@@ -76,8 +79,8 @@ Field = Literal[
     "jid", "class", "args", "kwargs", "queue", "created_at", "enqueued_at", "retry",
     "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
     "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
-    "periodic", "periodic_tick", "trace", "raw_payload_base64", "raw_payload_preview",
-    "orphaned_from", "orphaned_process",
+    "periodic", "periodic_tick", "keep_result", "trace", "raw_payload_base64",
+    "raw_payload_preview", "orphaned_from", "orphaned_process",
 ]
 """The name of a ``Payload`` field: what the accessors take, so that mypy checks it
 (tests/unit/test_job.py::test_field_names_are_the_payload_keys pins it to ``Payload``)."""
@@ -186,6 +189,24 @@ def _json_kind(value: object) -> str:
     return "value"
 
 
+def encode_result(value: Any, max_bytes: int) -> bytes:
+    """A job's return value as JSON, to keep (``keep_result``); TypeError/ValueError
+    saying why it cannot be (not JSON, too large)."""
+    try:
+        raw = _RESULT_ENCODER.encode(value).encode("utf-8")
+    except RecursionError:
+        raise ValueError("the result is nested too deeply to encode") from None
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"the result is not JSON: {exc}") from None
+    if len(raw) > max_bytes:
+        raise ValueError(f"the result encodes to {len(raw)} bytes, over the limit of "
+                         f"{max_bytes} (max_payload_bytes)")
+    return raw
+
+
+_RESULT_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def build(
     name: str,
     args: Sequence[Any],
@@ -195,9 +216,10 @@ def build(
     retry: bool | int,
     now: float,
     jid: str | None = None,
+    keep_result: float | None = None,
 ) -> Payload:
     """A new job's payload."""
-    return {
+    payload: Payload = {
         "jid": jid or new_jid(),
         "class": name,
         "args": list(args),
@@ -207,6 +229,9 @@ def build(
         "created_at": now,
         "enqueued_at": now,
     }
+    if keep_result is not None:
+        payload["keep_result"] = keep_result
+    return payload
 
 
 def decode(raw: bytes, max_bytes: int) -> Payload:

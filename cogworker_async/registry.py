@@ -28,10 +28,17 @@ class Enqueuer(Generic[P]):
 
     def options(
         self, *, queue: str | None = None, retry: bool | int | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None, keep_result: float | None = None,
+        jid: str | None = None,
     ) -> Enqueuer[P]:
-        """The same job with other options for the enqueues made through the result."""
+        """The same job with other options for the enqueues made through the result:
+        ``keep_result`` seconds to keep its return value; ``jid`` a jid of your own (an
+        idempotent enqueue: None while a job with that jid is alive)."""
         changes: dict[str, Any] = {}
+        if keep_result is not None:
+            changes["keep_result"] = keep_result
+        if jid is not None:
+            changes["jid"] = jid
         if queue is not None:
             changes["queue"] = queue
         if retry is not None:

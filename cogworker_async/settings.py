@@ -22,6 +22,9 @@ DEAD_MAX_JOBS: Final = 10_000
 DEAD_MAX_AGE: Final = 180 * 24 * 3600.0
 """Default age (seconds) after which a dead job is dropped, at the next filing (Sidekiq's)."""
 
+KEEP_STATUS: Final = 600.0
+"""Default ``keep_status``: seconds a finished job's status record is kept."""
+
 MAX_CONCURRENCY: Final = 10_000
 """Largest ``concurrency`` (and ``prefetch``, ``sync_threads``): each slot is a task (or
 thread) made at start, so a typo like 1000000000 would take the machine's memory."""
@@ -134,6 +137,11 @@ class Settings:
     or Valkey). Not confirmed in ``durability_timeout``: the enqueue raises
     ``NotDurable``, a settle stays pending."""
     durability_timeout: float = 1.0
+    keep_status: float = KEEP_STATUS
+    """Seconds a finished job's status record (succeeded, dead, cancelled) is kept when
+    the job keeps no result (``keep_result``): ``status(jid)`` answers that long after
+    the end, then says ``unknown``. Every job has a record while it is alive; this
+    bounds the memory of the ones that ended (the README's keys table)."""
     metrics_port: int | None = None
     """Serve this process's Prometheus metrics on ``http://metrics_host:metrics_port/metrics``
     (the ``metrics`` extra); None (the default): no server, no cost."""
@@ -175,7 +183,7 @@ class Settings:
         _count("dead_max_jobs", self.dead_max_jobs, 1, MAX_DEAD_JOBS)
         for name in ("heartbeat_interval", "orphan_threshold", "recovery_interval",
                      "poll_interval", "idle_fetch_interval", "retry_max_delay",
-                     "dead_max_age"):
+                     "dead_max_age", "keep_status"):
             _positive(name, getattr(self, name))
         _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
         _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)

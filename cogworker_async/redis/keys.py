@@ -128,6 +128,11 @@ class Keys:
         """Hash of one minute's runs per job (``run_metrics.py``: fields and retention)."""
         return self._app(f"metrics:{minute}")
 
+    def finished_channel(self, jid: str) -> str:
+        """Pub/sub channel on which the end of job ``jid`` is published, for
+        ``result()``'s waiters (jobs that keep a result only; not a key)."""
+        return self._app(f"finished:{jid}")
+
     @property
     def wake_channel(self) -> str:
         """Pub/sub channel an enqueue publishes on, so idle workers fetch at once (not a
@@ -215,6 +220,23 @@ class Keys:
     def unique(self, queue: str, digest: str) -> str:
         """Unique-job lock, owned by a jid (the digest covers the queue)."""
         return self._queue(queue, f"unique:{digest}")
+
+    def record(self, queue: str, jid: str) -> str:
+        """Hash: the status record of job ``jid`` of ``queue`` (``status.py``: fields,
+        states and TTLs), written by every script that moves the job."""
+        return self._queue(queue, f"job:{jid}")
+
+    def record_prefix(self, queue: str) -> str:
+        """``record``'s name without the jid (scripts that read jids from payloads)."""
+        return self._queue(queue, "job:")
+
+    def cancels(self, queue: str, identity: str) -> str:
+        """Set of the jids of ``queue`` that process ``identity`` runs and is asked to
+        cancel (``cancel.lua`` adds, the process polls and removes)."""
+        return self._queue(queue, f"cancels:{identity}")
+
+    def cancels_prefix(self, queue: str) -> str:
+        return self._queue(queue, "cancels:")
 
     def cron_claimed(self, queue: str) -> str:
         """Hash periodic job name -> the last tick (epoch s) enqueued on ``queue``."""

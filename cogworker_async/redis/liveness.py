@@ -39,6 +39,8 @@ class Requeued:
 
     moved: int = 0
     parked: int = 0
+    cancelled: int = 0
+    """Jobs dropped instead: a cancel was waiting for them (``cancel.lua``)."""
 
 
 HISTORY_TTL: Final = 366 * 24 * 3600
@@ -55,6 +57,7 @@ class Liveness:
 
     client: redis.asyncio.Redis
     keys: Keys
+    keep_status: float
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
                    durable: bool = False) -> Any:
@@ -117,6 +120,8 @@ class Liveness:
                 "wake_channel": keys.wake_channel,
                 "queue": queue,
                 "max_declared": MAX_DECLARED,
+                "record_prefix": keys.record_prefix(queue),
+                "finished_ttl": self.keep_status,
             }
             script_keys = [key, keys.queue_process(queue, identity), keys.queue_last_beat(queue),
                            keys.repeat_orphans(queue), keys.queue(queue),
@@ -124,11 +129,12 @@ class Liveness:
             args = [json.dumps(opts), len(drop), *drop, *keep]
             # Durable when it acks (drop) at a hand-over: a lost ack would run it again.
             reply = await self._run("requeue", script_keys, args, durable=bool(drop))
-            moved, looked, parked = (int(x) for x in reply)
+            moved, looked, parked, *cancelled = (int(x) for x in reply)
             if moved < 0:
                 return None
             result.moved += moved
             result.parked += parked
+            result.cancelled += sum(cancelled)
             budget -= looked
             if looked < REQUEUE_BATCH or budget <= 0:
                 return result
@@ -215,13 +221,18 @@ class Liveness:
     async def list_head(self, key: str, count: int) -> list[bytes]:
         return [as_bytes(raw) for raw in await self.client.lrange(key, 0, count - 1)]
 
-    async def bury_orphan(self, queue: str, raw: bytes, entry: bytes, jid: str | None) -> bool:
-        """File a parked repeat orphan of ``queue`` in its dead set (and count it)."""
+    async def bury_orphan(self, queue: str, raw: bytes, entry: bytes, jid: str | None,
+                          error: str = "") -> bool:
+        """File a parked repeat orphan of ``queue`` in its dead set (and count it); its
+        status record says dead, with ``error``."""
         keys = self.keys
+        script_keys = [keys.repeat_orphans(queue), keys.dead(queue),
+                       keys.orphanings(queue, jid or "-")]
+        if jid is not None:
+            script_keys.append(keys.record(queue, jid))
         reply = await self._run(
-            "bury_orphan",
-            [keys.repeat_orphans(queue), keys.dead(queue), keys.orphanings(queue, jid or "-")],
-            [raw, entry, repr(time.time()), *self._trim("dead")],
+            "bury_orphan", script_keys,
+            [raw, entry, repr(time.time()), *self._trim("dead"), self.keep_status, error],
         )
         buried = int(reply) == 1
         if buried:

@@ -15,6 +15,7 @@ SCRIPT_NAMES: Final = (
     "add_stats",
     "beat",
     "bury_orphan",
+    "cancel",
     "cron_claim",
     "due",
     "enqueue",
@@ -27,6 +28,7 @@ SCRIPT_NAMES: Final = (
     "give_back",
     "move_member",
     "park_unsettled",
+    "progress",
     "promote",
     "release_lock",
     "relist",
@@ -36,7 +38,9 @@ SCRIPT_NAMES: Final = (
 )
 
 
-PRELUDES: Final = {"redis_now": "_clock", "trim_dead": "_dead", "wake": "_wake"}
+PRELUDES: Final = {"redis_now": "_clock", "trim_dead": "_dead", "wake": "_wake",
+                   "jid_in": "_record", "mark_record": "_record", "cancel_pending": "_record",
+                   "drop_cancelled": "_record"}
 """Shared helpers (function name -> ``lua/<file>.lua``), put before each script that
 calls them: a script runs alone in Redis and can import nothing."""
 
@@ -52,5 +56,5 @@ def source(name: str) -> str:
     if name not in SCRIPT_NAMES:
         raise KeyError(f"no script named {name!r}")
     text = file_text(name)
-    helpers = [file_text(file) for function, file in PRELUDES.items() if f"{function}(" in text]
-    return "".join(helpers) + text
+    files = dict.fromkeys(file for function, file in PRELUDES.items() if f"{function}(" in text)
+    return "".join(file_text(file) for file in files) + text

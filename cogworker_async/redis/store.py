@@ -22,6 +22,7 @@ import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
 
+from cogworker_async import job as job_module
 from cogworker_async import run_metrics
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.redis import sentinel
@@ -37,9 +38,11 @@ from cogworker_async.redis.durability import Durability
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.liveness import HISTORY_TTL, Liveness, as_bytes
+from cogworker_async.redis.records import Records
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
 from cogworker_async.redis.sentinel import MasterNotFound
-from cogworker_async.settings import DEAD_MAX_AGE, DEAD_MAX_JOBS, Settings
+from cogworker_async.settings import DEAD_MAX_AGE, DEAD_MAX_JOBS, KEEP_STATUS, Settings
+from cogworker_async.status import LIVE_TTL, SUCCEEDED, Ended
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +106,37 @@ class Fetched:
 
     jobs: list[tuple[str, bytes]] = field(default_factory=list)
     bad_queues: list[str] = field(default_factory=list)
+    cancelled: list[tuple[str, str]] = field(default_factory=list)
+    """``(queue, jid)`` of jobs dropped unrun: a cancel was waiting for them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed run, as its status record keeps it (``file_failure``)."""
+
+    jid: str
+    error: str
+    """``Class: message`` (``status.error_text``)."""
+    attempt: int
+    """A retry: the next run's number; dead: the last run's."""
+    keep: float | None = None
+    """Seconds a dead job's record is kept; None: the Store's ``keep_status``."""
+
+
+def _jids_of(raws: Sequence[bytes]) -> list[str]:
+    """The jids of jobs being pushed by a caller that did not say them (the client
+    does): read from the payloads ("-" for one without)."""
+    return [job_module.jid_of(raw) or "-" for raw in raws]
+
+
+def _name_of(raws: Sequence[bytes]) -> str:
+    """The job name of the first of ``raws`` (for records of pushes that did not say it)."""
+    for raw in raws[:1]:
+        try:
+            return str(job_module.decode(raw, job_module.NO_SIZE_LIMIT)["class"])
+        except Exception:
+            return ""
+    return ""
 
 
 async def _wake_messages(client: redis.asyncio.Redis,
@@ -129,15 +163,18 @@ def _as_list(reply: Any) -> list[Any]:
     return list(reply) if isinstance(reply, list | tuple) else []
 
 
-class Store(Liveness):
+class Store(Liveness, Records):
     """Domain operations on one namespace, over one async connection pool. The
     operations on processes and their lists (recovery, hand-over, relist) are in
     ``liveness.py``, mixed in."""
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys,
                  dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS,
-                 durability: Durability | None = None) -> None:
+                 durability: Durability | None = None,
+                 keep_status: float = KEEP_STATUS) -> None:
         self.client = client
+        self.keep_status = keep_status
+        """Seconds a finished job's status record is kept (``Settings.keep_status``)."""
         self.keys = keys
         self.dead_limits = dead_limits
         self.durability = durability
@@ -157,8 +194,9 @@ class Store(Liveness):
     @classmethod
     def from_url(cls, url: str, namespace: str,
                  dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS,
-                 durability: Durability | None = None) -> Store:
-        return cls(connect(url), Keys(namespace), dead_limits, durability)
+                 durability: Durability | None = None,
+                 keep_status: float = KEEP_STATUS) -> Store:
+        return cls(connect(url), Keys(namespace), dead_limits, durability, keep_status)
 
     def _trim(self, target: SetName) -> list[str]:
         """The two trailing script arguments that bound the dead set when ``target`` is
@@ -265,22 +303,38 @@ class Store(Liveness):
 
     # -- enqueue ---------------------------------------------------------------------
 
-    async def enqueue(self, queue: str, raws: Sequence[bytes]) -> int:
-        """Push jobs on ``queue`` (oldest first) and wake idle workers."""
+    async def enqueue(self, queue: str, raws: Sequence[bytes], *,
+                      jids: Sequence[str] | None = None, name: str | None = None,
+                      chosen: bool = False) -> int:
+        """Push jobs on ``queue`` (oldest first), each with its status record, and wake
+        idle workers. ``jids`` and ``name`` are read from the jobs when not given.
+        ``chosen``: the caller chose the jid; -1 (nothing pushed) while that jid is
+        alive (``lua/enqueue.lua``). Returns the queue's length after the push."""
         await self.register_queues([queue])
-        args = [queue, self.keys.wake_channel, *raws]
+        args = [queue, self.keys.wake_channel, self.keys.record_prefix(queue), LIVE_TTL,
+                repr(time.time()), name if name is not None else _name_of(raws),
+                "1" if chosen else "0"]
+        for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws, strict=True):
+            args += [jid, raw]
         reply = await self._run("enqueue", [self.keys.queue(queue)], args, durable=True)
         return int(self._woken(reply)[0])
 
     async def schedule(
         self, queue: str, raws: Sequence[bytes], *, at: float | None = None,
-        delay: float | None = None,
+        delay: float | None = None, jids: Sequence[str] | None = None,
+        name: str | None = None, chosen: bool = False,
     ) -> int:
         """Add jobs to ``queue``'s schedule, due at epoch ``at`` or ``delay`` s from
-        Redis' clock."""
+        Redis' clock, each with its status record (``enqueue``'s arguments); -1
+        (nothing added) for a chosen jid that is alive."""
         await self.register_queues([queue])
         mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
-        args: list[Any] = [mode, repr(float(value)), repr(time.time()), "0", "0", *raws]
+        now = repr(time.time())
+        args: list[Any] = [mode, repr(float(value)), now, "0", "0",
+                           self.keys.record_prefix(queue), LIVE_TTL, "1" if chosen else "0",
+                           queue, name if name is not None else _name_of(raws), now]
+        for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws, strict=True):
+            args += [jid, raw]
         return int(await self._run("schedule", [self.keys.schedule(queue)], args,
                                    durable=True))
 
@@ -313,36 +367,68 @@ class Store(Liveness):
     async def _fetch(self, identity: str, queues: Sequence[str], count: int) -> Fetched:
         keys = [key for queue in queues
                 for key in (self.keys.queue(queue), self.keys.in_progress(queue, identity))]
-        reply = _as_list(await self._run("fetch", keys, [count]))
+        args = [count, identity, repr(time.time()), self.keep_status, LIVE_TTL,
+                *(self.keys.record_prefix(queue) for queue in queues)]
+        reply = _as_list(await self._run("fetch", keys, args))
         flat = _as_list(reply[0]) if reply else []
         result = Fetched()
         for i in range(0, len(flat) - 1, 2):
             result.jobs.append((queues[int(flat[i]) - 1], bytes(flat[i + 1])))
         if len(reply) > 1:
             result.bad_queues = [queues[int(i) - 1] for i in _as_list(reply[1])]
+        if len(reply) > 2:
+            dropped = _as_list(reply[2])
+            result.cancelled = [(queues[int(dropped[i]) - 1], as_bytes(dropped[i + 1]).decode(
+                "utf-8", "replace")) for i in range(0, len(dropped) - 1, 2)]
         return result
 
     async def ack(self, identity: str, queue: str,
-                  jobs: Sequence[tuple[bytes, str | None]]) -> int:
-        """Forget jobs of ``queue`` that ran (and clear their orphan counters)."""
+                  jobs: Sequence[tuple[bytes, str | None] | tuple[bytes, str | None, Ended]],
+                  ) -> int:
+        """Forget jobs of ``queue`` that ran (and clear their orphan counters); write how
+        each ended in its status record (``Ended``: succeeded by default), its result
+        with it."""
         keys = [self.keys.in_progress(queue, identity)]
-        keys += [self.keys.orphanings(queue, jid or "-") for _, jid in jobs]
-        return int(await self._run("ack", keys, [raw for raw, _ in jobs], durable=True))
+        args: list[Any] = [repr(time.time())]
+        for item in jobs:
+            raw, jid = item[0], item[1]
+            ended = item[2] if len(item) > 2 else SUCCEEDED
+            keys += [self.keys.orphanings(queue, jid or "-"),
+                     self.keys.record(queue, jid or "-")]
+            keep = ended.keep if ended.keep is not None else self.keep_status
+            args += [raw, ended.state, ended.result or b"", keep,
+                     self.keys.finished_channel(jid) if ended.keep is not None and jid
+                     else ""]
+        return int(await self._run("ack", keys, args, durable=True))
 
     async def file_failure(
         self, identity: str, queue: str, raw: bytes, target: SetName, entry: bytes,
-        delay: float,
+        delay: float, *, failure: Failure | None = None,
     ) -> bool:
         """File a failed job's ``entry`` in its queue's retry or dead set, then take
-        ``raw`` off the list."""
+        ``raw`` off the list; ``failure`` (a readable job's) goes in its status record."""
         keys = [self.keys.in_progress(queue, identity), self.zset_key(queue, target)]
-        args = [raw, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
+        args: list[Any] = [raw, entry, repr(float(delay)), repr(time.time()),
+                           *self._trim(target)]
+        if failure is not None:
+            keys.append(self.keys.record(queue, failure.jid))
+            dead = target == "dead"
+            keep = failure.keep if failure.keep is not None else self.keep_status
+            args += ["dead" if dead else "retrying", keep if dead else LIVE_TTL,
+                     failure.error, failure.attempt,
+                     self.keys.finished_channel(failure.jid)
+                     if dead and failure.keep is not None else ""]
         return int(await self._run("file_failure", keys, args, durable=True)) == 1
 
     async def give_back(self, identity: str, queue: str, raw: bytes) -> bool:
-        """Put a job that never started back at the front of its queue."""
+        """Put a job that never started back at the front of its queue (or drop it, if a
+        cancel waits for it)."""
         keys = [self.keys.in_progress(queue, identity), self.keys.queue(queue)]
-        return int(await self._run("give_back", keys, [raw], durable=True)) == 1
+        jid = job_module.jid_of(raw)
+        if jid is not None:
+            keys.append(self.keys.record(queue, jid))
+        args = [raw, repr(time.time()), self.keep_status]
+        return int(await self._run("give_back", keys, args, durable=True)) == 1
 
     # -- basic fetch (BRPOP: a crash loses the running jobs) -----------------------
 
@@ -366,7 +452,9 @@ class Store(Liveness):
         await self.client.rpush(self.keys.queue(queue), raw)
 
     async def file_entry(self, queue: str, target: SetName, entry: bytes, delay: float) -> None:
-        args = ["in", repr(float(delay)), repr(time.time()), *self._trim(target), entry]
+        # No status record: a basic-fetch job is not followed past its enqueue.
+        args = ["in", repr(float(delay)), repr(time.time()), *self._trim(target),
+                "", 0, "0", queue, "", 0, "-", entry]
         await self._run("schedule", [self.zset_key(queue, target)], args, durable=True)
 
     # -- scheduled, retry and dead sets (one of each per queue) ------------------------
@@ -387,7 +475,8 @@ class Store(Liveness):
         if not items:
             return 0
         keys = [self.zset_key(queue, target), self.keys.queue(queue)]
-        args: list[Any] = [self.keys.wake_channel, queue]
+        args: list[Any] = [self.keys.wake_channel, queue, self.keys.record_prefix(queue),
+                           repr(time.time()), self.keep_status]
         for member, job in items:
             args += [member, job]
         return int(await self._run("promote", keys, args))
@@ -474,10 +563,12 @@ class Store(Liveness):
 
     async def enqueue_unique(
         self, digest: str, jid: str, ttl: float, queue: str, raw: bytes,
-        *, at: float | None = None, delay: float | None = None,
+        *, at: float | None = None, delay: float | None = None, name: str | None = None,
+        chosen: bool = False,
     ) -> bool:
         """Take the unique lock of ``digest`` for ``jid`` and push (or schedule) ``raw``
-        in one step; False if another jid holds the lock (nothing written)."""
+        in one step, with its status record; False if another jid holds the lock, or a
+        ``chosen`` jid is alive (nothing written)."""
         keys = self.keys
         await self.register_queues([queue])
         mode, value, target = "now", 0.0, keys.queue(queue)
@@ -486,14 +577,17 @@ class Store(Liveness):
         elif delay is not None:
             mode, value, target = "in", delay, keys.schedule(queue)
         args = [jid, max(1, int(ttl * 1000)), mode, repr(float(value)), queue,
-                keys.wake_channel, repr(time.time()), raw]
-        reply = await self._run("enqueue_unique", [keys.unique(queue, digest), target], args,
-                                durable=True)
+                keys.wake_channel, repr(time.time()), raw, LIVE_TTL,
+                name if name is not None else _name_of([raw]), "1" if chosen else "0"]
+        reply = await self._run("enqueue_unique",
+                                [keys.unique(queue, digest), target, keys.record(queue, jid)],
+                                args, durable=True)
         return int(self._woken(reply)[0]) == 1
 
     async def push_batch(
         self, queue: str, raws: Sequence[bytes],
-        unique: Sequence[tuple[str, str, float, bytes]] = (),
+        unique: Sequence[tuple[str, str, float, bytes]] = (), *,
+        jids: Sequence[str] | None = None, name: str | None = None,
     ) -> list[bool]:
         """Push ``raws`` on ``queue`` and each ``(digest, jid, ttl, raw)`` unique job, in
         one round trip; returns whether each unique job's lock was taken.
@@ -504,15 +598,7 @@ class Store(Liveness):
         script), and so is one a cluster redirected (its slot moved on in the middle of
         the batch); any other error is raised, as the script call's would be."""
         await self.register_queues([queue])
-        calls: list[tuple[str, list[str], list[Any]]] = []
-        if raws:
-            calls.append(("enqueue", [self.keys.queue(queue)],
-                          [queue, self.keys.wake_channel, *raws]))
-        for digest, jid, ttl, raw in unique:
-            calls.append(("enqueue_unique",
-                          [self.keys.unique(queue, digest), self.keys.queue(queue)],
-                          [jid, max(1, int(ttl * 1000)), "now", "0", queue,
-                           self.keys.wake_channel, repr(time.time()), raw]))
+        calls = self._batch_calls(queue, raws, unique, jids, name)
         if not calls:
             return []
         if self.durability is not None:
@@ -538,6 +624,30 @@ class Store(Liveness):
         if self.durability is not None:  # covers the calls that ran (a NOSCRIPT's rerun
             self.durability.check(confirmed)  # waited on its own connection)
         return [int(reply) == 1 for reply in results[1 if raws else 0:]]
+
+    def _batch_calls(
+        self, queue: str, raws: Sequence[bytes], unique: Sequence[tuple[str, str, float, bytes]],
+        jids: Sequence[str] | None, name: str | None,
+    ) -> list[tuple[str, list[str], list[Any]]]:
+        """``push_batch``'s script calls: one for the plain jobs, one per unique job."""
+        calls: list[tuple[str, list[str], list[Any]]] = []
+        now = repr(time.time())
+        if name is None:
+            name = _name_of([*raws, *(raw for *_, raw in unique)][:1])
+        if raws:
+            args: list[Any] = [queue, self.keys.wake_channel, self.keys.record_prefix(queue),
+                               LIVE_TTL, now, name, "0"]
+            for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws,
+                                strict=True):
+                args += [jid, raw]
+            calls.append(("enqueue", [self.keys.queue(queue)], args))
+        for digest, jid, ttl, raw in unique:
+            calls.append(("enqueue_unique",
+                          [self.keys.unique(queue, digest), self.keys.queue(queue),
+                           self.keys.record(queue, jid)],
+                          [jid, max(1, int(ttl * 1000)), "now", "0", queue,
+                           self.keys.wake_channel, now, raw, LIVE_TTL, name, "0"]))
+        return calls
 
     def _woken(self, reply: Any) -> list[Any]:
         """A push script's reply as a list, after reporting a wake-up that Redis refused
@@ -572,5 +682,9 @@ class Store(Liveness):
     async def cron_claim(self, name: str, tick: float, queue: str, raw: bytes) -> bool:
         await self.register_queues([queue])
         keys = [self.keys.cron_claimed(queue), self.keys.queue(queue)]
-        args = [name, repr(tick), queue, self.keys.wake_channel, raw]
+        jid = job_module.jid_of(raw)
+        if jid is not None:
+            keys.append(self.keys.record(queue, jid))
+        args = [name, repr(tick), queue, self.keys.wake_channel, raw, LIVE_TTL,
+                _name_of([raw]), repr(time.time())]
         return int(await self._run("cron_claim", keys, args, durable=True)) == 1

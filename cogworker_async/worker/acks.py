@@ -14,11 +14,12 @@ import asyncio
 from typing import Final
 
 from cogworker_async.redis.store import LostReply, Store
+from cogworker_async.status import SUCCEEDED, Ended
 
 MAX_BATCH: Final = 500
 """Acks sent in one script call at most."""
 
-_Waiting = tuple[str, bytes, str | None, "asyncio.Future[None]"]
+_Waiting = tuple[str, bytes, str | None, Ended, "asyncio.Future[None]"]
 
 
 class AckBatcher:
@@ -28,11 +29,12 @@ class AckBatcher:
         self._waiting: list[_Waiting] = []
         self._flushing = False
 
-    async def ack(self, queue: str, raw: bytes, jid: str | None) -> None:
-        """Record that ``raw`` (fetched from ``queue``) ran; raises what the script call
-        raised."""
+    async def ack(self, queue: str, raw: bytes, jid: str | None,
+                  ended: Ended = SUCCEEDED) -> None:
+        """Record that ``raw`` (fetched from ``queue``) ran, and how it ``ended``; raises
+        what the script call raised."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((queue, raw, jid, done))
+        self._waiting.append((queue, raw, jid, ended, done))
         if not self._flushing:
             await self._flush()
         await done
@@ -49,7 +51,7 @@ class AckBatcher:
                 for queue, acks in by_queue.items():
                     try:
                         await self.store.ack(self.identity, queue,
-                                             [(raw, jid) for _, raw, jid, _ in acks])
+                                             [(raw, jid, ended) for _, raw, jid, ended, _ in acks])
                     except Exception as exc:
                         _settle_all(acks, exc)
                     else:
@@ -63,7 +65,7 @@ class AckBatcher:
 
 
 def _settle_all(batch: list[_Waiting], exc: Exception | None) -> None:
-    for _, _, _, done in batch:
+    for *_, done in batch:
         if done.done():
             continue
         if exc is None:

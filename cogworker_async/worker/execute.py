@@ -21,7 +21,7 @@ from typing import Any, cast
 import anyio
 
 from cogworker_async import job as payloads
-from cogworker_async.context import CURRENT, JobContext
+from cogworker_async.context import CURRENT, JobContext, RunControl
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
@@ -59,6 +59,8 @@ class Leftover:
     thread_done: anyio.Event | None = field(default=None)
     """Set when a timed-out plain function's thread finally returns (its slot is busy
     until then)."""
+    result: Any = None
+    """What the job function returned (kept when the job keeps its result)."""
 
 
 class Executor:
@@ -84,7 +86,7 @@ class Executor:
             [self._tracer.around_run, counters.middleware, *self.middleware], self._innermost)
 
     def context(self, definition: JobDefinition, payload: payloads.Payload,
-                queue: str) -> JobContext:
+                queue: str, control: RunControl | None = None) -> JobContext:
         jid = str(payload["jid"])
         return JobContext(
             jid=jid, name=definition.name, queue=queue, attempt=attempt_of(payload),
@@ -94,12 +96,14 @@ class Executor:
             # (A string type: no alias is built per job.)
             payload=cast("dict[str, Any]", payload),
             _orphanings=partial(self.orphanings, queue, jid),
+            _control=control if control is not None else RunControl(queue, jid),
         )
 
     async def run(self, definition: JobDefinition, payload: payloads.Payload, queue: str,
-                  leftover: Leftover) -> None:
-        """Run the job; raises whatever the job (or a middleware) raised."""
-        context = self.context(definition, payload, queue)
+                  leftover: Leftover, control: RunControl | None = None) -> None:
+        """Run the job; raises whatever the job (or a middleware) raised. What it
+        returned is in ``leftover.result``."""
+        context = self.context(definition, payload, queue, control)
         token = CURRENT.set(context)
         parts = _this_run.set((definition, payload, leftover))
         tracer = self._tracer
@@ -120,11 +124,11 @@ class Executor:
         timeout = definition.options.timeout
         if definition.is_async:
             if timeout is None:
-                await call()
+                leftover.result = await call()
                 return
             try:
                 with anyio.fail_after(timeout):
-                    await call()
+                    leftover.result = await call()
             except TimeoutError:
                 raise JobTimeout(f"{definition.name} ran over its timeout of {timeout}s") \
                     from None
@@ -141,8 +145,8 @@ class Executor:
         # A thread cannot be cancelled: abandoned at a timeout or a shutdown's deadline,
         # it runs on; its slot is held until ``done`` (see the module docstring).
         with anyio.move_on_after(timeout) as scope:
-            await anyio.to_thread.run_sync(in_thread, limiter=self.limiter,
-                                           abandon_on_cancel=True)
+            leftover.result = await anyio.to_thread.run_sync(
+                in_thread, limiter=self.limiter, abandon_on_cancel=True)
         if scope.cancelled_caught:
             raise JobTimeout(f"{definition.name} ran over its timeout of {timeout}s (it is "
                              "a plain function: its thread runs on until it returns)")

@@ -91,6 +91,8 @@ class ReliableFetch:
             if queue not in self._warned:  # once per process: it would repeat every fetch
                 self._warned.add(queue)
                 log.error("queue %r is not a list in Redis (wrong type): skipped", queue)
+        for queue, jid in fetched.cancelled:
+            log.info("cancelled before it ran: jid=%s (queue %r): dropped", jid, queue)
         return [Work(queue, raw) for queue, raw in fetched.jobs]
 
     async def wait(self, nudge: anyio.Event, block_for: float) -> list[Work]:

@@ -51,6 +51,7 @@ from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
 from cogworker_async.worker import handover
+from cogworker_async.worker.canceller import Canceller
 from cogworker_async.worker.cron import CronTicker, periodic_job
 from cogworker_async.worker.execute import Counters
 from cogworker_async.worker.fencing import Fence
@@ -133,9 +134,11 @@ class Manager:
             else BasicFetch(store, settings)
         )
         self.settler = Settler(store, self.identity, reliable=reliable, ledger=self.ledger)
+        self.canceller = Canceller(store, self.identity, settings.queue_names)
         self.processor = Processor(registry, settings, self.settler, self.counters,
                                    self.ledger, store=store, middleware=middleware,
-                                   observers=self.observers, tally=self.tally)
+                                   observers=self.observers, tally=self.tally,
+                                   canceller=self.canceller)
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
         self.poller = Poller(store, settings)
         self.lag = LoopLag()
@@ -263,6 +266,7 @@ class Manager:
                     upkeep.start_soon(self.hooks.run)
                 upkeep.start_soon(self._probe_lag)
                 upkeep.start_soon(self.fence.run)
+                upkeep.start_soon(self.canceller.run)
                 async with anyio.create_task_group() as jobs:
                     # N long-lived processors, fed through an in-memory inbox: no task
                     # to create per job (a measurable share of a no-op job's cost).

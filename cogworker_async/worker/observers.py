@@ -28,13 +28,15 @@ from cogworker_async.worker.outcome import Ack, Disposition, Filing
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["succeeded", "retried", "dead", "discarded"]
+Outcome = Literal["succeeded", "retried", "dead", "discarded", "cancelled"]
 """What one run came to. Each run has exactly one: a failed run is ``retried`` (it will
 run again), ``discarded`` (it raised one of its ``discard_on`` exceptions: dead at once)
 or ``dead`` (no retries left, or it can never run: unknown job, bad arguments,
-unreadable payload)."""
+unreadable payload); ``cancelled``: someone cancelled it while it ran (``jobs.cancel``:
+acked, not retried — neither a success nor a failure)."""
 
-OUTCOMES: Final[tuple[Outcome, ...]] = ("succeeded", "retried", "dead", "discarded")
+OUTCOMES: Final[tuple[Outcome, ...]] = ("succeeded", "retried", "dead", "discarded",
+                                        "cancelled")
 
 UNREADABLE: Final = "(unreadable)"
 """The job name reported for a payload that could not be read."""
@@ -70,7 +72,7 @@ class RunReport:
 
     @property
     def failed(self) -> bool:
-        return self.outcome != "succeeded"
+        return self.outcome not in ("succeeded", "cancelled")
 
     @property
     def wait(self) -> float | None:
@@ -99,7 +101,7 @@ def outcome_of(disposition: Disposition, *, discarded: bool) -> Outcome | None:
     """The outcome of a run from its settled disposition (None: it never ran, it is
     given back). ``discarded``: it failed with one of its ``discard_on`` exceptions."""
     if isinstance(disposition, Ack):
-        return "succeeded"
+        return "cancelled" if disposition.ended.state == "cancelled" else "succeeded"
     if isinstance(disposition, Filing):
         if disposition.target == "retry":
             return "retried"

@@ -16,6 +16,7 @@ from typing import Final, Literal
 
 from cogworker_async import job, retries
 from cogworker_async.job import Payload
+from cogworker_async.status import SUCCEEDED, Ended
 
 MAX_ERROR_MESSAGE: Final = 10_000
 """Characters of an error message kept on a failed job."""
@@ -26,6 +27,10 @@ MAX_BACKTRACE_LINES: Final = 30
 @dataclass(frozen=True, slots=True)
 class Ack:
     """It ran (or was filed in dead unparsed): forget it."""
+
+    ended: Ended = SUCCEEDED
+    """How it ended, for its status record: succeeded (with its result, if it keeps
+    one) or cancelled."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,15 +17,23 @@ from functools import partial
 import anyio
 
 from cogworker_async import job
-from cogworker_async.context import JobContext
+from cogworker_async.context import JobContext, RunControl
 from cogworker_async.definition import JobDefinition
-from cogworker_async.errors import InvalidArguments, Retry, UnknownJob, UnparseablePayload
+from cogworker_async.errors import (
+    InvalidArguments,
+    ResultNotJSON,
+    Retry,
+    UnknownJob,
+    UnparseablePayload,
+)
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.redis.store import Store
 from cogworker_async.retries import attempt_of
 from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings
+from cogworker_async.status import Ended
 from cogworker_async.worker import outcome
+from cogworker_async.worker.canceller import Canceller
 from cogworker_async.worker.execute import Counters, Executor, Leftover
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
@@ -61,6 +69,17 @@ class Attempt:
     """Not run: another run holds its lock (``JobLocks``); acked, not reported."""
     discarded: bool = False
     """Failed with one of its ``discard_on`` exceptions."""
+    scope: anyio.CancelScope | None = None
+    control: RunControl | None = None
+    """Shared with the canceller while it runs (a cancel asked for it, its progress)."""
+
+    def cancelled(self) -> Ack | None:
+        """The ack of a run cancelled at someone's request (``jobs.cancel``), or None."""
+        control = self.control
+        if control is None or not control.cancel_requested:
+            return None
+        keep = None if self.payload is None else job.number(self.payload, "keep_result")
+        return Ack(Ended("cancelled", keep=keep))
 
     def fallback(self) -> Disposition:
         """What to do if deciding failed: after a run, never a give-back."""
@@ -90,6 +109,7 @@ class Processor:
         middleware: Sequence[ServerMiddleware] = (),
         observers: Observers | None = None,
         tally: Tally | None = None,
+        canceller: Canceller | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
@@ -100,6 +120,8 @@ class Processor:
         self.locks = JobLocks(store)
         self.observers = observers if observers is not None else Observers()
         self.tally = tally if tally is not None else Tally()
+        self.canceller = canceller if canceller is not None else Canceller(
+            store, settings.identity or "", settings.queue_names)
         self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
                                  store.orphan_count, tracing=settings.tracing)
 
@@ -111,6 +133,7 @@ class Processor:
         try:
             with anyio.CancelScope() as scope:
                 ledger.start(work, scope)
+                attempt.scope = scope
                 await self._attempt(attempt)
         finally:
             ledger.stop(work)
@@ -125,6 +148,11 @@ class Processor:
             ledger.slots.release()
 
     async def _settle(self, attempt: Attempt) -> None:
+        if attempt.disposition is None:
+            cancelled = attempt.cancelled()  # its scope was cancelled for it: no give-back
+            if cancelled is not None:
+                attempt.ran, attempt.disposition = True, cancelled
+                log.info("cancelled: jid=%s", attempt.work.jid)
         try:
             disposition = attempt.disposition or attempt.fallback()
         except Exception:  # deciding failed: the fallback's own fallback
@@ -153,7 +181,8 @@ class Processor:
             # Names come from payloads: runs of names this worker has not registered
             # count as one, so that invented names cannot grow the minute hashes.
             self.tally.add(name if definition is not None else UNKNOWN,
-                           ended_at=ended_at, seconds=duration, failed=result != "succeeded")
+                           ended_at=ended_at, seconds=duration,
+                           failed=result not in ("succeeded", "cancelled"))
             if not self.observers:
                 return
             work, error = attempt.work, attempt.error
@@ -218,15 +247,44 @@ class Processor:
             attempt.ran, attempt.skipped, attempt.disposition = True, True, Ack()
             return
         attempt.payload = payload
+        control = attempt.control = RunControl(
+            work.queue, payload["jid"],
+            stop=attempt.scope.cancel if definition.is_async and attempt.scope else None)
+        canceller = self.canceller
+        canceller.start(control)
         try:
-            await self.executor.run(definition, payload, work.queue, attempt.leftover)
+            if control.cancel_requested:  # asked for before it started: never started
+                attempt.ran, attempt.disposition = True, attempt.cancelled()
+                log.info("cancelled before it started: jid=%s", payload["jid"])
+                return
+            await self.executor.run(definition, payload, work.queue, attempt.leftover,
+                                    control)
         except (Exception, SystemExit) as exc:  # the job failed; the worker goes on
             attempt.ran, attempt.error = True, exc
+            cancelled = attempt.cancelled()
+            if cancelled is not None:  # it stopped itself (a plain function), or was told
+                attempt.disposition = cancelled
+                log.info("cancelled: %s jid=%s (%s)", definition.name, payload["jid"],
+                         type(exc).__name__)
+                return
             attempt.discarded = isinstance(exc, definition.discard_on)
             self._failed(attempt, payload, definition, exc, terminal=attempt.discarded)
             return
+        finally:
+            canceller.finish(control)
         attempt.ran = True
-        attempt.disposition = Ack()
+        keep = job.number(payload, "keep_result")
+        if keep is None:
+            attempt.disposition = Ack()
+        else:
+            try:
+                result = job.encode_result(attempt.leftover.result, self.settings.max_payload_bytes)
+            except (TypeError, ValueError) as exc:  # it did its work: dead, never run again
+                attempt.error = ResultNotJSON(f"{definition.name} returned a result that "
+                                              f"cannot be kept: {exc}")
+                self._failed(attempt, payload, definition, attempt.error, terminal=True)
+                return
+            attempt.disposition = Ack(Ended(result=result, keep=keep))
         if log.isEnabledFor(logging.INFO):
             # Logged after the run, outside its context: the job's fields by hand.
             log.info("done: %s jid=%s in %.3fs", definition.name, payload["jid"],

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async import job
+from cogworker_async import job, status
 from cogworker_async.errors import UnparseablePayload, why
 from cogworker_async.redis.store import ConnectionLost, RedisError, Store
 from cogworker_async.settings import Settings, check_queue_name
@@ -334,8 +334,10 @@ class Recovery:
         for raw in await self.store.list_head(self.store.keys.repeat_orphans(queue), HEAD_BATCH):
             entry = process_died_entry(raw, max_orphanings=self.settings.max_orphanings,
                                        identity=identity, info=info, now=time.time())
+            error = status.error_text(str(entry.get("error_class") or "ProcessDied"),
+                                      str(entry.get("error_message") or ""))
             if not await self.store.bury_orphan(queue, raw, job.encode(entry, MAX_ENTRY_BYTES),
-                                                job.jid_of(raw)):
+                                                job.jid_of(raw), error):
                 return  # someone else is burying: leave the rest to them
             log.error("jid=%s orphaned more than %d times: moved to dead (ProcessDied)",
                       entry["jid"], self.settings.max_orphanings)

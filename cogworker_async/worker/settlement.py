@@ -37,9 +37,16 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async import job
+from cogworker_async import job, status
 from cogworker_async.errors import CogworkerError, why
-from cogworker_async.redis.store import ConnectionLost, NoMaster, RedisError, SetName, Store
+from cogworker_async.redis.store import (
+    ConnectionLost,
+    Failure,
+    NoMaster,
+    RedisError,
+    SetName,
+    Store,
+)
 from cogworker_async.worker import outcome
 from cogworker_async.worker.acks import AckBatcher
 from cogworker_async.worker.fetch import Work
@@ -60,6 +67,20 @@ its size): past it, the job is filed in dead as its bytes as fetched (``_encoded
 class NotListed(RedisError):
     """A Filing or GiveBack found its job missing from the list (Redis lost it): kept
     pending, and settled once the job is listed again."""
+
+
+def failure_of(disposition: Filing, target: SetName) -> Failure | None:
+    """What a failed job's status record keeps of its failure (None: no jid to file
+    it under: an unreadable job)."""
+    entry = disposition.entry
+    jid = job.text(entry, "jid")
+    if jid is None:
+        return None
+    runs = (job.count(entry, "retry_count") or 0) + 1  # the run that failed
+    return Failure(jid=jid, error=status.error_text(str(job.value(entry, "error_class", "")),
+                                                    str(job.value(entry, "error_message", ""))),
+                   attempt=runs + 1 if target == "retry" else runs,
+                   keep=job.number(entry, "keep_result"))
 
 
 def maybe_ran(exc: Exception) -> bool:
@@ -88,7 +109,8 @@ class Settler:
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 if isinstance(disposition, Ack) and self.reliable:
-                    await self.acks.ack(work.queue, work.raw, work.jid)  # batched
+                    await self.acks.ack(work.queue, work.raw, work.jid,  # batched
+                                        disposition.ended)
                 else:
                     await self.apply(work, disposition)
                 return
@@ -131,12 +153,14 @@ class Settler:
         queue = work.queue or self.ledger.queue_of(work.raw)
         if isinstance(disposition, Ack):
             if self.reliable:
-                await store.ack(identity, queue, [(work.raw, job.jid_of(work.raw))])
+                await store.ack(identity, queue,
+                                [(work.raw, job.jid_of(work.raw), disposition.ended)])
         elif isinstance(disposition, Filing):
             target, entry, delay = self._encoded(work, disposition)
             if self.reliable:
                 await self._listed(work, disposition, store.file_failure(
-                    identity, queue, work.raw, target, entry, delay))
+                    identity, queue, work.raw, target, entry, delay,
+                    failure=failure_of(disposition, target)))
             else:
                 await store.file_entry(queue, target, entry, delay)
         elif self.reliable:

@@ -25,7 +25,7 @@ import anyio
 import redis
 import redis.asyncio
 
-from cogworker_async import App
+from cogworker_async import App, JobCancelled, current_job
 from cogworker_async.registry import JobFunction
 from tests.clients import async_client, sync_client
 
@@ -119,6 +119,40 @@ async def add(a: int, b: int) -> None:
     await recorder.ran(f"add:{a + b}")
 
 
+async def compute(n: int) -> dict[str, int]:
+    """Returns a value (registered with ``keep_result``); records the run."""
+    await recorder.ran(f"compute:{n}")
+    return {"n": n, "double": 2 * n}
+
+
+async def progressing(tag: str, seconds: float) -> None:
+    """Reports progress at once, then sleeps (``sleepy`` with a progress report)."""
+    await recorder.started(tag)
+    for step in range(1, 101):  # a tight loop of reports: coalesced by the worker
+        await current_job().set_progress(step / 200, {"tag": tag, "step": step})
+    await anyio.sleep(seconds)
+    await recorder.ran(tag)
+
+
+def stoppable(tag: str, seconds: float) -> None:
+    """A plain function that stops itself once a cancel is asked for it."""
+    job = current_job()
+    with sync_client(recorder.url) as client:
+        client.rpush(started_key(recorder.namespace), tag)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if job.cancel_requested:
+                raise JobCancelled()
+            time.sleep(0.01)
+        client.rpush(ran_key(recorder.namespace), tag)
+
+
+async def unjsonable(tag: str) -> object:
+    """Returns what JSON cannot hold (registered with ``keep_result``)."""
+    await recorder.ran(tag)
+    return {tag}
+
+
 @dataclass(frozen=True)
 class Jobs:
     """The App and its registered jobs (to enqueue from a test)."""
@@ -129,6 +163,10 @@ class Jobs:
     sleepy: JobFunction[[str, float], Awaitable[None]]
     sleepy_sync: JobFunction[[str, float], None]
     add: JobFunction[[int, int], Awaitable[None]]
+    compute: JobFunction[[int], Awaitable[dict[str, int]]]
+    progressing: JobFunction[[str, float], Awaitable[None]]
+    stoppable: JobFunction[[str, float], None]
+    unjsonable: JobFunction[[str], Awaitable[object]]
 
 
 def build(redis_url: str, namespace: str, **overrides: Any) -> Jobs:
@@ -141,6 +179,10 @@ def build(redis_url: str, namespace: str, **overrides: Any) -> Jobs:
         sleepy=app.job(name="sleepy")(sleepy),
         sleepy_sync=app.job(name="sleepy_sync")(sleepy_sync),
         add=app.job(name="add")(add),
+        compute=app.job(name="compute", keep_result=60)(compute),
+        progressing=app.job(name="progressing")(progressing),
+        stoppable=app.job(name="stoppable")(stoppable),
+        unjsonable=app.job(name="unjsonable", keep_result=60, retry=3)(unjsonable),
     )
 
 

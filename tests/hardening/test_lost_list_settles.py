@@ -108,8 +108,10 @@ async def test_a_zero_after_a_lost_reply_means_that_attempt_settled_it(
         lost = 0
 
         async def file_failure(self, identity: str, queue: str, raw: bytes,
-                               target: SetName, entry: bytes, delay: float) -> bool:
-            done = await super().file_failure(identity, queue, raw, target, entry, delay)
+                               target: SetName, entry: bytes, delay: float,
+                               **extra: Any) -> bool:
+            done = await super().file_failure(identity, queue, raw, target, entry, delay,
+                                                **extra)
             if not self.lost:
                 self.lost += 1
                 raise LostReply("Connection closed by server.")
@@ -140,8 +142,10 @@ async def test_a_lost_reply_then_lost_keys_settles_it_again(
         lost = 0
 
         async def file_failure(self, identity: str, queue: str, raw: bytes,
-                               target: SetName, entry: bytes, delay: float) -> bool:
-            done = await super().file_failure(identity, queue, raw, target, entry, delay)
+                               target: SetName, entry: bytes, delay: float,
+                               **extra: Any) -> bool:
+            done = await super().file_failure(identity, queue, raw, target, entry, delay,
+                                                **extra)
             if not self.lost:
                 self.lost += 1
                 await self.client.delete(self.keys.retry(queue))  # the restart
@@ -176,8 +180,10 @@ async def test_keys_lost_in_another_queue_s_slot_leave_a_doubt_settled(
         lost = 0
 
         async def file_failure(self, identity: str, queue: str, raw: bytes,
-                               target: SetName, entry: bytes, delay: float) -> bool:
-            done = await super().file_failure(identity, queue, raw, target, entry, delay)
+                               target: SetName, entry: bytes, delay: float,
+                               **extra: Any) -> bool:
+            done = await super().file_failure(identity, queue, raw, target, entry, delay,
+                                                **extra)
             if not self.lost:
                 self.lost += 1
                 raise LostReply("Connection closed by server.")
@@ -211,12 +217,14 @@ async def test_a_zero_after_a_connection_that_could_not_be_made_means_not_listed
         refused = 0
 
         async def file_failure(self, identity: str, queue: str, raw: bytes,
-                               target: SetName, entry: bytes, delay: float) -> bool:
+                               target: SetName, entry: bytes, delay: float,
+                               **extra: Any) -> bool:
             if not self.refused:
                 self.refused += 1
                 raise redis.exceptions.ConnectionError(
                     "Error 111 connecting to 127.0.0.1:1. Connection refused.")
-            return await super().file_failure(identity, queue, raw, target, entry, delay)
+            return await super().file_failure(identity, queue, raw, target, entry, delay,
+                                                **extra)
 
     failed = Work("default", raw_job(1))
     ledger.admit(failed)

@@ -1,8 +1,9 @@
 -- cron_claim: enqueue a periodic job's tick once, however many processes tick.
 -- KEYS[1] hash periodic name -> last claimed tick (epoch s), in the queue's slot
--- KEYS[2] the queue list
+-- KEYS[2] the queue list             KEYS[3] the job's status record
 -- ARGV[1] periodic name   ARGV[2] tick (epoch s)   ARGV[3] queue name
 -- ARGV[4] wake channel    ARGV[5] raw job
+-- ARGV[6] the record's TTL (s)       ARGV[7] the job's name   ARGV[8] enqueued_at
 -- Returns 1 if this call claimed the tick and pushed the job, 0 if the tick (or a later
 -- one) was already claimed. Claim and push in one step: a claimed tick always has its job.
 local last = tonumber(redis.call("HGET", KEYS[1], ARGV[1]) or "")
@@ -11,5 +12,9 @@ if last and last >= tonumber(ARGV[2]) then
 end
 redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
 redis.call("LPUSH", KEYS[2], ARGV[5])
+if KEYS[3] then
+  mark_record(KEYS[3], ARGV[6], "state", "queued", "queue", ARGV[3], "name", ARGV[7],
+              "enqueued_at", ARGV[8])
+end
 wake(ARGV[4], ARGV[3])
 return 1

@@ -1,17 +1,44 @@
--- enqueue: push jobs on one queue, wake idle workers.
+-- enqueue: push jobs on one queue, with their status records; wake idle workers.
 -- KEYS[1] queue list (the queue's name is registered by the caller: another slot)
 -- ARGV[1] queue name                ARGV[2] wake channel (pub/sub, not a key)
--- ARGV[3..] raw jobs, oldest first
+-- ARGV[3] record prefix (``<prefix><jid>``, in the queue's slot)
+-- ARGV[4] the records' TTL (s)      ARGV[5] enqueued_at (the caller's clock)
+-- ARGV[6] the jobs' name            ARGV[7] "1": the caller chose the jid (``options(jid=)``):
+-- refuse a jid whose record says it is still queued, scheduled, running or retrying, or
+-- whose cancelled copy has not been dropped yet ("0": fresh jids, not looked up)
+-- ARGV[8..] jid, raw job pairs, oldest first
 -- Returns {length after the push}, or {length, error} if the wake-up could not be
--- published (the jobs are pushed all the same).
+-- published (the jobs are pushed all the same); {-1} if a chosen jid was refused
+-- (nothing written).
 -- Not idempotent (a second call pushes the jobs twice): callers never retry it blindly.
 -- An error (a key of the wrong type) means nothing was pushed: the queue's type is
 -- checked (LLEN) before the first push.
+local prefix, ttl = ARGV[3], ARGV[4]
+if ARGV[7] == "1" then
+  for i = 8, #ARGV, 2 do
+    local record = prefix .. ARGV[i]
+    local state = redis.pcall("HGET", record, "state")
+    if state == "queued" or state == "scheduled" or state == "running"
+        or state == "retrying" or cancel_pending(record) then
+      return {-1}
+    end
+  end
+end
 local length = redis.call("LLEN", KEYS[1])
 local last = #ARGV
+local raws = {}
+for i = 8, last, 2 do
+  raws[#raws + 1] = ARGV[i + 1]
+end
 -- unpack() has a stack limit: push in chunks.
-for first = 3, last, 1000 do
-  length = redis.call("LPUSH", KEYS[1], unpack(ARGV, first, math.min(first + 999, last)))
+for first = 1, #raws, 1000 do
+  length = redis.call("LPUSH", KEYS[1], unpack(raws, first, math.min(first + 999, #raws)))
+end
+for i = 8, last, 2 do
+  local record = prefix .. ARGV[i]
+  if ARGV[7] == "1" then redis.pcall("DEL", record) end -- a finished run's fields go
+  mark_record(record, ttl, "state", "queued", "queue", ARGV[1], "name", ARGV[6],
+              "enqueued_at", ARGV[5])
 end
 local refused = wake(ARGV[2], ARGV[1])
 if refused then return {length, refused} end

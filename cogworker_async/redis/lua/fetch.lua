@@ -1,12 +1,19 @@
 -- fetch: move up to ARGV[1] jobs from queues, tried in order, onto this process's
--- in-progress list for each queue (reliable fetch).
+-- in-progress list for each queue (reliable fetch), and mark each job's status record
+-- running (by this process).
 -- KEYS[2i - 1] the i-th queue's list   KEYS[2i] this process's in-progress list for it
 -- (a pair shares its queue's slot; on a cluster the caller sends one pair per call)
--- ARGV[1] the most jobs to move
--- Returns {{i, raw, i, raw, ...}, {bad...}}: each job with the index (1-based, among
--- the pairs) of the queue it came from, and the indexes of queue keys that could not
--- be read (wrong type): those are skipped, never a reason to stop fetching the rest.
--- Each job is moved by LMOVE, so it is always on exactly one of the two lists.
+-- ARGV[1] the most jobs to move      ARGV[2] this process's identity
+-- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
+-- ARGV[4] seconds a cancelled job's record is kept   ARGV[5] a live record's TTL (s)
+-- ARGV[5 + i] the i-th queue's record prefix
+-- Returns {{i, raw, i, raw, ...}, {bad...}, {i, jid, ...}}: each job with the index
+-- (1-based, among the pairs) of the queue it came from; the indexes of queue keys that
+-- could not be read (wrong type): those are skipped, never a reason to stop fetching the
+-- rest; and the jobs dropped unrun because a cancel was waiting for them (their copy is
+-- gone, their record says cancelled).
+-- Each job is moved by LMOVE, so it is always on exactly one of the two lists (or, if
+-- cancelled, dropped in the same step).
 -- An in-progress key of the wrong type is an error (nothing moved): reported as what it
 -- is, rather than as every queue being unreadable. So is Redis refusing the move itself
 -- (OOM, READONLY, NOPERM): no fault of the queue, it is raised as what Redis said —
@@ -18,25 +25,40 @@ for i = 2, #KEYS, 2 do
   end
 end
 local want = tonumber(ARGV[1])
-local jobs, bad = {}, {}
+local jobs, bad, dropped = {}, {}, {}
 local got = 0
+local now = nil
 for i = 1, #KEYS - 1, 2 do
   local index = (i + 1) / 2
+  local prefix = ARGV[5 + index]
   while got < want do
     local job = redis.pcall("LMOVE", KEYS[i], KEYS[i + 1], "RIGHT", "LEFT")
     if type(job) == "table" and job.err then
       if string.sub(job.err, 1, 9) ~= "WRONGTYPE" then
-        if got > 0 then return {jobs, bad} end
+        if got > 0 then return {jobs, bad, dropped} end
         return redis.error_reply(job.err)
       end
       table.insert(bad, index)
       break
     end
     if not job then break end
-    table.insert(jobs, index)
-    table.insert(jobs, job)
-    got = got + 1
+    now = now or redis_now(ARGV[3])
+    local jid = jid_in(job)
+    local record = jid and prefix .. jid
+    if record and cancel_pending(record) then
+      redis.call("LPOP", KEYS[i + 1])
+      drop_cancelled(record, now, ARGV[4])
+      table.insert(dropped, index)
+      table.insert(dropped, jid)
+    else
+      if record then
+        mark_record(record, ARGV[5], "state", "running", "by", ARGV[2], "started_at", now)
+      end
+      table.insert(jobs, index)
+      table.insert(jobs, job)
+      got = got + 1
+    end
   end
   if got >= want then break end
 end
-return {jobs, bad}
+return {jobs, bad, dropped}

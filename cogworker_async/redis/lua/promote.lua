@@ -1,19 +1,29 @@
 -- promote: due members of a queue's zset (schedule or retry) onto that queue.
 -- KEYS[1] the zset                   KEYS[2] the queue's list (the same slot)
 -- ARGV[1] wake channel (pub/sub, not a key)   ARGV[2] the queue's name
--- ARGV[2i + 1], ARGV[2i + 2]: the i-th member as it stands in the zset, and the job to
+-- ARGV[3] the record prefix (``<prefix><jid>``: the jobs' status records)
+-- ARGV[4] the caller's clock (epoch s)   ARGV[5] a cancelled job's record TTL (s)
+-- ARGV[2i + 4], ARGV[2i + 5]: the i-th member as it stands in the zset, and the job to
 -- push (the same job with enqueued_at renewed).
 -- Returns how many were moved. A member no longer in the zset (moved by another
 -- process, deleted by an admin) is skipped, so two pollers never both move one job.
+-- A member whose record has a cancel waiting is removed instead, unrun (not counted).
 -- Written before removed: a job is always in at least one place. A queue key that cannot
 -- be written (wrong type, or Redis out of memory) leaves the jobs in the zset, not
 -- counted: they are looked at again on the next poll.
 local moved = 0
-for i = 3, #ARGV - 1, 2 do
+local prefix = ARGV[3]
+for i = 6, #ARGV - 1, 2 do
   local member, job = ARGV[i], ARGV[i + 1]
   if redis.call("ZSCORE", KEYS[1], member) then
-    if type(redis.pcall("LPUSH", KEYS[2], job)) == "number" then
+    local jid = jid_in(job)
+    local record = jid and prefix .. jid
+    if record and cancel_pending(record) then
       redis.call("ZREM", KEYS[1], member)
+      drop_cancelled(record, redis_now(ARGV[4]), ARGV[5])
+    elseif type(redis.pcall("LPUSH", KEYS[2], job)) == "number" then
+      redis.call("ZREM", KEYS[1], member)
+      if record then mark_record(record, nil, "state", "queued") end
       moved = moved + 1
     end
   end

@@ -14,12 +14,17 @@
 --   wake_channel, queue           pub/sub channel to wake idle workers on, and the
 --                                 queue's name as the message (optional)
 --   max_declared                  bound on the declared_dead set (optional, 10000)
+--   record_prefix, finished_ttl  the jobs' status records (``<prefix><jid>``): a job
+--                                 requeued is marked queued; one whose record has a
+--                                 cancel waiting is dropped instead, never run again
+--                                 (its record then kept finished_ttl seconds);
+--                                 a job dropped as ran (ARGV[3 ..]) is marked succeeded
 -- ARGV[2] n, the number of jobs to drop: ARGV[3 .. n + 2] (they ran; only their ack
 -- failed, so dropping them is their ack). ARGV[n + 3 ..] jobs to keep on the list.
 -- Every key, the orphan counters included (orphan_prefix), is in the queue's slot: the
 -- liveness check and the move are one step, as on a single Redis.
 -- Returns {-1, 0, 0} if the owner is alive after all (nothing done), else
--- {moved, looked_at, parked}: looked_at < limit means the whole list was seen.
+-- {moved, looked_at, parked, cancelled}: looked_at < limit means the whole list was seen.
 -- Entries are taken from the head (newest) and pushed on the fetch end of the queue,
 -- so the oldest lands in front and the order is kept. Each job is written where it
 -- goes before it is taken off; one that cannot be written (the queue key of the wrong
@@ -55,7 +60,13 @@ local function decoded(job)
   return nil
 end
 
-local moved, parked, looked = 0, 0, 0
+local moved, parked, looked, cancelled = 0, 0, 0, 0
+local function record_of(payload)
+  if opts.record_prefix and payload and type(payload.jid) == "string" then
+    return opts.record_prefix .. payload.jid
+  end
+  return nil
+end
 local limit = math.min(tonumber(opts.limit), redis.call("LLEN", KEYS[1]))
 for _ = 1, limit do
   local job = redis.call("LINDEX", KEYS[1], 0)
@@ -67,8 +78,20 @@ for _ = 1, limit do
     if payload and type(payload.jid) == "string" then
       redis.pcall("DEL", opts.orphan_prefix .. payload.jid)
     end
+    local record = record_of(payload)
+    if record then
+      redis.pcall("HDEL", record, "cancel")
+      mark_record(record, opts.finished_ttl, "state", "succeeded",
+                  "finished_at", redis_now(opts.now))
+    end
   elseif keep[job] then
     redis.call("LMOVE", KEYS[1], KEYS[1], "LEFT", "RIGHT")
+  elseif record_of(payload) and cancel_pending(record_of(payload)) then
+    -- Cancelled while it ran (or before it started): a cancel outlives its process.
+    redis.call("LPOP", KEYS[1])
+    drop_cancelled(record_of(payload), redis_now(opts.now), opts.finished_ttl)
+    redis.pcall("DEL", opts.orphan_prefix .. payload.jid)
+    cancelled = cancelled + 1
   else
     -- Recovery only: count how often this jid was orphaned, and park it for dead past
     -- the limit: a job that kills its own process (OOM, SIGKILL) would otherwise come
@@ -92,6 +115,11 @@ for _ = 1, limit do
         redis.pcall("INCR", counter)
         redis.pcall("EXPIRE", counter, tonumber(opts.orphan_ttl))
       end
+      local record = record_of(payload)
+      if record and not park then
+        redis.pcall("HDEL", record, "by", "started_at")
+        mark_record(record, nil, "state", "queued")
+      end
       if park then parked = parked + 1 else moved = moved + 1 end
     else
       redis.call("LMOVE", KEYS[1], KEYS[1], "LEFT", "RIGHT")
@@ -113,4 +141,4 @@ end
 if moved > 0 and opts.wake_channel then
   wake(opts.wake_channel, opts.queue or "requeued") -- idle workers fetch them now
 end
-return {moved, looked, parked}
+return {moved, looked, parked, cancelled}

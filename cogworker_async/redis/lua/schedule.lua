@@ -4,17 +4,39 @@
 -- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
 -- ARGV[4] dead_max_jobs, ARGV[5] dead_max_age (s): trim the zset to them after adding
 -- (when it is the dead set; "0": no trim)
--- ARGV[6..] raw jobs
--- Returns how many were added.
+-- ARGV[6] record prefix: new jobs get a status record ("scheduled"); "": none (an entry
+-- filed by a basic-fetch worker, whose jobs are not followed past their enqueue)
+-- ARGV[7] the records' TTL (s), counted from the due time
+-- ARGV[8] "1": the caller chose the jid: refused while it is alive (as enqueue.lua)
+-- ARGV[9] queue name   ARGV[10] the jobs' name   ARGV[11] enqueued_at (caller's clock)
+-- ARGV[12..] jid, raw job pairs
+-- Returns how many were added; -1 if a chosen jid was refused (nothing written).
 -- Delays count from Redis' clock: the poller compares due times with the same clock.
 local score = tonumber(ARGV[2])
 local now = redis_now(ARGV[3])
 if ARGV[1] == "in" then
   score = now + score
 end
+local prefix = ARGV[6]
+if prefix ~= "" and ARGV[8] == "1" then
+  for i = 12, #ARGV, 2 do
+    local record = prefix .. ARGV[i]
+    local state = redis.pcall("HGET", record, "state")
+    if state == "queued" or state == "scheduled" or state == "running"
+        or state == "retrying" or cancel_pending(record) then
+      return -1
+    end
+  end
+end
 local added = 0
-for i = 6, #ARGV do
-  added = added + redis.call("ZADD", KEYS[1], score, ARGV[i])
+for i = 12, #ARGV, 2 do
+  added = added + redis.call("ZADD", KEYS[1], score, ARGV[i + 1])
+  if prefix ~= "" then
+    local record = prefix .. ARGV[i]
+    if ARGV[8] == "1" then redis.pcall("DEL", record) end
+    mark_record(record, tonumber(ARGV[7]) + math.max(0, score - now), "state", "scheduled",
+                "queue", ARGV[9], "name", ARGV[10], "enqueued_at", ARGV[11])
+  end
 end
 trim_dead(KEYS[1], now, ARGV[4], ARGV[5])
 return added

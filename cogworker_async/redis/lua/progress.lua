@@ -1,0 +1,18 @@
+-- progress: a running job's progress, in its status record.
+-- KEYS[1] the job's status record
+-- ARGV[1] the process running it (the record's ``by``)   ARGV[2] the fraction (0..1)
+-- ARGV[3] its info as JSON ("": none)
+-- Returns 1 if written, 0 if the record is not this process's running job any more (it
+-- ended, was recovered elsewhere, or expired): a late write never overwrites the state
+-- of a later run, nor makes a record without a TTL.
+if redis.call("HGET", KEYS[1], "state") ~= "running"
+    or redis.call("HGET", KEYS[1], "by") ~= ARGV[1] then
+  return 0
+end
+if ARGV[3] == "" then
+  redis.call("HSET", KEYS[1], "progress", ARGV[2])
+  redis.call("HDEL", KEYS[1], "info")
+else
+  redis.call("HSET", KEYS[1], "progress", ARGV[2], "info", ARGV[3])
+end
+return 1

@@ -1,0 +1,91 @@
+"""Records: the Store's operations on jobs' status records — reading them, cancelling,
+progress, and the cancel sets a process polls. Mixed into ``Store`` (one object for
+callers), kept apart so that each file reads in one sitting. What a record holds is in
+``status.py``; how each move writes it, in ``lua/_record.lua``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import redis
+import redis.asyncio
+
+from cogworker_async.redis.keys import Keys
+from cogworker_async.status import CANCELS_TTL, CancelOutcome, JobStatus, newest, read
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+class Records:
+    """Mixed into ``Store``: what it provides is declared here for the type checker."""
+
+    client: redis.asyncio.Redis
+    keys: Keys
+    keep_status: float
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
+                   durable: bool = False) -> Any:
+        raise NotImplementedError
+
+    async def queue_names(self) -> list[str]:
+        raise NotImplementedError
+
+    async def job_status(self, jid: str, queues: Sequence[str] | None = None) -> JobStatus | None:
+        """The status of ``jid``, from its record in one of ``queues`` (default: every
+        registered queue; one HGETALL each, in one round trip per node — no scan of
+        any queue or set); None when no queue has a record of it."""
+        names = list(queues) if queues is not None else await self.queue_names()
+        if not names:
+            return None
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in names:
+                pipe.hgetall(self.keys.record(queue, jid))
+            replies = await pipe.execute(raise_on_error=False)
+        found = [read(jid, reply) for reply in replies
+                 if isinstance(reply, dict) and reply]
+        return newest(found)
+
+    async def cancel_job(self, queue: str, jid: str) -> CancelOutcome:
+        """Cancel ``jid`` of ``queue`` (``lua/cancel.lua`` says what each outcome means)."""
+        keys = self.keys
+        reply = await self._run("cancel", [keys.record(queue, jid)], [
+            keys.cancels_prefix(queue), repr(time.time()), CANCELS_TTL,
+            keys.finished_channel(jid), jid], durable=True)
+        return cast(CancelOutcome, _text(reply))
+
+    async def set_progress(self, identity: str,
+                           updates: Sequence[tuple[str, str, float, bytes | None]]) -> None:
+        """Write ``(queue, jid, fraction, info as JSON)`` progress of jobs this process
+        runs, in one round trip per node (``lua/progress.lua``: only while the record
+        says this process runs it)."""
+        scripts = cast(Any, self)._scripts  # the Store's
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue, jid, fraction, info in updates:
+                pipe.evalsha(scripts["progress"].sha, 1, self.keys.record(queue, jid),
+                             identity, repr(float(fraction)), info or b"")
+            replies = await pipe.execute(raise_on_error=False)
+        if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
+            for queue, jid, fraction, info in updates:  # not loaded yet (a restart): again
+                await self._run("progress", [self.keys.record(queue, jid)],
+                                [identity, repr(float(fraction)), info or b""])
+
+    async def take_cancels(self, identity: str, queues: Sequence[str]) -> list[tuple[str, str]]:
+        """``(queue, jid)`` of the jobs this process is asked to cancel, taken off its
+        cancel sets (one per queue, in the queue's slot)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.smembers(self.keys.cancels(queue, identity))
+            replies = await pipe.execute(raise_on_error=False)
+        asked = [(queue, _text(jid)) for queue, reply in zip(queues, replies, strict=True)
+                 if isinstance(reply, set | list) for jid in reply]
+        if asked:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for queue, jid in asked:
+                    pipe.srem(self.keys.cancels(queue, identity), jid)
+                await pipe.execute(raise_on_error=False)
+        return asked
