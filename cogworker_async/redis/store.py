@@ -126,7 +126,7 @@ class Failure:
 def _jids_of(raws: Sequence[bytes]) -> list[str]:
     """The jids of jobs being pushed by a caller that did not say them (the client
     does): read from the payloads ("-" for one without)."""
-    return [job_module.jid_of(raw) or "-" for raw in raws]
+    return [job_module.jid_of(raw) or "" for raw in raws]
 
 
 def _name_of(raws: Sequence[bytes]) -> str:
@@ -358,6 +358,7 @@ class Store(Liveness, Records):
                 continue
             result.jobs += some.jobs
             result.bad_queues += some.bad_queues
+            result.cancelled += some.cancelled
             if len(result.jobs) >= count:
                 break
         if failure is not None and not result.jobs:
@@ -396,7 +397,7 @@ class Store(Liveness, Records):
             keys += [self.keys.orphanings(queue, jid or "-"),
                      self.keys.record(queue, jid or "-")]
             keep = ended.keep if ended.keep is not None else self.keep_status
-            args += [raw, ended.state, ended.result or b"", keep,
+            args += [raw, ended.state, ended.result or b"", keep if jid else "",
                      self.keys.finished_channel(jid) if ended.keep is not None and jid
                      else ""]
         return int(await self._run("ack", keys, args, durable=True))

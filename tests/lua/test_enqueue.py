@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
+from cogworker_async.status import LIVE_TTL
 from tests.lua.helpers import (
     NOT_UTF8,
     items,
+    jid_of,
     make_job,
     plant_wrong_type,
     run_raw,
@@ -53,16 +56,23 @@ async def test_records_each_queue_name(store: Store, keys: Keys) -> None:
     assert await store.queue_names() == ["emails", "reports"]
 
 
-async def test_the_script_writes_the_queue_list_only(store: Store, keys: Keys) -> None:
+async def test_the_script_writes_the_queue_list_and_the_record_only(
+    store: Store, keys: Keys
+) -> None:
     # Every key it writes is in the queue's slot: the name is the Store's to record.
     job = make_job("emails")
+    record = keys.record("emails", jid_of(job))
 
-    reply = await run_raw(store, "enqueue", [keys.queue("emails")],
-                          ["emails", keys.wake_channel, job])
+    reply = await run_raw(store, "enqueue", [keys.queue("emails")], [
+        "emails", keys.wake_channel, keys.record_prefix("emails"), LIVE_TTL,
+        "1700000000.0", "send_email", "0", jid_of(job), job])
 
     assert reply == [1]
-    assert await store.client.keys(f"{keys.namespace}:*") == [keys.queue("emails").encode()]
+    assert sorted(await store.client.keys(f"{keys.namespace}:*")) == sorted(
+        [keys.queue("emails").encode(), record.encode()])
+    assert key_slot(record.encode()) == key_slot(keys.queue("emails").encode())
     assert await items(store, keys.queue("emails")) == [job]
+    assert await store.client.hget(record, "state") == b"queued"
 
 
 async def test_publishes_the_queue_name_on_the_wake_channel(store: Store, keys: Keys) -> None:

@@ -8,9 +8,12 @@ import redis
 
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
+from cogworker_async.settings import KEEP_STATUS
+from cogworker_async.status import LIVE_TTL
 from tests.lua.helpers import (
     NOT_UTF8,
     items,
+    jid_of,
     make_job,
     plant_wrong_type,
     run_raw,
@@ -61,8 +64,9 @@ async def test_each_job_goes_onto_its_own_queues_list(store: Store, keys: Keys) 
 async def test_two_pairs_in_one_call_each_move_onto_their_own_list(
     store: Store, keys: Keys
 ) -> None:
-    # The script's contract, called as a single Redis gets it: KEYS = (queue, list) pairs;
-    # the reply names each job's pair by its 1-based index.
+    # The script's contract, called as a single Redis gets it: KEYS = (queue, list) pairs,
+    # ARGV[5 + i] = the i-th pair's record prefix; the reply names each job's pair by its
+    # 1-based index (and nothing dropped: no cancel waits).
     emails, reports = make_job("emails"), make_job("reports")
     await store.enqueue("emails", [emails])
     await store.enqueue("reports", [reports])
@@ -70,12 +74,18 @@ async def test_two_pairs_in_one_call_each_move_onto_their_own_list(
     reply = await run_raw(store, "fetch", [
         keys.queue("emails"), keys.in_progress("emails", IDENTITY),
         keys.queue("reports"), keys.in_progress("reports", IDENTITY),
-    ], [10])
+    ], [10, IDENTITY, "1700000000.0", KEEP_STATUS, LIVE_TTL,
+        keys.record_prefix("emails"), keys.record_prefix("reports")])
 
-    assert reply == [[1, emails, 2, reports], []]
+    assert reply == [[1, emails, 2, reports], [], []]
     assert await items(store, keys.in_progress("emails", IDENTITY)) == [emails]
     assert await items(store, keys.in_progress("reports", IDENTITY)) == [reports]
     assert await store.client.exists(keys.queue("emails"), keys.queue("reports")) == 0
+    # Each record is found through its own pair's prefix (its queue's slot).
+    for queue, job in (("emails", emails), ("reports", reports)):
+        record = keys.record(queue, jid_of(job))
+        assert await store.client.hmget(record, "state", "by") == [b"running",
+                                                                   IDENTITY.encode()]
 
 
 async def test_count_is_respected_and_the_rest_stays_queued(store: Store, keys: Keys) -> None:

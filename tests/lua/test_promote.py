@@ -8,9 +8,11 @@ import json
 
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
+from cogworker_async.settings import KEEP_STATUS
 from tests.lua.helpers import (
     NOT_UTF8,
     items,
+    jid_of,
     make_job,
     plant_wrong_type,
     redis_now,
@@ -68,15 +70,22 @@ async def test_every_member_goes_to_the_sets_queue_whatever_its_payload_says(
 
 
 async def test_the_script_does_not_record_the_queue_name(store: Store, keys: Keys) -> None:
-    # The set of queue names is the namespace's slot: the script stays in the queue's.
+    # The set of queue names is the namespace's slot: the script stays in the queue's,
+    # writing the queue's list and the job's record (found by the prefix, same slot).
     member = make_job("emails")
+    record = keys.record("emails", jid_of(member))
     await store.client.zadd(keys.schedule("emails"), {member: 1.0})
+    await store.client.hset(record, "state", "scheduled")
+    await store.client.expire(record, 3600)
 
     moved = await run_raw(store, "promote", [keys.schedule("emails"), keys.queue("emails")],
-                          [keys.wake_channel, "emails", member, member])
+                          [keys.wake_channel, "emails", keys.record_prefix("emails"),
+                           "1700000000.0", KEEP_STATUS, member, member])
 
     assert moved == 1
-    assert await store.client.keys(f"{keys.namespace}:*") == [keys.queue("emails").encode()]
+    assert sorted(await store.client.keys(f"{keys.namespace}:*")) == sorted(
+        [keys.queue("emails").encode(), record.encode()])
+    assert await store.client.hget(record, "state") == b"queued"
 
 
 async def test_due_jobs_are_fetched_in_the_order_they_were_due(store: Store) -> None:

@@ -23,6 +23,7 @@ from cogworker_async.redis.liveness import (
     as_bytes,
 )
 from cogworker_async.redis.store import Store
+from cogworker_async.settings import KEEP_STATUS
 from tests.lua.helpers import (
     NOT_UTF8,
     fetched,
@@ -273,6 +274,7 @@ def options(keys: Keys, queue: str = QUEUE, **changes: Any) -> str:
         "orphan_prefix": keys.orphanings_prefix(queue), "orphan_ttl": ORPHAN_TTL,
         "max_orphanings": MAX_ORPHANINGS, "limit": REQUEUE_BATCH,
         "wake_channel": keys.wake_channel, "queue": queue, "max_declared": MAX_DECLARED,
+        "record_prefix": keys.record_prefix(queue), "finished_ttl": KEEP_STATUS,
         **changes,
     })
 
@@ -284,8 +286,8 @@ def script_keys(keys: Keys, queue: str = QUEUE) -> list[str]:
 
 
 @pytest.mark.parametrize(("beat_age", "caller_skew", "reply"), [
-    (5, 86_400, [-1, 0, 0]),      # recent by Redis TIME: alive, whatever the caller thinks
-    (3_600, -86_400, [1, 1, 0]),  # stale by Redis TIME: dead, whatever the caller thinks
+    (5, 86_400, [-1, 0, 0]),         # recent by Redis TIME: alive, whatever the caller thinks
+    (3_600, -86_400, [1, 1, 0, 0]),  # stale by Redis TIME: dead, whatever the caller thinks
 ])
 async def test_liveness_is_judged_by_redis_time(
     store: Store, keys: Keys, beat_age: int, caller_skew: int, reply: list[int]
@@ -386,7 +388,7 @@ async def test_one_call_looks_at_no_more_than_its_limit(store: Store, keys: Keys
 
     reply = await run_raw(store, "requeue", script_keys(keys), [options(keys, limit=1_000), 0])
 
-    assert reply == [1_000, 1_000, 0]
+    assert reply == [1_000, 1_000, 0, 0]
     assert await store.client.llen(keys.in_progress(QUEUE, OWNER)) == 1_500
     assert await store.client.llen(keys.queue(QUEUE)) == 1_000
 
@@ -416,7 +418,7 @@ async def test_the_script_returns_every_job_to_its_fifth_key(store: Store, keys:
     reply = await run_raw(store, "requeue", script_keys(keys, "fallback"),
                           [options(keys, "fallback", threshold=-1), 0])
 
-    assert reply == [3, 3, 0]
+    assert reply == [3, 3, 0, 0]
     assert await fetch_all(store, "fallback") == jobs
     assert await store.client.exists(keys.queue("emails"), keys.queue("reports")) == 0
 

@@ -7,8 +7,10 @@ import redis
 
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
+from cogworker_async.status import LIVE_TTL
 from tests.lua.helpers import (
     NOT_UTF8,
+    jid_of,
     make_job,
     plant_wrong_type,
     redis_now,
@@ -49,11 +51,15 @@ async def test_the_callers_clock_is_only_a_fallback(store: Store, keys: Keys) ->
     job = make_job()
     now = await redis_now(store)
 
-    args = ["in", "10", repr(now - 86_400), "0", "0", job]
+    args = ["in", "10", repr(now - 86_400), "0", "0", keys.record_prefix(QUEUE), LIVE_TTL,
+            "0", QUEUE, "send_email", repr(now - 86_400), jid_of(job), job]
     await run_raw(store, "schedule", [keys.schedule(QUEUE)], args)
 
     [(_, score)] = await scored(store, keys.schedule(QUEUE))
     assert score == pytest.approx(now + 10, abs=5)
+    # The record's TTL counts from the due time by the same clock: not a day short.
+    ttl = await store.client.ttl(keys.record(QUEUE, jid_of(job)))
+    assert ttl == pytest.approx(LIVE_TTL + 10, abs=5)
 
 
 async def test_scheduling_the_same_job_twice_adds_it_once(store: Store, keys: Keys) -> None:

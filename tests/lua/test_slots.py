@@ -28,7 +28,7 @@ from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.liveness import Requeued
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
-from cogworker_async.redis.store import StatsFlush, Store
+from cogworker_async.redis.store import Failure, StatsFlush, Store
 from tests.lua.helpers import fetched, jid_of, make_job
 
 IDENTITY = "host:1:abc"
@@ -112,11 +112,31 @@ class Setup:
         return writer
 
 
+def record_pipelines(client: redis.asyncio.Redis, recorder: Recorder) -> None:
+    """Make ``client``'s pipelines record each queued EVALSHA's KEYS (``set_progress``
+    sends its scripts in one pipeline, not through the lane)."""
+    original = client.pipeline
+
+    def pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = original(*args, **kwargs)
+        evalsha = pipe.evalsha
+
+        def recording(sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+            recorder.record(sha, keys_and_args[:numkeys])
+            return evalsha(sha, numkeys, *keys_and_args)
+
+        pipe.evalsha = recording  # type: ignore[method-assign]
+        return pipe
+
+    client.pipeline = pipeline  # type: ignore[method-assign]
+
+
 @pytest.fixture
 def setup(store: Store, keys: Keys, redis_url: str) -> Iterator[Setup]:
     recorder = Recorder()
     store.cluster = True  # the cluster paths: one call per slot
     store._lane = RecordingLane(store.client, recorder)
+    record_pipelines(store.client, recorder)
     made = Setup(store, keys, recorder, redis_url)
     yield made
     for writer in made.writers:
@@ -138,7 +158,8 @@ async def enqueue_unique(s: Setup) -> None:
     assert await s.store.enqueue_unique("d2", jid_of(raw), 60.0, "emails", raw, delay=30.0)
     assert await s.store.enqueue_unique("d3", jid_of(raw), 60.0, "emails", raw, at=1.0)
     assert await s.store.push_batch("reports", [], [("d4", jid_of(raw), 60.0, raw)]) == [True]
-    pushed = (s.keys.unique("reports", "d4"), s.keys.queue("reports"))
+    pushed = (s.keys.unique("reports", "d4"), s.keys.queue("reports"),
+              s.keys.record("reports", jid_of(raw)))
     assert Call("enqueue_unique", pushed) in s.recorder.calls, "the batch's"
 
 
@@ -174,8 +195,10 @@ async def ack(s: Setup) -> None:
 async def file_failure(s: Setup) -> None:
     first, second = await fetched(s.store, IDENTITY, [make_job("emails"), make_job("emails")],
                                   queue="emails")
-    assert await s.store.file_failure(IDENTITY, "emails", first, "retry", first, 5.0)
-    assert await s.store.file_failure(IDENTITY, "emails", second, "dead", second, 0.0)
+    assert await s.store.file_failure(IDENTITY, "emails", first, "retry", first, 5.0,
+                                      failure=Failure(jid_of(first), "E: x", 2))
+    assert await s.store.file_failure(IDENTITY, "emails", second, "dead", second, 0.0,
+                                      failure=Failure(jid_of(second), "E: x", 1, keep=60.0))
 
 
 async def give_back(s: Setup) -> None:
@@ -217,6 +240,27 @@ async def bury_orphan(s: Setup) -> None:
     assert await s.store.recover(OWNER, "emails", dead_for=60.0,
                                  max_orphanings=0) == Requeued(parked=1)
     assert await s.store.bury_orphan("emails", raw, raw, jid_of(raw))
+
+
+async def cancel(s: Setup) -> None:
+    queued = make_job("emails")
+    await s.store.enqueue("emails", [queued])
+    assert await s.store.cancel_job("emails", jid_of(queued)) == "cancelled"
+    [running] = await fetched(s.store, IDENTITY, [make_job("reports")], queue="reports")
+    assert await s.store.cancel_job("reports", jid_of(running)) == "stopping"
+    # The cancel set it wrote is not in its KEYS (named by a prefix and the record's
+    # ``by``): it must be in the record's slot all the same.
+    cancels = s.keys.cancels("reports", IDENTITY)
+    assert key_slot(cancels.encode()) == key_slot(s.keys.record("reports", "x").encode())
+    assert await s.store.take_cancels(IDENTITY, QUEUES) == [("reports", jid_of(running))]
+
+
+async def progress(s: Setup) -> None:
+    [raw] = await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
+    await s.store.set_progress(IDENTITY, [("emails", jid_of(raw), 0.5, b'{"step": 1}')])
+    status = await s.store.job_status(jid_of(raw), ["emails"])
+    assert status is not None
+    assert status.progress == 0.5
 
 
 async def take_lock(s: Setup) -> None:
@@ -264,9 +308,10 @@ async def add_stats(s: Setup) -> None:
 
 SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
-        ack, add_stats, beat, bury_orphan, cron_claim, due, enqueue, enqueue_unique,
+        ack, add_stats, beat, bury_orphan, cancel, cron_claim, due, enqueue, enqueue_unique,
         extend_lock, fetch, file_failure, file_unsettled, forget, give_back, move_member,
-        park_unsettled, promote, release_lock, relist, requeue, schedule, take_lock,
+        park_unsettled, progress, promote, release_lock, relist, requeue, schedule,
+        take_lock,
     )
 }
 

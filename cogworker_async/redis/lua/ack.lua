@@ -24,7 +24,7 @@ for i = 1, (#ARGV - 1) / 5 do
   if here > 0 then
     if KEYS[2 * i] then redis.pcall("DEL", KEYS[2 * i]) end
     local record = KEYS[2 * i + 1]
-    if record then
+    if record and ARGV[at + 3] ~= "" then -- "": a job without a jid has no record
       now = now or redis_now(ARGV[1])
       redis.pcall("HDEL", record, "cancel")
       if ARGV[at + 2] ~= "" then

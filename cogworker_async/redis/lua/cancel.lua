@@ -14,8 +14,8 @@
 --   "stopping"  it is running: its process finds the jid in its cancel set (it polls
 --               it) and stops the job; should the process die first, recovery drops the
 --               job instead of requeueing it (the record's ``cancel`` again).
-local state = redis.call("HGET", KEYS[1], "state")
-if not state then return "unknown" end
+local state = redis.pcall("HGET", KEYS[1], "state")
+if type(state) ~= "string" then return "unknown" end -- none, or not a record (wrong type)
 if redis.call("HGET", KEYS[1], "cancel") == "1" then
   if state == "running" then return "stopping" end
   return "cancelled"

@@ -35,10 +35,12 @@ for first = 1, #raws, 1000 do
   length = redis.call("LPUSH", KEYS[1], unpack(raws, first, math.min(first + 999, #raws)))
 end
 for i = 8, last, 2 do
-  local record = prefix .. ARGV[i]
-  if ARGV[7] == "1" then redis.pcall("DEL", record) end -- a finished run's fields go
-  mark_record(record, ttl, "state", "queued", "queue", ARGV[1], "name", ARGV[6],
-              "enqueued_at", ARGV[5])
+  if ARGV[i] ~= "" then -- a job without a jid (pushed by hand) has no record
+    local record = prefix .. ARGV[i]
+    if ARGV[7] == "1" then redis.pcall("DEL", record) end -- a finished run's fields go
+    mark_record(record, ttl, "state", "queued", "queue", ARGV[1], "name", ARGV[6],
+                "enqueued_at", ARGV[5])
+  end
 end
 local refused = wake(ARGV[2], ARGV[1])
 if refused then return {length, refused} end

@@ -28,6 +28,7 @@ if KEYS[3] and ARGV[7] then
                 "attempt", ARGV[10])
     if ARGV[11] and ARGV[11] ~= "" then wake(ARGV[11], "dead") end
   else
+    redis.pcall("HDEL", KEYS[3], "progress", "info") -- the next run reports its own
     mark_record(KEYS[3], tonumber(ARGV[8]) + tonumber(ARGV[3]), "state", "retrying",
                 "error", ARGV[9], "attempt", ARGV[10])
   end

@@ -126,7 +126,7 @@ for _ = 1, limit do
     end
   end
 end
-if recovering and moved + parked > 0 then
+if recovering and moved + parked + cancelled > 0 then
   -- best effort: the jobs are already moved. Bounded: an identity is never reused, so the
   -- marks of processes that never beat again would pile up; past the bound, random old
   -- ones go (a process paused that long, among that many deaths, is not fenced).

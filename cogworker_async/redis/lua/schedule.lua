@@ -31,7 +31,7 @@ end
 local added = 0
 for i = 12, #ARGV, 2 do
   added = added + redis.call("ZADD", KEYS[1], score, ARGV[i + 1])
-  if prefix ~= "" then
+  if prefix ~= "" and ARGV[i] ~= "" then
     local record = prefix .. ARGV[i]
     if ARGV[8] == "1" then redis.pcall("DEL", record) end
     mark_record(record, tonumber(ARGV[7]) + math.max(0, score - now), "state", "scheduled",
