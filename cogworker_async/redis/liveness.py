@@ -17,6 +17,7 @@ import redis
 import redis.asyncio
 
 from cogworker_async.redis.keys import Keys
+from cogworker_async.status import LIVE_TTL
 
 if TYPE_CHECKING:
     from cogworker_async.redis.store import SetName
@@ -254,7 +255,10 @@ class Liveness:
         self, queue: str, record: bytes, target: SetName, entry: bytes, delay: float
     ) -> bool:
         keys = [self.keys.unsettled(queue), self.zset_key(queue, target)]
-        args = [record, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
+        dead = target == "dead"
+        args = [record, entry, repr(float(delay)), repr(time.time()), *self._trim(target),
+                self.keys.record_prefix(queue), "dead" if dead else "retrying",
+                self.keep_status if dead else LIVE_TTL]
         return int(await self._run("file_unsettled", keys, args)) == 1
 
     async def orphan_counts(self, queue: str, jids: Sequence[str | None]) -> list[int]:

@@ -761,3 +761,24 @@ async def test_a_record_of_the_wrong_type_never_stops_a_move(store: Store, keys:
     # A chosen jid replaces it with a record that works.
     assert await store.enqueue(QUEUE, [raw], chosen=True) == 1
     assert (await record(store, jid_of(raw)))["state"] == "queued"
+
+
+# -- the hand-over's unsettled failures ------------------------------------------------
+
+
+@pytest.mark.parametrize(("target", "state"), [("retry", "retrying"), ("dead", "dead")])
+async def test_a_handed_over_failure_filed_later_no_longer_says_running(
+    store: Store, target: SetName, state: str
+) -> None:
+    raw = await running(store)
+    hand_over = b'{"set": "%s"}' % target.encode()  # the record's content is the caller's
+    assert await store.park_unsettled(IDENTITY, QUEUE, raw, hand_over)
+    assert (await record(store, jid_of(raw)))["state"] == "running"  # its process stopped
+
+    assert await store.file_unsettled(QUEUE, hand_over, target, raw, 30.0)
+
+    fields = await record(store, jid_of(raw))
+    assert fields["state"] == state
+    assert "by" not in fields
+    assert await ttl(store, jid_of(raw)) > 0
+    assert not await store.file_unsettled(QUEUE, hand_over, target, raw, 30.0)  # once

@@ -4,6 +4,8 @@
 -- ARGV[3] delay: score = Redis TIME + delay      ARGV[4] the caller's clock, if TIME is refused
 -- ARGV[5] dead_max_jobs, ARGV[6] dead_max_age (s): trim the destination if it is the dead
 -- set ("0": no trim)
+-- ARGV[7] the record prefix (the job's status record: ``<prefix><jid>``; optional)
+-- ARGV[8] its state ("retrying", "dead")   ARGV[9] its TTL (s, after the delay)
 -- A delay that is not a finite number counts as 0: a corrupt record must not block the
 -- list (NaN is refused by ZADD) nor be filed where it never comes due (inf).
 -- Returns 1 if filed, 0 if the head is another record (filed by someone else first).
@@ -17,4 +19,9 @@ if not delay or delay ~= delay or delay == math.huge or delay == -math.huge then
 redis.call("ZADD", KEYS[2], now + delay, ARGV[2])
 redis.call("LPOP", KEYS[1])
 trim_dead(KEYS[2], now, ARGV[5], ARGV[6])
+local jid = ARGV[7] and jid_in(ARGV[2])
+if jid then -- it said running until now (its process had stopped): say where it is
+  redis.pcall("HDEL", ARGV[7] .. jid, "by")
+  mark_record(ARGV[7] .. jid, tonumber(ARGV[9]) + delay, "state", ARGV[8])
+end
 return 1
