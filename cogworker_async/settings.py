@@ -141,7 +141,8 @@ class Settings:
     """Seconds a finished job's status record (succeeded, dead, cancelled) is kept when
     the job keeps no result (``keep_result``): ``status(jid)`` answers that long after
     the end, then says ``unknown``. Every job has a record while it is alive; this
-    bounds the memory of the ones that ended (the README's keys table)."""
+    bounds the memory of the ones that ended (the README's keys table); 0 keeps them a
+    second."""
     metrics_port: int | None = None
     """Serve this process's Prometheus metrics on ``http://metrics_host:metrics_port/metrics``
     (the ``metrics`` extra); None (the default): no server, no cost."""
@@ -183,10 +184,11 @@ class Settings:
         _count("dead_max_jobs", self.dead_max_jobs, 1, MAX_DEAD_JOBS)
         for name in ("heartbeat_interval", "orphan_threshold", "recovery_interval",
                      "poll_interval", "idle_fetch_interval", "retry_max_delay",
-                     "dead_max_age", "keep_status"):
+                     "dead_max_age"):
             _positive(name, getattr(self, name))
         _positive("shutdown_timeout", self.shutdown_timeout, allow_zero=True)
         _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)
+        _positive("keep_status", self.keep_status, allow_zero=True)
         _positive("durability_timeout", self.durability_timeout)
         if self.metrics_port is not None:
             _count("metrics_port", self.metrics_port, 0, MAX_PORT)

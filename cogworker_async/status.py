@@ -5,7 +5,7 @@ until a while after its end. Each script that moves the job writes the new state
 same step as the move (``lua/_record.lua``), so a record is never half-way between two
 moves, and a crash between two scripts leaves it saying where the job really is. This
 module is the pure half: the states, the TTLs, and reading a record. The lookups,
-``result()``'s wait and ``cancel`` are in ``jobs.py``.
+``result()``'s wait and ``cancel`` are in ``lookup.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ CancelOutcome = Literal["cancelled", "stopping", "finished", "unknown"]
 or retrying and will never run; ``stopping`` — it is running and its process was asked
 to stop it (an async job is cancelled within a second; a plain function sees
 ``current_job().cancel_requested``); ``finished`` — it had ended, nothing done;
-``unknown`` — no record (never enqueued, or expired), nothing done."""
+``unknown`` — no record (never enqueued, or expired), nothing done. A repeated cancel
+gives the first one's answer (``cancelled`` or ``stopping``) until the job's copy is gone."""
 
 LIVE_TTL: Final = 14 * 24 * 3600
 """Seconds a record lives after each move of a job that has not ended (a scheduled job's

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
+from cogworker_async.admin.job_status import JobStatuses
 from cogworker_async.admin.records import (
     PAGE_SIZE,
     SERVER_FIELDS,
@@ -237,7 +238,8 @@ class PeriodicJobs:
 class Inspector:
     """Everything the dashboard and the admin CLI read and do, for one App: ``stats``,
     ``queues`` (and ``queue(name)``), ``scheduled``, ``retries``, ``dead``, ``processes``,
-    ``periodic`` and ``metrics`` (runs per job class and minute).
+    ``periodic``, ``metrics`` (runs per job class and minute) and ``jobs`` (one job
+    by its jid: status, cancel).
 
     It holds no connection of its own: each call uses the App's pool for the running
     event loop (closed by ``App.close()``).
@@ -253,6 +255,7 @@ class Inspector:
         self.processes = ProcessSet(self)
         self.periodic = PeriodicJobs(self)
         self.metrics = RunMetrics(self)
+        self.jobs = JobStatuses(self)
 
     @property
     def default_queue(self) -> str:

@@ -24,7 +24,7 @@ import anyio
 import typer
 from rich.console import Console, RenderableType
 
-from cogworker_async.admin import metrics_cli, migrate_cli, tables
+from cogworker_async.admin import job_cli, metrics_cli, migrate_cli, tables
 from cogworker_async.admin.api import Inspector
 from cogworker_async.admin.records import (
     MAX_PAGE_SIZE,
@@ -229,6 +229,7 @@ def register(cli: typer.Typer, load_app: LoadApp) -> None:
     cli.command(name="periodic")(_periodic_command(load_app))
     migrate_cli.register(cli, load_app)  # migrate-keys (from the 0.1 key layout)
     metrics_cli.register(cli, load_app)  # metrics-summary (runs per job class)
+    job_cli.register(cli, load_app)  # job JID [--cancel]: one job's status record
 
 
 def _stats_command(load_app: LoadApp) -> Callable[..., None]:

@@ -50,6 +50,21 @@ class Records:
                  if isinstance(reply, dict) and reply]
         return newest(found)
 
+    async def running_statuses(self, pairs: Sequence[tuple[str, str]],
+                               fields: Sequence[str]) -> list[JobStatus]:
+        """``fields`` of the records of ``(queue, jid)`` pairs, in one pipelined round trip
+        per node; ``unknown`` where there is none (or it could not be read)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue, jid in pairs:
+                pipe.hmget(self.keys.record(queue, jid), list(fields))
+            replies = await pipe.execute(raise_on_error=False)
+        found = []
+        for (_, jid), reply in zip(pairs, replies, strict=True):
+            values = reply if isinstance(reply, list) else [None] * len(fields)
+            found.append(read(jid, {name: value for name, value in zip(
+                fields, values, strict=True) if value is not None}))
+        return found
+
     async def cancel_job(self, queue: str, jid: str) -> CancelOutcome:
         """Cancel ``jid`` of ``queue`` (``lua/cancel.lua`` says what each outcome means)."""
         keys = self.keys

@@ -477,7 +477,7 @@ class Store(Liveness, Records):
             return 0
         keys = [self.zset_key(queue, target), self.keys.queue(queue)]
         args: list[Any] = [self.keys.wake_channel, queue, self.keys.record_prefix(queue),
-                           repr(time.time()), self.keep_status]
+                           repr(time.time()), self.keep_status, LIVE_TTL]
         for member, job in items:
             args += [member, job]
         return int(await self._run("promote", keys, args))

@@ -89,6 +89,29 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=repr)
 
 
+BRIEF_CHARS: Final = 80
+"""Characters of a job's progress ``info`` shown in a Busy row (the job page has all)."""
+
+
+def brief(value: Any, limit: int = BRIEF_CHARS) -> str:
+    """A JSON value on one short line: a string as it is, anything else as compact
+    JSON, cut at ``limit`` characters with an ellipsis."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(
+        value, ensure_ascii=False, separators=(", ", ": "), default=repr)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def percent(fraction: float | None) -> str:
+    """A progress fraction as a whole percentage: ``42%`` (``–`` when none). Never
+    "100%" before the end: 0.999 reads "99%"."""
+    if fraction is None or not math.isfinite(fraction):
+        return "–"
+    return f"{math.floor(max(0.0, min(1.0, fraction)) * 100)}%"
+
+
 @dataclass(frozen=True, slots=True)
 class Bar:
     """One day of the history chart, in the SVG's own units (``viewBox`` 600 × 120)."""

@@ -2,7 +2,8 @@
 
 Every read goes through the ``Inspector`` and is bounded: a page of 25, a search with a
 budget, a window of recent events. No view loads a whole queue or set, however large.
-The actions (POST) are in ``actions.py``; the table below gives them POST-only routes,
+The actions (POST) are in ``actions.py`` (and the job page's Cancel in ``job_page.py``,
+with its page); the table below gives them POST-only routes,
 so that a GET of an action URL is a 405 and can never change anything.
 """
 
@@ -27,7 +28,7 @@ from cogworker_async.admin.run_metrics import (
     run_time,
 )
 from cogworker_async.admin.sets import JobSet
-from cogworker_async.web import actions, format
+from cogworker_async.web import actions, format, job_page
 from cogworker_async.web.site import NO_STORE, SET_KINDS, STATIC, Site
 from cogworker_async.worker.streak import Streak
 
@@ -105,9 +106,10 @@ def queue(site: Site) -> Endpoint:
 def busy(site: Site) -> Endpoint:
     async def view(request: Request) -> Response:
         processes = await site.inspector.processes.all()
+        alive = [p for p in processes if p.alive]
         return await site.render(
-            request, "busy.html", tab="busy",
-            alive=[p for p in processes if p.alive],
+            request, "busy.html", tab="busy", alive=alive,
+            progress=await site.inspector.jobs.running(alive),
             stopped=[p for p in processes if not p.alive],
             recoveries=await site.inspector.processes.recoveries(),
             burials=await site.inspector.processes.burials())
@@ -257,6 +259,11 @@ def build(site: Site) -> list[BaseRoute]:
         Route("/busy", busy(site), name="busy"),
         *(route for kind in SET_KINDS for route in _set_routes(site, kind)),
         Route("/periodic", periodic(site), name="periodic"),
+        # One job by its jid (any jid: ``path``, so that one holding "/" has a page too).
+        Route("/jobs", job_page.search(site), name="job_search"),
+        Route("/jobs/{jid:path}/cancel", job_page.cancel(site), methods=["POST"],
+              name="job_cancel"),
+        Route("/jobs/{jid:path}", job_page.page(site), name="job"),
         # Under /metrics/jobs: /metrics itself is the Prometheus scrape endpoint's.
         Route("/metrics", prometheus(site), name="prometheus"),
         Route("/metrics/jobs", metrics(site), name="metrics_jobs"),

@@ -47,6 +47,15 @@ TABS: Final = (("dashboard", "Dashboard"), ("queues", "Queues"), ("busy", "Busy"
 VERBS: Final = {"retried": "Put back on its queue", "deleted": "Deleted",
                 "killed": "Moved to dead", "cleared": "Cleared"}
 """The actions a redirect may report (anything else in the query string is ignored)."""
+CANCELS: Final = {
+    "cancelled": "Cancelled: the job will not run.",
+    "stopping": "Stopping: its process was asked to stop it (an async job stops within "
+                "about a second; a plain function sees current_job().cancel_requested).",
+    "finished": "Nothing done: the job had already finished.",
+    "unknown": "Nothing done: no job with this jid is known (never enqueued here, or its "
+               "record expired).",
+}
+"""What the job page's Cancel did (``status.CancelOutcome``), said after its redirect."""
 MAX_REPORTED: Final = 10**9
 NO_STORE: Final = {"cache-control": "no-store"}
 """Pages are live data and carry a CSRF token: never cached."""
@@ -65,7 +74,8 @@ def environment() -> jinja2.Environment:
                              lstrip_blocks=True)
     env.filters.update(duration=format.duration, relative=format.relative, utc=format.utc,
                        size=format.size, pretty=format.pretty, backtrace=format.backtrace,
-                       plural=format.plural, na=format.na)
+                       plural=format.plural, na=format.na, brief=format.brief,
+                       percent=format.percent)
     return env
 
 
@@ -77,9 +87,12 @@ def _count(value: str | None) -> int:
 
 
 def notice(params: Mapping[str, str]) -> str | None:
-    """The message a redirect after an action asked for (``?did=retried&done=3``)."""
+    """The message a redirect after an action asked for (``?did=retried&done=3``,
+    ``?cancel=stopping``)."""
     if params.get("none"):
         return "Nothing selected: tick some jobs first."
+    if params.get("cancel") in CANCELS:
+        return CANCELS[params["cancel"]]
     verb = VERBS.get(params.get("did", ""))
     if verb is None:
         return None

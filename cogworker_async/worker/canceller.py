@@ -78,8 +78,16 @@ class Canceller:
                 updates.append((control.queue, control.jid, fraction, info))
         if updates:
             await self.store.set_progress(self.identity, updates)
-        for _, jid in await self.store.take_cancels(self.identity, self.queues):
-            self.cancel(jid)
+        asked = await self.store.take_cancels(self.identity, self.queues)
+        if not asked:
+            return
+        # A set entry may be stale: the run it was meant for ended before this tick, and
+        # the jid (chosen by the caller) runs again. Only a record that still asks for a
+        # cancel of a run of this process counts.
+        records = await self.store.running_statuses(asked, ("state", "by", "cancel"))
+        for (_, jid), found in zip(asked, records, strict=True):
+            if found.cancel_requested and found.process == self.identity:
+                self.cancel(jid)
 
     def cancel(self, jid: str) -> None:
         control = self.running.get(jid)

@@ -103,7 +103,8 @@ async def test_every_tab_against_a_running_worker(stack: Stack) -> None:
         await stack.jobs.record.enqueue(f"done-{i}")
     for i in range(3):
         await stack.jobs.report.enqueue(f"<b>report {i}</b>")
-    await stack.jobs.slow.enqueue("busy-now", 30.0)
+    running = await stack.jobs.slow.enqueue("busy-now", 30.0)
+    assert running is not None
     await stack.jobs.flaky.enqueue("dead-one")
     await stack.jobs.failing.enqueue("retry-one")
     await stack.jobs.record.enqueue_in(jobsapp.HOUR, "scheduled-one")
@@ -133,6 +134,12 @@ async def test_every_tab_against_a_running_worker(stack: Stack) -> None:
     await expect(page.locator("tr.running")).to_contain_text("slow", timeout=EXPECT_MS)
     await expect(page.locator("table.processes")).to_contain_text("1 of 4")
     await stack.shot("busy")
+    # The running job's own page, found with the header's jid search.
+    await page.get_by_role("searchbox", name="Find a job by its jid").fill(running)
+    await page.get_by_role("button", name="Find job").click()
+    await expect(page.locator("h1")).to_contain_text(f"Job {running} running")
+    await expect(page.get_by_role("button", name="Cancel")).to_be_visible()
+    await stack.shot("job")
 
     await stack.goto("/scheduled")
     await expect(page.locator("tbody")).to_contain_text("scheduled-one")

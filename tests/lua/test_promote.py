@@ -9,6 +9,7 @@ import json
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import KEEP_STATUS
+from cogworker_async.status import LIVE_TTL
 from tests.lua.helpers import (
     NOT_UTF8,
     items,
@@ -80,7 +81,7 @@ async def test_the_script_does_not_record_the_queue_name(store: Store, keys: Key
 
     moved = await run_raw(store, "promote", [keys.schedule("emails"), keys.queue("emails")],
                           [keys.wake_channel, "emails", keys.record_prefix("emails"),
-                           "1700000000.0", KEEP_STATUS, member, member])
+                           "1700000000.0", KEEP_STATUS, LIVE_TTL, member, member])
 
     assert moved == 1
     assert sorted(await store.client.keys(f"{keys.namespace}:*")) == sorted(

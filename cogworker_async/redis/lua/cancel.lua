@@ -6,7 +6,9 @@
 -- ARGV[5] the jid
 -- Returns what it did:
 --   "unknown"   no record (never enqueued, or its record expired): nothing done;
---   "finished"  it had ended already (succeeded, dead, cancelled): nothing done;
+--   "finished"  it had ended already (succeeded, dead, cancelled): nothing done (a
+--               repeated cancel, while the cancelled job's copy is still somewhere,
+--               answers as the first did: "cancelled" or "stopping");
 --   "cancelled" it was queued, scheduled or retrying: it will never run. Its copy is
 --               not looked for (that would be a scan): the record's ``cancel`` makes
 --               the next script that moves it (fetch, promote, requeue, give_back)

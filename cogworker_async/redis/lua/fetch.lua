@@ -26,12 +26,15 @@ for i = 2, #KEYS, 2 do
 end
 local want = tonumber(ARGV[1])
 local jobs, bad, dropped = {}, {}, {}
+-- Dropped jobs do not count towards ``want``: bounded on their own, so that a queue of
+-- a million cancelled jobs never blocks Redis in one call (the caller fetches again).
+local drops_left = math.max(100, want * 10)
 local got = 0
 local now = nil
 for i = 1, #KEYS - 1, 2 do
   local index = (i + 1) / 2
   local prefix = ARGV[5 + index]
-  while got < want do
+  while got < want and drops_left > 0 do
     local job = redis.pcall("LMOVE", KEYS[i], KEYS[i + 1], "RIGHT", "LEFT")
     if type(job) == "table" and job.err then
       if string.sub(job.err, 1, 9) ~= "WRONGTYPE" then
@@ -50,6 +53,7 @@ for i = 1, #KEYS - 1, 2 do
       drop_cancelled(record, now, ARGV[4])
       table.insert(dropped, index)
       table.insert(dropped, jid)
+      drops_left = drops_left - 1
     else
       if record then
         mark_record(record, ARGV[5], "state", "running", "by", ARGV[2], "started_at", now)

@@ -3,7 +3,9 @@
 -- ARGV[1] wake channel (pub/sub, not a key)   ARGV[2] the queue's name
 -- ARGV[3] the record prefix (``<prefix><jid>``: the jobs' status records)
 -- ARGV[4] the caller's clock (epoch s)   ARGV[5] a cancelled job's record TTL (s)
--- ARGV[2i + 4], ARGV[2i + 5]: the i-th member as it stands in the zset, and the job to
+-- ARGV[6] a live record's TTL (s): a job retried by hand from dead, whose record had
+-- expired, gets one again
+-- ARGV[2i + 5], ARGV[2i + 6]: the i-th member as it stands in the zset, and the job to
 -- push (the same job with enqueued_at renewed).
 -- Returns how many were moved. A member no longer in the zset (moved by another
 -- process, deleted by an admin) is skipped, so two pollers never both move one job.
@@ -13,7 +15,7 @@
 -- counted: they are looked at again on the next poll.
 local moved = 0
 local prefix = ARGV[3]
-for i = 6, #ARGV - 1, 2 do
+for i = 7, #ARGV - 1, 2 do
   local member, job = ARGV[i], ARGV[i + 1]
   if redis.call("ZSCORE", KEYS[1], member) then
     local jid = jid_in(job)
@@ -23,7 +25,7 @@ for i = 6, #ARGV - 1, 2 do
       drop_cancelled(record, redis_now(ARGV[4]), ARGV[5])
     elseif type(redis.pcall("LPUSH", KEYS[2], job)) == "number" then
       redis.call("ZREM", KEYS[1], member)
-      if record then mark_record(record, nil, "state", "queued") end
+      if record then mark_record(record, ARGV[6], "state", "queued") end
       moved = moved + 1
     end
   end

@@ -1,0 +1,137 @@
+"""``cogworker-async job app:jobs JID``: what became of one job, by its jid — its state,
+queue, attempt, times, progress, result or error, and the process running it; with
+``--cancel``, cancel it first and say what that did.
+
+Read through the dashboard's model (``Inspector.jobs``, ``admin/job_status.py``), with
+the admin commands' conventions (``admin/cli.py``): a table for a person, ``--json``
+(``JobStatus.as_dict()``, plus ``"cancel"``) for a script, errors at one boundary.
+Exit codes: 0 the job is known; 4 (``EXIT_UNKNOWN``) no record of it (never enqueued,
+or its record expired); 2 not a jid; 3 Redis out of reach.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any, Final
+
+import typer
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+# The admin CLI imports this module as it loads (to register the command), so its names
+# are read when the command runs: annotations are strings, resolved by typer later.
+from cogworker_async.admin import cli as admin_cli
+from cogworker_async.admin import tables
+from cogworker_async.admin.api import Inspector
+from cogworker_async.status import CancelOutcome, JobStatus
+
+EXIT_UNKNOWN: Final = 4
+"""No record of the jid: apart from 1 (an entry gone), 2 (usage) and 3 (Redis), so a
+script can tell "no such job" from "could not ask"."""
+BAR_WIDTH: Final = 30
+"""Characters of the progress bar."""
+SAID: Final = {
+    "cancelled": "cancelled: the job will not run",
+    "stopping": "stopping: its process was asked to stop it (an async job stops within "
+                "about a second; a plain function sees current_job().cancel_requested)",
+    "finished": "nothing done: the job had already finished",
+    "unknown": "nothing done: no job with this jid is known",
+}
+"""What ``--cancel`` did (``status.CancelOutcome``), for a person."""
+
+Jid = Annotated[str, typer.Argument(help="The job's jid (what enqueue returned).")]
+Cancel = Annotated[bool, typer.Option("--cancel", help="Cancel the job first.")]
+
+
+def register(cli: typer.Typer, load_app: admin_cli.LoadApp) -> None:
+    cli.command(name="job")(_command(load_app))
+
+
+def _command(load_app: admin_cli.LoadApp) -> Any:
+    def job(target: admin_cli.Target, jid: Jid, cancel: Cancel = False,
+            redis_url: admin_cli.RedisUrl = None, as_json: admin_cli.AsJson = False) -> None:
+        """What became of one job, by its jid: state, queue, attempt, times, progress,
+        result or error, the process running it. --cancel cancels it first."""
+        app = admin_cli.open_app(load_app, target, redis_url)
+        outcome, found = admin_cli._run(app, lambda insp: _look(insp, jid, cancel=cancel))
+        if as_json:
+            admin_cli.emit_json({**found.as_dict(),
+                                 **({"cancel": outcome} if outcome is not None else {})})
+        else:
+            if outcome is not None:
+                typer.echo(SAID[outcome])
+            admin_cli.show(status_view(found, time.time()))
+        if found.state == "unknown" or outcome == "unknown":
+            raise typer.Exit(EXIT_UNKNOWN)
+
+    return job
+
+
+async def _look(insp: Inspector, jid: str, *, cancel: bool
+                ) -> tuple[CancelOutcome | None, JobStatus]:
+    """Cancel if asked, then read the record (as the cancel left it)."""
+    outcome = await insp.jobs.cancel(jid) if cancel else None
+    return outcome, await insp.jobs.status(jid)
+
+
+# -- rendering (pure) --------------------------------------------------------------------
+
+
+def progress_bar(fraction: float) -> str:
+    """``[█████░░░░░] 42%``: floored, so 0.999 is never shown as done."""
+    fraction = max(0.0, min(1.0, fraction))
+    filled = int(fraction * BAR_WIDTH)
+    return f"[{'█' * filled}{'░' * (BAR_WIDTH - filled)}] {int(fraction * 100)}%"
+
+
+def _json_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, indent=2,
+                                                          ensure_ascii=False, default=repr)
+
+
+def _times(found: JobStatus, now: float) -> list[tuple[str, str]]:
+    rows = [("enqueued", tables.relative(found.enqueued_at, now))]
+    if found.started_at is not None:
+        rows.append(("started", tables.relative(found.started_at, now)))
+    if found.finished_at is not None:
+        rows.append(("finished", tables.relative(found.finished_at, now)))
+        if found.started_at is not None and found.finished_at >= found.started_at:
+            rows.append(("ran for", tables.duration(found.finished_at - found.started_at)))
+    elif found.started_at is not None and found.state == "running":
+        rows.append(("running for", tables.duration(now - found.started_at)))
+    return rows
+
+
+def status_view(found: JobStatus, now: float) -> RenderableType:
+    """The status as a two-column table (a line for an unknown jid)."""
+    if found.state == "unknown":
+        return Text(f"job {found.jid}: unknown (no status record: never enqueued here, "
+                    "or it ended longer ago than its record is kept)")
+    # The jid on a line of its own, not as the title: a title wraps at the table's
+    # width, and a narrow table would fold the jid a person copies.
+    table = Table(show_header=False)
+    table.add_column("field", style="bold", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    state = found.state + (" (cancel requested)" if found.cancel_requested
+                           and not found.finished else "")
+    rows = [("state", state), ("job", found.name or tables.NONE),
+            ("queue", found.queue or tables.NONE),
+            ("attempt", str(found.attempt) if found.attempt else tables.NONE),
+            *_times(found, now)]
+    if found.process:
+        rows.append(("process" if found.state == "running" else "last run by", found.process))
+    if found.progress is not None:
+        rows.append(("progress", progress_bar(found.progress)))
+    if found.info is not None:
+        rows.append(("info", _json_text(found.info)))
+    if found.has_result:
+        # Always as JSON: a result "null" (a string) must not read as None.
+        rows.append(("result", json.dumps(found.result, indent=2, ensure_ascii=False,
+                                          default=repr)))
+    if found.error:
+        rows.append(("error" if found.state == "dead" else "last error", found.error))
+    for field, value in rows:
+        table.add_row(field, value)
+    return Group(Text(f"job {found.jid}"), table)
