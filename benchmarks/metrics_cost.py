@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Metrics row of ``make bench``: what a worker's Prometheus metrics (``metrics_port``)
-cost in no-op throughput. The issue's target: metrics on cost at most 10 %.
+cost in no-op throughput (the issue's target: at most 10 %), and what the jobs' status
+records cost (``track_jobs``, on by default: one Redis key per job) in no-op throughput
+and in bulk enqueue.
 
     .venv/bin/python benchmarks/metrics_cost.py [--quick] [--runs R] [--json PATH]
 
@@ -14,19 +16,21 @@ under a lock), and the scrapes render every series in the server's thread, compe
 for the GIL. A no-op job is where that share is largest: any real job's own work
 dilutes it.
 
-After an untimed warm-up pass, each run measures metrics off and on back to back on
-the same server (the order alternating from run to run, so that a drift of the machine
-does not favour one side):
+After an untimed warm-up pass, each run measures three sides back to back on the same
+server — the defaults (``off``), metrics on (``on``), status records off
+(``untracked``) — in an order rotating from run to run, so that a drift of the machine
+does not favour one side:
 ``N`` no-op jobs queued first with ``enqueue_many``, then one worker process (embedded
 ``App.worker()`` on uvloop, concurrency 10, like the other no-op rows) runs them;
 jobs/s from the first job's start to the last's, and the worker's CPU per job
-(``getrusage``, all its threads). While metrics are on, the driver scrapes ``/metrics``
-every ``SCRAPE_INTERVAL`` (far more often than Prometheus' default 15 s: the cost of
-scraping is in the figure), and checks at the end that the worker counted every job.
-Reported: each side's median, and the median of the runs' ratios on ÷ off.
+(``getrusage``, all its threads); the prefill's own rate is the bulk enqueue figure.
+While metrics are on, the driver scrapes ``/metrics`` every ``SCRAPE_INTERVAL`` (far
+more often than Prometheus' default 15 s: the cost of scraping is in the figure), and
+checks at the end that the worker counted every job. Reported: each side's median, and
+the median of the runs' ratios (metrics on ÷ off; records on ÷ off).
 
-Internal: ``metrics_cost.py worker --redis-url URL [--metrics-port P]`` is one worker
-process (JSON lines on stdout: ``ready``, then, after ``go`` on stdin and SIGTERM,
+Internal: ``metrics_cost.py worker --redis-url URL [--metrics-port P] [--untracked]`` is
+one worker process (JSON lines on stdout: ``ready``, then, after ``go`` on stdin and SIGTERM,
 ``result``).
 """
 
@@ -112,7 +116,7 @@ def worker_main(args: argparse.Namespace) -> None:
     import uvloop
 
     app = App(args.redis_url, namespace=NAMESPACE, concurrency=CONCURRENCY,
-              metrics_port=args.metrics_port)
+              metrics_port=args.metrics_port, track_jobs=not args.untracked)
     seen: dict[str, Any] = {"n": 0, "first": None, "last": None}
 
     @app.job(name=NOOP, retry=False)
@@ -144,10 +148,12 @@ async def work(app: App, seen: dict[str, Any]) -> None:
 class Worker:
     """One worker process (this script's ``worker`` command), stopped by its pid."""
 
-    def __init__(self, url: str, metrics_port: int | None) -> None:
+    def __init__(self, url: str, metrics_port: int | None, tracked: bool) -> None:
         argv = [sys.executable, str(Path(__file__).resolve()), "worker", "--redis-url", url]
         if metrics_port is not None:
             argv += ["--metrics-port", str(metrics_port)]
+        if not tracked:
+            argv.append("--untracked")
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, bufsize=1, cwd=ROOT)
 
@@ -186,17 +192,21 @@ class Worker:
 
 # -- the measurement -----------------------------------------------------------------
 
-async def prefill(url: str, n: int) -> None:
-    app = App(url, namespace=NAMESPACE)
+async def prefill(url: str, n: int, tracked: bool) -> float:
+    """Enqueue ``n`` no-op jobs in chunks; the seconds it took."""
+    app = App(url, namespace=NAMESPACE, track_jobs=tracked)
 
     async def noop(ts: float) -> None:
         """The driver's registration of the job (it only enqueues)."""
 
     job = app.job(name=NOOP, retry=False)(noop)
     try:
-        for start in range(0, n, CHUNK):
+        await job.enqueue_many([((time.time(),), {})])  # connected, scripts loaded
+        began = time.perf_counter()
+        for start in range(1, n, CHUNK):
             now = time.time()
             await job.enqueue_many([((now,), {})] * min(CHUNK, n - start))
+        return time.perf_counter() - began
     finally:
         await app.close()
 
@@ -222,15 +232,15 @@ def counted(port: int) -> float:
 
 
 def processing(url: str, client: redis.Redis, metrics_port: int | None,
-               sizes: Sizes) -> dict[str, Any]:
+               sizes: Sizes, tracked: bool = True) -> dict[str, Any]:
     """Prefill, run one worker over the jobs (scraping it if metrics are on)."""
     import uvloop
 
     client.flushall()
-    worker = Worker(url, metrics_port)
+    worker = Worker(url, metrics_port, tracked)
     try:
         worker.expect("ready")  # its imports done: they would compete with the prefill
-        uvloop.run(prefill(url, sizes.noop_n))
+        filled = uvloop.run(prefill(url, sizes.noop_n, tracked))
         worker.go()
         began = next_scrape = time.monotonic()
         scrapes = 0
@@ -257,16 +267,25 @@ def processing(url: str, client: redis.Redis, metrics_port: int | None,
         raise RuntimeError(f"the metrics counted {total} runs of {done}")
     wall = result["last"] - result["first"]
     return {"rate": done / wall if wall > 0 else 0.0,
-            "cpu_us": 1e6 * result["cpu"] / done, "scrapes": scrapes}
+            "cpu_us": 1e6 * result["cpu"] / done, "scrapes": scrapes,
+            "bulk_rate": (sizes.noop_n - 1) / filled if filled > 0 else 0.0}
+
+
+SIDES: Final = ("off", "on", "untracked")
+"""The defaults; metrics on; status records off (``track_jobs=False``)."""
 
 
 def summarize(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"off": {}, "on": {}, "ratio": {}}
-    for key in ("rate", "cpu_us"):
-        for side in ("off", "on"):
+    out: dict[str, Any] = {side: {} for side in SIDES}
+    out["ratio"], out["records"] = {}, {}
+    for key in ("rate", "cpu_us", "bulk_rate"):
+        for side in SIDES:
             out[side][key] = statistics.median(run[side][key] for run in runs)
         out["ratio"][key] = statistics.median(
             run["on"][key] / run["off"][key] if run["off"][key] else math.nan for run in runs)
+        out["records"][key] = statistics.median(
+            run["off"][key] / run["untracked"][key] if run["untracked"][key] else math.nan
+            for run in runs)
     out["ratios"] = [run["on"]["rate"] / run["off"]["rate"] for run in runs]
     out["scrapes"] = sum(run["on"]["scrapes"] for run in runs)
     return out
@@ -274,6 +293,7 @@ def summarize(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
 
 def report(result: dict[str, Any], sizes: Sizes, version: str) -> str:
     rate, cpu = result["ratio"]["rate"], result["ratio"]["cpu_us"]
+    records = result["records"]
     met = "yes" if rate >= TARGET else "**no**"
     each = ", ".join(f"{r:.3f}" for r in result["ratios"])
     return "\n".join([
@@ -293,6 +313,19 @@ def report(result: dict[str, Any], sizes: Sizes, version: str) -> str:
         f"{met} |",
         "",
         f"Each run's jobs/s ratio: {each}. Server: {version}, private, no persistence.",
+        "",
+        "What the jobs' status records cost (`track_jobs`, on by default; × = the "
+        "median of the runs' on ÷ off):",
+        "",
+        "| status records | off (`track_jobs=False`) | on (default) | × |",
+        "|---|---:|---:|---:|",
+        f"| no-op processing, jobs/s | {result['untracked']['rate']:,.0f} | "
+        f"{result['off']['rate']:,.0f} | {records['rate']:.3f} |",
+        f"| worker CPU per job (µs) | {result['untracked']['cpu_us']:.1f} | "
+        f"{result['off']['cpu_us']:.1f} | {records['cpu_us']:.3f} |",
+        f"| bulk enqueue (`enqueue_many` of {CHUNK:,}), jobs/s | "
+        f"{result['untracked']['bulk_rate']:,.0f} | {result['off']['bulk_rate']:,.0f} | "
+        f"{records['bulk_rate']:.3f} |",
     ])
 
 
@@ -304,6 +337,7 @@ def parse_args() -> argparse.Namespace:
     worker = sub.add_parser("worker", help="(internal) one worker process")
     worker.add_argument("--redis-url", required=True)
     worker.add_argument("--metrics-port", type=int, default=None)
+    worker.add_argument("--untracked", action="store_true")
     parser.add_argument("--quick", action="store_true", help="small N, 3 runs (about a minute)")
     parser.add_argument("--runs", type=int, help="runs, median reported (7; --quick 3)")
     parser.add_argument("--json", help="also write the raw figures here")
@@ -330,12 +364,14 @@ def main() -> int:
         log(f"warm-up: {WARMUP_N:,} jobs, metrics off (not counted) ...")
         processing(server.url, client, None, dataclasses.replace(sizes, noop_n=WARMUP_N))
         for run in range(1, sizes.runs + 1):
-            sides = ["off", "on"] if run % 2 else ["on", "off"]
+            shift = run % len(SIDES)
+            sides = SIDES[shift:] + SIDES[:shift]
             pair: dict[str, dict[str, Any]] = {}
             for side in sides:
-                log(f"run {run}/{sizes.runs}: metrics {side} ...")
+                log(f"run {run}/{sizes.runs}: {side} ...")
                 port = free_port() if side == "on" else None
-                pair[side] = processing(server.url, client, port, sizes)
+                pair[side] = processing(server.url, client, port, sizes,
+                                        tracked=side != "untracked")
                 log("  " + ", ".join(f"{k} {v:,.1f}" for k, v in pair[side].items()))
             runs.append(pair)
     finally:

@@ -62,8 +62,9 @@ class RunControl:
         self.unwritten = (float(fraction), encoded)
 
 
-def _no_control() -> RunControl:
-    return RunControl("", "")
+NO_CONTROL: Final = RunControl("", "")
+"""The control of a run nobody can cancel or watch (``track_jobs=False``, or a context
+made outside a worker): shared, since what is written to it is never read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ class JobContext:
     created_at: float | None
     payload: dict[str, Any] = field(repr=False)
     _orphanings: Callable[[], Awaitable[int]] = field(repr=False)
-    _control: RunControl = field(default_factory=_no_control, repr=False)
+    _control: RunControl = field(default=NO_CONTROL, repr=False)
 
     @property
     def cancel_requested(self) -> bool:

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async.errors import JobCancelled, JobFailed
+from cogworker_async.errors import ConfigurationError, JobCancelled, JobFailed
 from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.status import CancelOutcome, JobStatus, check_jid, unknown
 
@@ -34,14 +34,24 @@ FIRST_LOOK: Final = 0.05
 LOOK_EVERY: Final = 1.0
 
 
+UNTRACKED: Final = ("this App has track_jobs=False: jobs have no status records, so "
+                    "status, result, cancel, keep_result and options(jid=...) are off")
+
+
 class JobLookup:
-    def __init__(self, store: Callable[[], Store]) -> None:
+    def __init__(self, store: Callable[[], Store], tracked: bool = True) -> None:
         self._store = store
+        self._tracked = tracked
+
+    def _check(self, jid: str) -> None:
+        if not self._tracked:
+            raise ConfigurationError(UNTRACKED)
+        check_jid(jid)
 
     async def status(self, jid: str, *, queue: str | None = None) -> JobStatus:
         """What became of job ``jid`` (state ``unknown``: never enqueued here, or its
         record expired: ``Settings.keep_status``, or its ``keep_result``)."""
-        check_jid(jid)
+        self._check(jid)
         store = self._store()
         found = await store.job_status(jid, None if queue is None else [queue])
         return found if found is not None else unknown(jid)
@@ -60,7 +70,7 @@ class JobLookup:
         none). Raises ``JobFailed`` (dead), ``JobCancelled``, ``TimeoutError`` (still
         not ended after ``timeout`` seconds), ``LookupError`` (no such job: never
         enqueued, or its record expired)."""
-        check_jid(jid)
+        self._check(jid)
         if timeout is not None and (not isinstance(timeout, int | float)
                                     or isinstance(timeout, bool) or math.isnan(timeout)
                                     or timeout < 0):

@@ -130,9 +130,10 @@ def unknown(jid: str) -> JobStatus:
     return JobStatus(jid=jid, state="unknown")
 
 
-def read(jid: str, record: Mapping[bytes, bytes] | Mapping[str, str]) -> JobStatus:
-    """A record (``HGETALL``) as a JobStatus; a missing record is ``unknown``. Reads
-    defensively: a record is written by scripts, but Redis is shared."""
+def read(jid: str, record: Mapping[bytes, bytes] | Mapping[str, str],
+         queue: str | None = None) -> JobStatus:
+    """A record (``HGETALL``) of a job of ``queue`` as a JobStatus; a missing record is
+    ``unknown``. Reads defensively: a record is written by scripts, but Redis is shared."""
     fields = {_text(key): _text(value) for key, value in record.items()}
     state = fields.get("state")
     if state not in STATES:
@@ -140,7 +141,7 @@ def read(jid: str, record: Mapping[bytes, bytes] | Mapping[str, str]) -> JobStat
     has_result = "result" in fields
     return JobStatus(
         jid=jid, state=state,  # checked against STATES
-        queue=fields.get("queue"), name=fields.get("name"),
+        queue=queue, name=fields.get("name"),
         attempt=_int(fields.get("attempt")) or 1,  # written once a run failed
         enqueued_at=_number(fields.get("enqueued_at")),
         started_at=_number(fields.get("started_at")),

@@ -59,6 +59,7 @@ class Liveness:
     client: redis.asyncio.Redis
     keys: Keys
     keep_status: float
+    track_jobs: bool
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
                    durable: bool = False) -> Any:
@@ -110,7 +111,7 @@ class Liveness:
             budget = REQUEUE_BATCH
         result = Requeued()
         while True:
-            opts = {
+            opts: dict[str, Any] = {
                 "identity": identity,
                 "threshold": -1 if dead_for is None else dead_for,
                 "now": time.time(),
@@ -121,9 +122,10 @@ class Liveness:
                 "wake_channel": keys.wake_channel,
                 "queue": queue,
                 "max_declared": MAX_DECLARED,
-                "record_prefix": keys.record_prefix(queue),
                 "finished_ttl": self.keep_status,
             }
+            if self.track_jobs:  # absent, not null: cjson reads null as a true value
+                opts["record_prefix"] = keys.record_prefix(queue)
             script_keys = [key, keys.queue_process(queue, identity), keys.queue_last_beat(queue),
                            keys.repeat_orphans(queue), keys.queue(queue),
                            keys.queue_declared_dead(queue)]
@@ -229,7 +231,7 @@ class Liveness:
         keys = self.keys
         script_keys = [keys.repeat_orphans(queue), keys.dead(queue),
                        keys.orphanings(queue, jid or "-")]
-        if jid is not None:
+        if jid is not None and self.track_jobs:
             script_keys.append(keys.record(queue, jid))
         reply = await self._run(
             "bury_orphan", script_keys,
@@ -256,9 +258,11 @@ class Liveness:
     ) -> bool:
         keys = [self.keys.unsettled(queue), self.zset_key(queue, target)]
         dead = target == "dead"
-        args = [record, entry, repr(float(delay)), repr(time.time()), *self._trim(target),
-                self.keys.record_prefix(queue), "dead" if dead else "retrying",
-                self.keep_status if dead else LIVE_TTL]
+        args: list[Any] = [record, entry, repr(float(delay)), repr(time.time()),
+                           *self._trim(target)]
+        if self.track_jobs:
+            args += [self.keys.record_prefix(queue), "dead" if dead else "retrying",
+                     self.keep_status if dead else LIVE_TTL]
         return int(await self._run("file_unsettled", keys, args)) == 1
 
     async def orphan_counts(self, queue: str, jids: Sequence[str | None]) -> list[int]:

@@ -46,7 +46,7 @@ class Records:
             for queue in names:
                 pipe.hgetall(self.keys.record(queue, jid))
             replies = await pipe.execute(raise_on_error=False)
-        found = [read(jid, reply) for reply in replies
+        found = [read(jid, reply, queue) for queue, reply in zip(names, replies, strict=True)
                  if isinstance(reply, dict) and reply]
         return newest(found)
 
@@ -59,10 +59,10 @@ class Records:
                 pipe.hmget(self.keys.record(queue, jid), list(fields))
             replies = await pipe.execute(raise_on_error=False)
         found = []
-        for (_, jid), reply in zip(pairs, replies, strict=True):
+        for (queue, jid), reply in zip(pairs, replies, strict=True):
             values = reply if isinstance(reply, list) else [None] * len(fields)
             found.append(read(jid, {name: value for name, value in zip(
-                fields, values, strict=True) if value is not None}))
+                fields, values, strict=True) if value is not None}, queue))
         return found
 
     async def cancel_job(self, queue: str, jid: str) -> CancelOutcome:

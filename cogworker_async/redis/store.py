@@ -171,8 +171,10 @@ class Store(Liveness, Records):
     def __init__(self, client: redis.asyncio.Redis, keys: Keys,
                  dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS,
                  durability: Durability | None = None,
-                 keep_status: float = KEEP_STATUS) -> None:
+                 keep_status: float = KEEP_STATUS, *, track_jobs: bool = True) -> None:
         self.client = client
+        self.track_jobs = track_jobs
+        """Keep a status record per job (``Settings.track_jobs``)."""
         self.keep_status = keep_status
         """Seconds a finished job's status record is kept (``Settings.keep_status``)."""
         self.keys = keys
@@ -195,8 +197,14 @@ class Store(Liveness, Records):
     def from_url(cls, url: str, namespace: str,
                  dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS,
                  durability: Durability | None = None,
-                 keep_status: float = KEEP_STATUS) -> Store:
-        return cls(connect(url), Keys(namespace), dead_limits, durability, keep_status)
+                 keep_status: float = KEEP_STATUS, *, track_jobs: bool = True) -> Store:
+        return cls(connect(url), Keys(namespace), dead_limits, durability, keep_status,
+                   track_jobs=track_jobs)
+
+    def record_prefix(self, queue: str) -> str:
+        """What scripts prefix jids with to name their records: "" (none written) when
+        jobs are not tracked."""
+        return self.keys.record_prefix(queue) if self.track_jobs else ""
 
     def _trim(self, target: SetName) -> list[str]:
         """The two trailing script arguments that bound the dead set when ``target`` is
@@ -311,7 +319,7 @@ class Store(Liveness, Records):
         ``chosen``: the caller chose the jid; -1 (nothing pushed) while that jid is
         alive (``lua/enqueue.lua``). Returns the queue's length after the push."""
         await self.register_queues([queue])
-        args = [queue, self.keys.wake_channel, self.keys.record_prefix(queue), LIVE_TTL,
+        args = [queue, self.keys.wake_channel, self.record_prefix(queue), LIVE_TTL,
                 repr(time.time()), name if name is not None else _name_of(raws),
                 "1" if chosen else "0"]
         for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws, strict=True):
@@ -331,7 +339,7 @@ class Store(Liveness, Records):
         mode, value = ("at", at) if at is not None else ("in", delay or 0.0)
         now = repr(time.time())
         args: list[Any] = [mode, repr(float(value)), now, "0", "0",
-                           self.keys.record_prefix(queue), LIVE_TTL, "1" if chosen else "0",
+                           self.record_prefix(queue), LIVE_TTL, "1" if chosen else "0",
                            queue, name if name is not None else _name_of(raws), now]
         for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws, strict=True):
             args += [jid, raw]
@@ -369,7 +377,7 @@ class Store(Liveness, Records):
         keys = [key for queue in queues
                 for key in (self.keys.queue(queue), self.keys.in_progress(queue, identity))]
         args = [count, identity, repr(time.time()), self.keep_status, LIVE_TTL,
-                *(self.keys.record_prefix(queue) for queue in queues)]
+                *(self.record_prefix(queue) for queue in queues)]
         reply = _as_list(await self._run("fetch", keys, args))
         flat = _as_list(reply[0]) if reply else []
         result = Fetched()
@@ -394,10 +402,13 @@ class Store(Liveness, Records):
         for item in jobs:
             raw, jid = item[0], item[1]
             ended = item[2] if len(item) > 2 else SUCCEEDED
-            keys += [self.keys.orphanings(queue, jid or "-"),
-                     self.keys.record(queue, jid or "-")]
+            orphanings = self.keys.orphanings(queue, jid or "-")
+            recorded = jid is not None and (self.track_jobs or ended.keep is not None)
+            # No record: the orphan counter's name holds the place (the script only
+            # writes a record given a TTL).
+            keys += [orphanings, self.keys.record(queue, jid) if jid and recorded else orphanings]
             keep = ended.keep if ended.keep is not None else self.keep_status
-            args += [raw, ended.state, ended.result or b"", keep if jid else "",
+            args += [raw, ended.state, ended.result or b"", keep if recorded else "",
                      self.keys.finished_channel(jid) if ended.keep is not None and jid
                      else ""]
         return int(await self._run("ack", keys, args, durable=True))
@@ -411,7 +422,7 @@ class Store(Liveness, Records):
         keys = [self.keys.in_progress(queue, identity), self.zset_key(queue, target)]
         args: list[Any] = [raw, entry, repr(float(delay)), repr(time.time()),
                            *self._trim(target)]
-        if failure is not None:
+        if failure is not None and (self.track_jobs or failure.keep is not None):
             keys.append(self.keys.record(queue, failure.jid))
             dead = target == "dead"
             keep = failure.keep if failure.keep is not None else self.keep_status
@@ -425,7 +436,7 @@ class Store(Liveness, Records):
         """Put a job that never started back at the front of its queue (or drop it, if a
         cancel waits for it)."""
         keys = [self.keys.in_progress(queue, identity), self.keys.queue(queue)]
-        jid = job_module.jid_of(raw)
+        jid = job_module.jid_of(raw) if self.track_jobs else None
         if jid is not None:
             keys.append(self.keys.record(queue, jid))
         args = [raw, repr(time.time()), self.keep_status]
@@ -476,7 +487,7 @@ class Store(Liveness, Records):
         if not items:
             return 0
         keys = [self.zset_key(queue, target), self.keys.queue(queue)]
-        args: list[Any] = [self.keys.wake_channel, queue, self.keys.record_prefix(queue),
+        args: list[Any] = [self.keys.wake_channel, queue, self.record_prefix(queue),
                            repr(time.time()), self.keep_status, LIVE_TTL]
         for member, job in items:
             args += [member, job]
@@ -580,9 +591,10 @@ class Store(Liveness, Records):
         args = [jid, max(1, int(ttl * 1000)), mode, repr(float(value)), queue,
                 keys.wake_channel, repr(time.time()), raw, LIVE_TTL,
                 name if name is not None else _name_of([raw]), "1" if chosen else "0"]
-        reply = await self._run("enqueue_unique",
-                                [keys.unique(queue, digest), target, keys.record(queue, jid)],
-                                args, durable=True)
+        script_keys = [keys.unique(queue, digest), target]
+        if self.track_jobs:
+            script_keys.append(keys.record(queue, jid))
+        reply = await self._run("enqueue_unique", script_keys, args, durable=True)
         return int(self._woken(reply)[0]) == 1
 
     async def push_batch(
@@ -636,7 +648,7 @@ class Store(Liveness, Records):
         if name is None:
             name = _name_of([*raws, *(raw for *_, raw in unique)][:1])
         if raws:
-            args: list[Any] = [queue, self.keys.wake_channel, self.keys.record_prefix(queue),
+            args: list[Any] = [queue, self.keys.wake_channel, self.record_prefix(queue),
                                LIVE_TTL, now, name, "0"]
             for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws,
                                 strict=True):
@@ -645,7 +657,7 @@ class Store(Liveness, Records):
         for digest, jid, ttl, raw in unique:
             calls.append(("enqueue_unique",
                           [self.keys.unique(queue, digest), self.keys.queue(queue),
-                           self.keys.record(queue, jid)],
+                           *([self.keys.record(queue, jid)] if self.track_jobs else [])],
                           [jid, max(1, int(ttl * 1000)), "now", "0", queue,
                            self.keys.wake_channel, now, raw, LIVE_TTL, name, "0"]))
         return calls
@@ -683,7 +695,7 @@ class Store(Liveness, Records):
     async def cron_claim(self, name: str, tick: float, queue: str, raw: bytes) -> bool:
         await self.register_queues([queue])
         keys = [self.keys.cron_claimed(queue), self.keys.queue(queue)]
-        jid = job_module.jid_of(raw)
+        jid = job_module.jid_of(raw) if self.track_jobs else None
         if jid is not None:
             keys.append(self.keys.record(queue, jid))
         args = [name, repr(tick), queue, self.keys.wake_channel, raw, LIVE_TTL,

@@ -21,7 +21,7 @@ from typing import Any, cast
 import anyio
 
 from cogworker_async import job as payloads
-from cogworker_async.context import CURRENT, JobContext, RunControl
+from cogworker_async.context import CURRENT, NO_CONTROL, JobContext, RunControl
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
@@ -96,7 +96,7 @@ class Executor:
             # (A string type: no alias is built per job.)
             payload=cast("dict[str, Any]", payload),
             _orphanings=partial(self.orphanings, queue, jid),
-            _control=control if control is not None else RunControl(queue, jid),
+            _control=control if control is not None else NO_CONTROL,
         )
 
     async def run(self, definition: JobDefinition, payload: payloads.Payload, queue: str,

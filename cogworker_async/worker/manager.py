@@ -266,7 +266,8 @@ class Manager:
                     upkeep.start_soon(self.hooks.run)
                 upkeep.start_soon(self._probe_lag)
                 upkeep.start_soon(self.fence.run)
-                upkeep.start_soon(self.canceller.run)
+                if self.settings.track_jobs:  # cancels come through the records
+                    upkeep.start_soon(self.canceller.run)
                 async with anyio.create_task_group() as jobs:
                     # N long-lived processors, fed through an in-memory inbox: no task
                     # to create per job (a measurable share of a no-op job's cost).

@@ -51,6 +51,9 @@ class GiveBack:
 
 Disposition = Ack | Filing | GiveBack
 
+ACK: Final = Ack()
+"""The ack of a run that succeeded and keeps no result (made once: it is every job's)."""
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:

@@ -45,7 +45,14 @@ from cogworker_async.worker.observers import (
     RunReport,
     outcome_of,
 )
-from cogworker_async.worker.outcome import Ack, Disposition, Filing, GiveBack, RetryPolicy
+from cogworker_async.worker.outcome import (
+    ACK,
+    Ack,
+    Disposition,
+    Filing,
+    GiveBack,
+    RetryPolicy,
+)
 from cogworker_async.worker.settlement import Settler
 
 log = logging.getLogger(__name__)
@@ -86,7 +93,7 @@ class Attempt:
         if not self.ran:
             return GiveBack()
         if self.error is None:
-            return Ack()
+            return ACK
         return outcome.interrupt(self.work.raw, self.error, now=time.time())
 
 
@@ -122,6 +129,7 @@ class Processor:
         self.tally = tally if tally is not None else Tally()
         self.canceller = canceller if canceller is not None else Canceller(
             store, settings.identity or "", settings.queue_names)
+        self.tracked = settings.track_jobs
         self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
                                  store.orphan_count, tracing=settings.tracing)
 
@@ -244,16 +252,24 @@ class Processor:
             return
         if not await self.locks.before_run(payload):
             # skipped: never overlaps
-            attempt.ran, attempt.skipped, attempt.disposition = True, True, Ack()
+            attempt.ran, attempt.skipped, attempt.disposition = True, True, ACK
             return
         attempt.payload = payload
-        control = attempt.control = RunControl(
-            work.queue, payload["jid"],
-            stop=attempt.scope.cancel if definition.is_async and attempt.scope else None)
+        await self._run(attempt, definition, payload)
+
+    async def _run(self, attempt: Attempt, definition: JobDefinition,
+                   payload: job.Payload) -> None:
+        """Run a job that may run; decide what it came to."""
+        work = attempt.work
         canceller = self.canceller
-        canceller.start(control)
+        control = None
+        if self.tracked:  # without records there are no cancels and no progress to write
+            control = attempt.control = RunControl(
+                work.queue, payload["jid"],
+                stop=attempt.scope.cancel if definition.is_async and attempt.scope else None)
+            canceller.start(control)
         try:
-            if control.cancel_requested:  # asked for before it started: never started
+            if control is not None and control.cancel_requested:  # never started
                 attempt.ran, attempt.disposition = True, attempt.cancelled()
                 log.info("cancelled before it started: jid=%s", payload["jid"])
                 return
@@ -271,25 +287,32 @@ class Processor:
             self._failed(attempt, payload, definition, exc, terminal=attempt.discarded)
             return
         finally:
-            canceller.finish(control)
+            if control is not None:
+                canceller.finish(control)
         attempt.ran = True
         keep = job.number(payload, "keep_result")
         if keep is None:
-            attempt.disposition = Ack()
-        else:
-            try:
-                result = job.encode_result(attempt.leftover.result, self.settings.max_payload_bytes)
-            except (TypeError, ValueError) as exc:  # it did its work: dead, never run again
-                attempt.error = ResultNotJSON(f"{definition.name} returned a result that "
-                                              f"cannot be kept: {exc}")
-                self._failed(attempt, payload, definition, attempt.error, terminal=True)
-                return
-            attempt.disposition = Ack(Ended(result=result, keep=keep))
+            attempt.disposition = ACK
+        elif not self._kept(attempt, definition, payload, keep):
+            return
         if log.isEnabledFor(logging.INFO):
             # Logged after the run, outside its context: the job's fields by hand.
             log.info("done: %s jid=%s in %.3fs", definition.name, payload["jid"],
                      time.monotonic() - attempt.started,
                      extra=_fields(payload, definition.name, work.queue))
+
+    def _kept(self, attempt: Attempt, definition: JobDefinition, payload: job.Payload,
+              keep: float) -> bool:
+        """Ack with the result to keep; False if it cannot be kept (filed in dead)."""
+        try:
+            result = job.encode_result(attempt.leftover.result, self.settings.max_payload_bytes)
+        except (TypeError, ValueError) as exc:  # it did its work: dead, never run again
+            attempt.error = ResultNotJSON(f"{definition.name} returned a result that "
+                                          f"cannot be kept: {exc}")
+            self._failed(attempt, payload, definition, attempt.error, terminal=True)
+            return False
+        attempt.disposition = Ack(Ended(result=result, keep=keep))
+        return True
 
     def _check(self, definition: JobDefinition | None, payload: job.Payload) -> Exception | None:
         if definition is None:

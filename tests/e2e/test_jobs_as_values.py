@@ -12,6 +12,7 @@ import redis.asyncio
 from cogworker_async import JobCancelled, JobFailed
 from cogworker_async.redis.keys import Keys
 from cogworker_async.status import LIVE_TTL
+from tests.e2e import jobsapp
 from tests.e2e.conftest import (
     StartWorker,
     in_progress,
@@ -245,3 +246,28 @@ async def test_bad_input_is_refused_at_the_call(jobs: Jobs) -> None:
         await jobs.record.options(jid="one").enqueue_many([(("a",), {})])
     with pytest.raises(ValueError, match="timeout"):
         await jobs.app.result("x", timeout=-1)
+
+
+async def test_an_app_that_tracks_no_jobs_runs_them_and_writes_no_record(
+    redis_url: str, r: redis.asyncio.Redis, namespace: str, start_worker: StartWorker
+) -> None:
+    untracked = jobsapp.build(redis_url, namespace, track_jobs=False)
+    try:
+        worker = start_worker(track_jobs=False)
+        await wait_ready(r, namespace, worker)
+        for tag in ("a", "b", "c"):
+            assert await untracked.record.enqueue(tag) is not None
+        await untracked.fail.options(retry=False).enqueue("d")
+        await wait_while_alive(worker, lambda: _ran_four(r, namespace), timeout=10)
+        await wait_while_alive(worker, lambda: _no_list_left(r, namespace), timeout=10)
+    finally:
+        await untracked.app.close()
+    assert [key async for key in r.scan_iter(match=f"{namespace}:*:job:*")] == []
+
+
+async def _ran_four(r: redis.asyncio.Redis, namespace: str) -> bool:
+    return len(await ran(r, namespace)) == 4
+
+
+async def _no_list_left(r: redis.asyncio.Redis, namespace: str) -> bool:
+    return await in_progress(r, namespace) == []

@@ -1,7 +1,7 @@
 -- Status records (one hash per job, in its queue's slot: ``<prefix><jid>``): every script
 -- that moves a job writes the job's new state in the same step, so what ``status`` reads
 -- is never half-way between two moves. Prepended by scripts.py to scripts that call them.
--- Fields: state, queue, name, enqueued_at, started_at, finished_at, by (the process
+-- Fields (the queue is the key's own: its slot): state, name, enqueued_at, started_at, finished_at, by (the process
 -- running it), attempt, progress, info, result, error, cancel ("1": a cancel is
 -- requested and a copy of the job may still be somewhere: it is dropped, unrun, by the
 -- next script that moves it).

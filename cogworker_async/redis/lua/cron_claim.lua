@@ -13,7 +13,7 @@ end
 redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
 redis.call("LPUSH", KEYS[2], ARGV[5])
 if KEYS[3] then
-  mark_record(KEYS[3], ARGV[6], "state", "queued", "queue", ARGV[3], "name", ARGV[7],
+  mark_record(KEYS[3], ARGV[6], "state", "queued", "name", ARGV[7],
               "enqueued_at", ARGV[8])
 end
 wake(ARGV[4], ARGV[3])

@@ -1,7 +1,8 @@
 -- enqueue: push jobs on one queue, with their status records; wake idle workers.
 -- KEYS[1] queue list (the queue's name is registered by the caller: another slot)
 -- ARGV[1] queue name                ARGV[2] wake channel (pub/sub, not a key)
--- ARGV[3] record prefix (``<prefix><jid>``, in the queue's slot)
+-- ARGV[3] record prefix (``<prefix><jid>``, in the queue's slot; "": no records,
+-- ``track_jobs=False``)
 -- ARGV[4] the records' TTL (s)      ARGV[5] enqueued_at (the caller's clock)
 -- ARGV[6] the jobs' name            ARGV[7] "1": the caller chose the jid (``options(jid=)``):
 -- refuse a jid whose record says it is still queued, scheduled, running or retrying, or
@@ -14,7 +15,7 @@
 -- An error (a key of the wrong type) means nothing was pushed: the queue's type is
 -- checked (LLEN) before the first push.
 local prefix, ttl = ARGV[3], ARGV[4]
-if ARGV[7] == "1" then
+if ARGV[7] == "1" and prefix ~= "" then
   for i = 8, #ARGV, 2 do
     local record = prefix .. ARGV[i]
     local state = redis.pcall("HGET", record, "state")
@@ -35,10 +36,10 @@ for first = 1, #raws, 1000 do
   length = redis.call("LPUSH", KEYS[1], unpack(raws, first, math.min(first + 999, #raws)))
 end
 for i = 8, last, 2 do
-  if ARGV[i] ~= "" then -- a job without a jid (pushed by hand) has no record
+  if ARGV[i] ~= "" and prefix ~= "" then -- a job without a jid (by hand): no record
     local record = prefix .. ARGV[i]
     if ARGV[7] == "1" then redis.pcall("DEL", record) end -- a finished run's fields go
-    mark_record(record, ttl, "state", "queued", "queue", ARGV[1], "name", ARGV[6],
+    mark_record(record, ttl, "state", "queued", "name", ARGV[6],
                 "enqueued_at", ARGV[5])
   end
 end

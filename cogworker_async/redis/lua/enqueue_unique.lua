@@ -1,6 +1,6 @@
 -- enqueue_unique: take a unique job's lock and push (or schedule) the job, in one step.
 -- KEYS[1] the lock (unique:<digest>)   KEYS[2] the queue list, or the schedule zset
--- KEYS[3] the job's status record
+-- KEYS[3] the job's status record (absent: no records, ``track_jobs=False``)
 -- (all in the queue's slot; the caller registers the queue's name)
 -- ARGV[1] jid (the lock's owner)       ARGV[2] lock TTL (ms)
 -- ARGV[3] "now" (push on the queue), "at" (ARGV[4] is an epoch time) or "in" (ARGV[4]
@@ -11,7 +11,7 @@
 -- Returns 1 if pushed, 0 if another jid holds the lock or the chosen jid is alive (a
 -- duplicate: nothing written); {1, error} if pushed but the wake-up could not be published.
 -- One step: a crash can never leave a lock without its job, nor a job without its lock.
-if ARGV[11] == "1" then
+if ARGV[11] == "1" and KEYS[3] then
   local state = redis.pcall("HGET", KEYS[3], "state")
   if state == "queued" or state == "scheduled" or state == "running"
       or state == "retrying" or cancel_pending(KEYS[3]) then
@@ -21,12 +21,13 @@ end
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", tonumber(ARGV[2])) then
   return 0
 end
-if ARGV[11] == "1" then redis.pcall("DEL", KEYS[3]) end
+if ARGV[11] == "1" and KEYS[3] then redis.pcall("DEL", KEYS[3]) end
 local now = redis_now(ARGV[7])
 if ARGV[3] == "now" then
   redis.call("LPUSH", KEYS[2], ARGV[8])
-  mark_record(KEYS[3], ARGV[9], "state", "queued", "queue", ARGV[5], "name", ARGV[10],
-              "enqueued_at", ARGV[7])
+  if KEYS[3] then
+    mark_record(KEYS[3], ARGV[9], "state", "queued", "name", ARGV[10], "enqueued_at", ARGV[7])
+  end
   local refused = wake(ARGV[6], ARGV[5])
   if refused then return {1, refused} end
   return 1
@@ -36,6 +37,8 @@ if ARGV[3] == "in" then
   score = now + score
 end
 redis.call("ZADD", KEYS[2], score, ARGV[8])
-mark_record(KEYS[3], tonumber(ARGV[9]) + math.max(0, score - now), "state", "scheduled",
-            "queue", ARGV[5], "name", ARGV[10], "enqueued_at", ARGV[7])
+if KEYS[3] then
+  mark_record(KEYS[3], tonumber(ARGV[9]) + math.max(0, score - now), "state", "scheduled",
+            "name", ARGV[10], "enqueued_at", ARGV[7])
+end
 return 1

@@ -6,7 +6,7 @@
 -- ARGV[1] the most jobs to move      ARGV[2] this process's identity
 -- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
 -- ARGV[4] seconds a cancelled job's record is kept   ARGV[5] a live record's TTL (s)
--- ARGV[5 + i] the i-th queue's record prefix
+-- ARGV[5 + i] the i-th queue's record prefix ("": no records, ``track_jobs=False``)
 -- Returns {{i, raw, i, raw, ...}, {bad...}, {i, jid, ...}}: each job with the index
 -- (1-based, among the pairs) of the queue it came from; the indexes of queue keys that
 -- could not be read (wrong type): those are skipped, never a reason to stop fetching the
@@ -46,7 +46,7 @@ for i = 1, #KEYS - 1, 2 do
     end
     if not job then break end
     now = now or redis_now(ARGV[3])
-    local jid = jid_in(job)
+    local jid = prefix ~= "" and jid_in(job)
     local record = jid and prefix .. jid
     if record and cancel_pending(record) then
       redis.call("LPOP", KEYS[i + 1])
@@ -56,7 +56,12 @@ for i = 1, #KEYS - 1, 2 do
       drops_left = drops_left - 1
     else
       if record then
-        mark_record(record, ARGV[5], "state", "running", "by", ARGV[2], "started_at", now)
+        -- Three new fields: there was no record (it expired, or the job predates
+        -- records): it gets a TTL. An existing one keeps its own (set at the enqueue,
+        -- renewed at each retry), which saves an EXPIRE per job.
+        local added = redis.pcall("HSET", record, "state", "running", "by", ARGV[2],
+                                  "started_at", now)
+        if added == 3 then redis.pcall("EXPIRE", record, tonumber(ARGV[5])) end
       end
       table.insert(jobs, index)
       table.insert(jobs, job)

@@ -1,7 +1,7 @@
 -- promote: due members of a queue's zset (schedule or retry) onto that queue.
 -- KEYS[1] the zset                   KEYS[2] the queue's list (the same slot)
 -- ARGV[1] wake channel (pub/sub, not a key)   ARGV[2] the queue's name
--- ARGV[3] the record prefix (``<prefix><jid>``: the jobs' status records)
+-- ARGV[3] the record prefix (``<prefix><jid>``: the jobs' status records; "": none)
 -- ARGV[4] the caller's clock (epoch s)   ARGV[5] a cancelled job's record TTL (s)
 -- ARGV[6] a live record's TTL (s): a job retried by hand from dead, whose record had
 -- expired, gets one again
@@ -18,7 +18,7 @@ local prefix = ARGV[3]
 for i = 7, #ARGV - 1, 2 do
   local member, job = ARGV[i], ARGV[i + 1]
   if redis.call("ZSCORE", KEYS[1], member) then
-    local jid = jid_in(job)
+    local jid = prefix ~= "" and jid_in(job)
     local record = jid and prefix .. jid
     if record and cancel_pending(record) then
       redis.call("ZREM", KEYS[1], member)

@@ -35,7 +35,7 @@ for i = 12, #ARGV, 2 do
     local record = prefix .. ARGV[i]
     if ARGV[8] == "1" then redis.pcall("DEL", record) end
     mark_record(record, tonumber(ARGV[7]) + math.max(0, score - now), "state", "scheduled",
-                "queue", ARGV[9], "name", ARGV[10], "enqueued_at", ARGV[11])
+                "name", ARGV[10], "enqueued_at", ARGV[11])
   end
 end
 trim_dead(KEYS[1], now, ARGV[4], ARGV[5])
