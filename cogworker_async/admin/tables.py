@@ -234,13 +234,14 @@ def _process_table(found: Sequence[ProcessInfo], now: float) -> RenderableType:
 
 def _recoveries_table(events: Sequence[dict[str, Any]], now: float) -> RenderableType:
     table = Table(title="recent recoveries", title_justify="left")
-    for header in ("when", "dead process", "requeued", "parked", "by"):
+    for header in ("when", "dead process", "requeued", "parked", "cancelled", "by"):
         table.add_column(header)
     for event in events:
         at = event.get("at")
         table.add_row(relative(at if isinstance(at, int | float) else None, now),
                       str(event.get("identity", "?")), str(event.get("requeued", 0)),
-                      str(event.get("parked", 0)), str(event.get("by", "?")))
+                      str(event.get("parked", 0)), str(event.get("cancelled", 0)),
+                      str(event.get("by", "?")))
     return table
 
 

@@ -28,6 +28,7 @@ import anyio
 from cogworker_async import job
 from cogworker_async.errors import why
 from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.status import SUCCEEDED, Ended
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger, Pending
 from cogworker_async.worker.outcome import Ack, Filing
@@ -42,8 +43,9 @@ SETTLE_RETRY_PAUSE: Final = (0.1, 2.0)
 
 @dataclass(slots=True)
 class Plan:
-    drop: list[bytes] = field(default_factory=list)
-    """Ran and succeeded: dropped from the list (their ack)."""
+    drop: list[tuple[bytes, Ended]] = field(default_factory=list)
+    """Ran and settled by an ack (succeeded, or cancelled): dropped from the list (their
+    ack), with how they ended."""
     hand_over: list[tuple[bytes, Filing]] = field(default_factory=list)
     """Ran and failed, not yet filed: handed over to ``unsettled``."""
 
@@ -53,7 +55,7 @@ def plan(pending: Mapping[bytes, Pending]) -> Plan:
     result = Plan()
     for raw, disposition in pending.items():
         if isinstance(disposition, Ack):
-            result.drop.append(raw)
+            result.drop.append((raw, disposition.ended))
         elif isinstance(disposition, Filing):
             result.hand_over.append((raw, disposition))
     return result
@@ -91,7 +93,10 @@ async def hand_over(store: Store, settler: Settler, ledger: Ledger, identity: st
                       "in progress, it may run again", job.jid_of(raw), why(exc))
     moved = 0
     for queue in queues:
-        drop = [raw for raw in decided.drop if ledger.queue_of(raw) in (queue, "")]
+        ours = [(raw, ended) for raw, ended in decided.drop
+                if ledger.queue_of(raw) in (queue, "")]
+        await _ack_what_records_need(store, ledger, identity, queue, ours)
+        drop = [raw for raw, _ in ours if raw in ledger.pending]
         held = [raw for raw in keep if ledger.queue_of(raw) in (queue, "")]
         try:
             moved += await store.requeue(identity, queue, drop=drop, keep=held)
@@ -104,6 +109,25 @@ async def hand_over(store: Store, settler: Settler, ledger: Ledger, identity: st
             ledger.settled(raw)
     if moved:
         log.warning("shutdown: requeued %d unfinished job(s)", moved)
+
+
+async def _ack_what_records_need(store: Store, ledger: Ledger, identity: str, queue: str,
+                                 drops: Sequence[tuple[bytes, Ended]]) -> None:
+    """Ack first, through the ack script, the drops whose status record must say more
+    than "succeeded": a result to keep, or a cancel. The requeue's drop is an ack too,
+    but it records every job it drops as succeeded, without a result. Best effort: what
+    this fails to ack is dropped by the requeue all the same."""
+    special = [(raw, job.jid_of(raw), ended) for raw, ended in drops if ended != SUCCEEDED]
+    if not special:
+        return
+    try:
+        await store.ack(identity, queue, special)
+    except RedisError as exc:
+        log.warning("shutdown: couldn't record the results of %d job(s) (%s): dropped "
+                    "as succeeded, without them", len(special), why(exc))
+        return
+    for raw, _, _ in special:
+        ledger.settled(raw)
 
 
 async def settle_pending_until(reconciler: Reconciler, ledger: Ledger, deadline: float,

@@ -242,7 +242,7 @@ class Recovery:
             # The queues it said it served, too: a registry of queue names Redis lost
             # must not let it be forgotten with a list left in one of them.
             queues = sorted(set(queues) | _served(info))
-        moved = parked = 0
+        moved = parked = cancelled = 0
         gone = True
         for queue in queues:
             try:
@@ -255,22 +255,26 @@ class Recovery:
                 gone = False
                 continue
             moved, parked = moved + done[0], parked + done[1]
+            cancelled += done[3]
             gone &= done[2]
-        if moved or parked:
-            log.warning("requeued %d job(s) left in progress by dead process %s%s",
+        if moved or parked or cancelled:
+            log.warning("requeued %d job(s) left in progress by dead process %s%s%s",
                         moved, identity,
-                        f"; {parked} orphaned too often" if parked else "")
+                        f"; {parked} orphaned too often" if parked else "",
+                        f"; {cancelled} cancelled, dropped" if cancelled else "")
             event = {"identity": identity, "at": time.time(), "requeued": moved,
-                     "parked": parked, "by": self.identity, "last_beat": info}
+                     "parked": parked, "cancelled": cancelled, "by": self.identity,
+                     "last_beat": info}
             await self._record(event)
         if gone:
             await self.store.forget(identity, None, declared_dead=True)
         return moved
 
     async def _recover_in(self, identity: str, queue: str, info: Mapping[str, Any] | None,
-                          ) -> tuple[int, int, bool] | None:
-        """Recover ``identity``'s list of ``queue``: (moved, parked, forgotten there),
-        or None when it was not (alive as that slot sees it, or not judged now)."""
+                          ) -> tuple[int, int, bool, int] | None:
+        """Recover ``identity``'s list of ``queue``: (moved, parked, forgotten there,
+        cancelled jobs dropped), or None when it was not (alive as that slot sees it, or
+        not judged now)."""
         if queue in self._unreachable or not self.may_judge(queue):  # not now
             return None
         judged = self._found.get(identity)
@@ -295,7 +299,7 @@ class Recovery:
         # reply, leaving a later pass to find the list empty and forget the identity.
         # Only the process itself clears its mark (first beat, fencing, retire).
         forgotten = await self.store.forget(identity, queue, declared_dead=True)
-        return result.moved, result.parked, forgotten
+        return result.moved, result.parked, forgotten, result.cancelled
 
     async def _record(self, event: dict[str, Any]) -> None:
         """Add a recovery event (informational). The jobs are already back: a failure

@@ -196,6 +196,7 @@ async def test_a_job_cancelled_as_its_process_dies_never_runs_again(
     assert [finishes.get(jid, 0) for jid in others] == [1] * len(others)
     await _nothing_left(r, namespace)
     assert sum(int(e["requeued"]) for e in events) == len(others)
+    assert sum(int(e.get("cancelled", 0)) for e in events) == len(cancelled) - len(settled_by_a)
     assert all(e["identity"] == a_identity for e in events)
 
 
