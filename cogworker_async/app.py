@@ -115,7 +115,7 @@ class App:
         self._url_lock = threading.Lock()
         self._embedded: EmbeddedServer | None = None
         self._client = Client(self.settings, self.redis_url, self.client_middleware)
-        self._lookup = JobLookup(self._client.store, self.settings.track_jobs)
+        self._lookup = JobLookup(self._client.store, self.settings.tracked)
 
     # -- registering jobs -------------------------------------------------------------
 
@@ -329,7 +329,7 @@ class App:
         url = self._pick_url(settings) if "redis_url" in overrides else self.redis_url()
         store = Store.from_url(url, settings.namespace, dead_limits_of(settings),
                                durability_of(settings), settings.keep_status,
-                               track_jobs=settings.track_jobs)
+                               track_jobs=settings.tracked)
         try:
             manager = Manager(self.registry, settings, store, url,
                               periodics=list(self.periodics.values()),

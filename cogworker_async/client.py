@@ -28,7 +28,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from cogworker_async import job, tracing, unique
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
-from cogworker_async.errors import ConfigurationError
+from cogworker_async.errors import UNTRACKED, ConfigurationError
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
 from cogworker_async.redis.store import RedisError, Store, dead_limits_of, durability_of
 from cogworker_async.settings import Settings
@@ -135,7 +135,7 @@ class Client:
             store = self._stores[loop] = Store.from_url(
                 self._resolve_url(), self.settings.namespace, dead_limits_of(self.settings),
                 durability_of(self.settings), self.settings.keep_status,
-                track_jobs=self.settings.track_jobs)
+                track_jobs=self.settings.tracked)
         return store
 
     async def _prepare(
@@ -147,10 +147,9 @@ class Client:
     ) -> _Push | None:
         """Check, build and pass the job through the client chain; None if refused."""
         definition.check_arguments(args, kwargs)
-        if not self.settings.track_jobs and (options.jid is not None
-                                             or options.keep_result is not None):
-            raise ConfigurationError("keep_result and options(jid=...) need status records: "
-                                     "this App has track_jobs=False")
+        if not self.settings.tracked and (options.jid is not None
+                                          or options.keep_result is not None):
+            raise ConfigurationError(UNTRACKED)
         payload = job.build(definition.name, args, kwargs, queue=options.queue,
                             retry=options.retry, now=time.time(), jid=options.jid,
                             keep_result=options.keep_result)

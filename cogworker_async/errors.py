@@ -80,6 +80,11 @@ def why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+UNTRACKED = ("this App keeps no status records of its jobs (track_jobs=False, or "
+             'fetch="basic"): status, result, cancel, keep_result and options(jid=...) '
+             "need them")
+
+
 class JobFailed(CogworkerError):
     """``result(jid)``: the job is dead (it failed with no retries left, or could not
     run); ``error`` is its last failure, ``status`` what its record says."""

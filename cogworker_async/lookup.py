@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async.errors import ConfigurationError, JobCancelled, JobFailed
+from cogworker_async.errors import UNTRACKED, ConfigurationError, JobCancelled, JobFailed
 from cogworker_async.redis.store import RedisError, Store
 from cogworker_async.status import CancelOutcome, JobStatus, check_jid, unknown
 
@@ -32,10 +32,6 @@ FIRST_LOOK: Final = 0.05
 """Seconds before ``result`` looks at the record again; doubled each time, up to
 ``LOOK_EVERY``."""
 LOOK_EVERY: Final = 1.0
-
-
-UNTRACKED: Final = ("this App has track_jobs=False: jobs have no status records, so "
-                    "status, result, cancel, keep_result and options(jid=...) are off")
 
 
 class JobLookup:

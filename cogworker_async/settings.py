@@ -214,6 +214,13 @@ class Settings:
                 "runs would be recovered and run again")
 
     @property
+    def tracked(self) -> bool:
+        """Whether jobs have status records: ``track_jobs``, with reliable fetch (a
+        basic-fetch worker pops jobs with BRPOP, outside any script that could write
+        their record or drop a cancelled one: an App using it keeps none)."""
+        return self.track_jobs and self.fetch == "reliable"
+
+    @property
     def default_queue(self) -> str:
         """The one queue rule: where a job goes when nothing names its queue
         (``@jobs.job()`` without ``queue=``), and where a stored job whose ``queue`` field

@@ -33,10 +33,10 @@ to stop it (an async job is cancelled within a second; a plain function sees
 gives the first one's answer (``cancelled`` or ``stopping``) until the job's copy is gone."""
 
 LIVE_TTL: Final = 14 * 24 * 3600
-"""Seconds a record lives after each move of a job that has not ended (a scheduled job's
-from its due time): a queue that lost its jobs (cleared by hand) cannot leave records
-forever. A job waiting longer than this in one place is still run; its status then
-says ``unknown`` until its next move."""
+"""Seconds a record of a job that has not ended lives after its enqueue or its last retry
+(a scheduled job's from its due time): a queue that lost its jobs (cleared by hand)
+cannot leave records forever. A job waiting longer than this is still run; its status
+then says ``unknown`` until it ends (the end writes a record again)."""
 CANCELS_TTL: Final = 24 * 3600
 """Seconds a process's cancel set lives after its last cancel: a dead process's set
 goes away on its own (recovery drops the cancelled jobs through their records)."""

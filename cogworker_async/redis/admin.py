@@ -210,7 +210,10 @@ class Admin(SetReads):
     async def queue_remove(self, name: str, raw: bytes) -> bool:
         """Remove one job (exact bytes) from a queue; False if it is gone (it may have run)."""
         # redis-py types the value as str; the stored bytes are what must match.
-        return int(await self.client.lrem(self.keys.queue(name), 1, raw)) == 1  # type: ignore[arg-type]
+        removed = int(await self.client.lrem(self.keys.queue(name), 1, raw)) == 1  # type: ignore[arg-type]
+        if removed:  # it will never run: its status record says so
+            await self.store.close_records([(name, raw)])
+        return removed
 
     def _slot_holdings(self, name: str) -> list[str]:
         """The keys of a queue's slot that are found through the registry of names: its

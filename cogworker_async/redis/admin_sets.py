@@ -299,7 +299,11 @@ class SetReads:
                 if queue is not None:
                     pipe.zrem(self.zset(queue, target), member)
             replies = iter(await pipe.execute())
-        return [queue is not None and int(next(replies)) == 1 for queue in where]
+        removed = [queue is not None and int(next(replies)) == 1 for queue in where]
+        if target != "dead":  # a job that waited will never run: its record says so
+            await self.store.close_records([(queue, member) for member, queue, gone in zip(
+                members, where, removed, strict=True) if gone and queue is not None])
+        return removed
 
     async def set_clear(self, target: SetName) -> int:
         """Delete every queue's set; returns how many entries they held."""

@@ -13,6 +13,7 @@ from typing import Any, cast
 import redis
 import redis.asyncio
 
+from cogworker_async.job import jid_of
 from cogworker_async.redis.keys import Keys
 from cogworker_async.status import CANCELS_TTL, CancelOutcome, JobStatus, newest, read
 
@@ -27,6 +28,7 @@ class Records:
     client: redis.asyncio.Redis
     keys: Keys
     keep_status: float
+    track_jobs: bool
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
                    durable: bool = False) -> Any:
@@ -72,6 +74,18 @@ class Records:
             keys.cancels_prefix(queue), repr(time.time()), CANCELS_TTL,
             keys.finished_channel(jid), jid], durable=True)
         return cast(CancelOutcome, _text(reply))
+
+    async def close_records(self, removed: Sequence[tuple[str, bytes]]) -> None:
+        """Say cancelled in the records of ``(queue, raw job)`` pairs someone removed by
+        hand (``lua/close_record.lua``): best effort, the jobs are gone already."""
+        if not self.track_jobs:
+            return
+        now = repr(time.time())
+        for queue, raw in removed:
+            jid = jid_of(raw)
+            if jid is not None:
+                await self._run("close_record", [self.keys.record(queue, jid)],
+                                [now, self.keep_status])
 
     async def set_progress(self, identity: str,
                            updates: Sequence[tuple[str, str, float, bytes | None]]) -> None:

@@ -16,6 +16,7 @@ SCRIPT_NAMES: Final = (
     "beat",
     "bury_orphan",
     "cancel",
+    "close_record",
     "cron_claim",
     "due",
     "enqueue",

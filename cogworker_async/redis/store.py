@@ -123,6 +123,11 @@ class Failure:
     """Seconds a dead job's record is kept; None: the Store's ``keep_status``."""
 
 
+_STATE_IN: Final[dict[str, str]] = {"dead": "dead", "retry": "retrying",
+                                     "schedule": "scheduled"}
+"""A job's state while it is in each set."""
+
+
 def _jids_of(raws: Sequence[bytes]) -> list[str]:
     """The jids of jobs being pushed by a caller that did not say them (the client
     does): read from the payloads ("-" for one without)."""
@@ -499,7 +504,12 @@ class Store(Liveness, Records):
     ) -> bool:
         """Move one entry between two of ``queue``'s sets (or within one: a new score)."""
         keys = [self.zset_key(queue, source), self.zset_key(queue, target)]
-        args = [member, entry, repr(float(delay)), repr(time.time()), *self._trim(target)]
+        args: list[Any] = [member, entry, repr(float(delay)), repr(time.time()),
+                           *self._trim(target)]
+        jid = job_module.jid_of(entry) if self.track_jobs else None
+        if jid is not None:  # its record follows it
+            keys.append(self.keys.record(queue, jid))
+            args += [_STATE_IN[target], self.keep_status if target == "dead" else LIVE_TTL]
         return int(await self._run("move_member", keys, args)) == 1
 
     # -- stats and wake-ups ----------------------------------------------------------

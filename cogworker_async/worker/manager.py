@@ -266,7 +266,7 @@ class Manager:
                     upkeep.start_soon(self.hooks.run)
                 upkeep.start_soon(self._probe_lag)
                 upkeep.start_soon(self.fence.run)
-                if self.settings.track_jobs:  # cancels come through the records
+                if self.settings.tracked:  # cancels come through the records
                     upkeep.start_soon(self.canceller.run)
                 async with anyio.create_task_group() as jobs:
                     # N long-lived processors, fed through an in-memory inbox: no task

@@ -129,7 +129,7 @@ class Processor:
         self.tally = tally if tally is not None else Tally()
         self.canceller = canceller if canceller is not None else Canceller(
             store, settings.identity or "", settings.queue_names)
-        self.tracked = settings.track_jobs
+        self.tracked = settings.tracked
         self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
                                  store.orphan_count, tracing=settings.tracing)
 

@@ -63,6 +63,8 @@ async def test_deleting_a_queued_job_finds_it_even_after_the_queue_moved(
     # Deleting it again: gone, and nothing else touched.
     assert (await insp.queue("default").delete([seen.token])).missing == 1
     assert len(await queued(store)) == 9
+    # It will never run, and its status says so.
+    assert (await jobs.status(seen.jid)).state == "cancelled"
 
 
 async def test_clearing_a_queue_removes_it_and_its_name(make_app: Callable[..., App]) -> None:
@@ -152,6 +154,12 @@ async def test_scheduled_jobs_can_be_enqueued_now_or_killed(
     dead = (await insp.dead.page()).items
     assert [r.args for r in dead] == [[1]]
     assert await insp.scheduled.size() == 1
+    # Their records follow: one is queued now, one dead (killed).
+    assert (await jobs.status(soonest.jid)).state == "queued"
+    assert (await jobs.status(second.jid)).state == "dead"
+    [last] = (await insp.scheduled.page()).items
+    assert (await insp.scheduled.delete([last.token])).done == 1
+    assert (await jobs.status(last.jid)).state == "cancelled"
 
 
 async def test_search_ignores_case_finds_errors_and_escapes_glob_characters(

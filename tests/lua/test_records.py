@@ -784,3 +784,48 @@ async def test_a_handed_over_failure_filed_later_no_longer_says_running(
     assert "by" not in fields
     assert await ttl(store, jid_of(raw)) > 0
     assert not await store.file_unsettled(QUEUE, hand_over, target, raw, 30.0)  # once
+
+
+# -- moves by hand: the dashboard's kill, its deletes (move_member, close_record) -------
+
+
+async def test_a_job_killed_from_the_retry_set_says_dead(store: Store) -> None:
+    raw = await running(store)
+    assert await failed(store, raw, "retry")
+    assert (await record(store, jid_of(raw)))["state"] == "retrying"
+
+    assert await store.move_member(QUEUE, "retry", "dead", raw, raw)
+
+    assert (await record(store, jid_of(raw)))["state"] == "dead"
+    assert await ttl(store, jid_of(raw)) == pytest.approx(KEEP_STATUS, abs=SLACK)
+    assert not await store.move_member(QUEUE, "retry", "dead", raw, raw)  # gone: once
+
+
+@pytest.mark.parametrize("state", ["queued", "scheduled", "retrying"])
+async def test_a_waiting_job_removed_by_hand_says_cancelled(store: Store, state: str) -> None:
+    raw = make_job()
+    if state == "queued":
+        await store.enqueue(QUEUE, [raw])
+    elif state == "scheduled":
+        await store.schedule(QUEUE, [raw], delay=3600)
+    else:
+        await fetched(store, IDENTITY, [raw])
+        assert await failed(store, raw, "retry")
+
+    await store.close_records([(QUEUE, raw)])
+
+    fields = await record(store, jid_of(raw))
+    assert fields["state"] == "cancelled"
+    assert "cancel" not in fields  # nothing left to drop: the jid may be used again
+    assert await ttl(store, jid_of(raw)) == pytest.approx(KEEP_STATUS, abs=SLACK)
+
+
+async def test_closing_leaves_finished_and_missing_records_alone(store: Store) -> None:
+    done = await running(store)
+    await store.ack(IDENTITY, QUEUE, [(done, jid_of(done))])
+    ghost = make_job()
+
+    await store.close_records([(QUEUE, done), (QUEUE, ghost)])
+
+    assert (await record(store, jid_of(done)))["state"] == "succeeded"
+    assert await store.client.exists(store.keys.record(QUEUE, jid_of(ghost))) == 0

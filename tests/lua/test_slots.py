@@ -223,6 +223,15 @@ async def move_member(s: Setup) -> None:
     assert await s.store.move_member("emails", "retry", "dead", member, member)
 
 
+async def close_record(s: Setup) -> None:
+    raw = make_job("emails")
+    await s.store.enqueue("emails", [raw])
+    await s.store.close_records([("emails", raw)])
+    status = await s.store.job_status(jid_of(raw), ["emails"])
+    assert status is not None
+    assert status.state == "cancelled"
+
+
 async def requeue(s: Setup) -> None:
     await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
     assert await s.store.requeue(IDENTITY, "emails") == 1
@@ -308,10 +317,10 @@ async def add_stats(s: Setup) -> None:
 
 SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
-        ack, add_stats, beat, bury_orphan, cancel, cron_claim, due, enqueue, enqueue_unique,
-        extend_lock, fetch, file_failure, file_unsettled, forget, give_back, move_member,
-        park_unsettled, progress, promote, release_lock, relist, requeue, schedule,
-        take_lock,
+        ack, add_stats, beat, bury_orphan, cancel, close_record, cron_claim, due, enqueue,
+        enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
+        move_member, park_unsettled, progress, promote, release_lock, relist, requeue,
+        schedule, take_lock,
     )
 }
 

@@ -36,3 +36,13 @@ def test_what_needs_records_is_refused_clearly() -> None:
 def test_track_jobs_must_be_a_bool() -> None:
     with pytest.raises(TypeError, match="track_jobs"):
         App(track_jobs="no")
+
+
+def test_a_basic_fetch_app_keeps_no_records_and_says_so() -> None:
+    jobs = App("redis://127.0.0.1:1/0", fetch="basic")  # BRPOP: no script sees the job
+
+    async def calls() -> None:
+        with pytest.raises(ConfigurationError, match='fetch="basic"'):
+            await jobs.cancel("x")
+
+    anyio.run(calls)

@@ -5,6 +5,8 @@
 -- ARGV[3] delay: score = Redis TIME + delay   ARGV[4] the caller's clock, if TIME is refused
 -- ARGV[5] dead_max_jobs, ARGV[6] dead_max_age (s): trim the destination if it is the dead
 -- set ("0": no trim)
+-- KEYS[3] the job's status record (optional)   ARGV[7] its state there ("dead",
+-- "retrying", "scheduled")   ARGV[8] its TTL (s, after the delay)
 -- Returns 1 if moved, 0 if the member was gone. Written before removed; safe to run twice.
 -- The same entry moved within one zset only gets its new score (never removed).
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
@@ -16,4 +18,8 @@ if KEYS[1] ~= KEYS[2] or ARGV[1] ~= ARGV[2] then
   redis.call("ZREM", KEYS[1], ARGV[1])
 end
 trim_dead(KEYS[2], now, ARGV[5], ARGV[6])
+if KEYS[3] then
+  if ARGV[7] == "dead" then redis.pcall("HDEL", KEYS[3], "cancel", "by") end
+  mark_record(KEYS[3], tonumber(ARGV[8]) + tonumber(ARGV[3]), "state", ARGV[7])
+end
 return 1
