@@ -55,19 +55,9 @@ async def counts(r: redis.asyncio.Redis, key: str) -> dict[str, int]:
             for k, v in (await r.hgetall(key)).items()}
 
 
-class _Redis:
-    def __init__(self) -> None:
-        self.url = ""
-        self.namespace = ""
-        self._client: redis.asyncio.Redis | None = None
-
-    def client(self) -> redis.asyncio.Redis:
-        if self._client is None:  # in the worker's (only) event loop, on first use
-            self._client = redis.asyncio.Redis.from_url(self.url)
-        return self._client
-
-
-store = _Redis()
+store = chaosapp.recorder
+"""chaosapp's recorder: the worker's Redis and namespace (set from the environment
+when chaosapp is imported in a worker process; again below)."""
 
 
 async def hold(first: float, again: float) -> None:
@@ -79,10 +69,9 @@ async def hold(first: float, again: float) -> None:
 
 
 async def valued(tag: str, n: int, seconds: float) -> dict[str, int]:
-    client = store.client()
-    await client.rpush(chaosapp.started_key(store.namespace), f"{tag} {os.getpid()}")
+    await store.started(tag)
     await anyio.sleep(seconds)
-    await client.rpush(chaosapp.finished_key(store.namespace), f"{tag} {os.getpid()}")
+    await store.finished(tag)
     return {"n": n, "pid": os.getpid()}
 
 
