@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+import anyio
 import redis
 import redis.asyncio
 from redis.commands.core import AsyncScript
@@ -81,6 +82,10 @@ def durability_of(settings: Settings) -> Durability | None:
         return None
     return Durability(settings.durability, settings.durability_timeout)
 
+RERUNS: Final = 4
+"""Tries of a batch's redirected call, alone (``Store._rerun``)."""
+RERUN_PAUSE: Final = 0.1
+"""Seconds before the second try; the next ones wait 2, 3 times as long."""
 REGISTER_EVERY: Final = 60.0
 """Seconds after which a Store registers a queue name again on its next enqueue."""
 FLUSH_NUMBER_TTL: Final = 3600
@@ -640,13 +645,28 @@ class Store(Liveness, Records):
                     and redirect_of(reply) is not None):
                 # Did not run (not loaded; or the slot moved on, mid-batch): alone,
                 # loaded and routed where the slot now is.
-                reply = await self._run(name, keys, args, durable=True)
+                reply = await self._rerun(name, keys, args)
             elif isinstance(reply, Exception):
                 raise reply
             results.append(self._woken(reply)[0])
         if self.durability is not None:  # covers the calls that ran (a NOSCRIPT's rerun
             self.durability.check(confirmed)  # waited on its own connection)
         return [int(reply) == 1 for reply in results[1 if raws else 0:]]
+
+    async def _rerun(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """A batch's call that did not run, run alone. A slot still migrating may
+        redirect it past the lane's bound (MOVED, ASK, TRYAGAIN: it did not run either):
+        tried again, a few times, on a map read afresh."""
+        for attempt in range(1, RERUNS + 1):
+            try:
+                return await self._run(name, keys, args, durable=True)
+            except redis.exceptions.ResponseError as exc:
+                if redirect_of(exc) is None or attempt == RERUNS:
+                    raise
+                if isinstance(self.client, ClusterClient):
+                    self.client.mark_stale()
+                await anyio.sleep(RERUN_PAUSE * attempt)
+        raise AssertionError("unreachable")
 
     def _batch_calls(
         self, queue: str, raws: Sequence[bytes], unique: Sequence[tuple[str, str, float, bytes]],
