@@ -145,15 +145,21 @@ async def work(app: App, seen: dict[str, Any]) -> None:
     emit("result", **seen)
 
 
-class Worker:
-    """One worker process (this script's ``worker`` command), stopped by its pid."""
+def worker_argv(url: str, metrics_port: int | None, tracked: bool) -> list[str]:
+    """The command line of this script's ``worker`` command."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "worker", "--redis-url", url]
+    if metrics_port is not None:
+        argv += ["--metrics-port", str(metrics_port)]
+    if not tracked:
+        argv.append("--untracked")
+    return argv
 
-    def __init__(self, url: str, metrics_port: int | None, tracked: bool) -> None:
-        argv = [sys.executable, str(Path(__file__).resolve()), "worker", "--redis-url", url]
-        if metrics_port is not None:
-            argv += ["--metrics-port", str(metrics_port)]
-        if not tracked:
-            argv.append("--untracked")
+
+class Worker:
+    """One worker process (a script's ``worker`` command, e.g. ``worker_argv``'s; the
+    flow row's too), stopped by its pid."""
+
+    def __init__(self, argv: list[str]) -> None:
         self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         text=True, bufsize=1, cwd=ROOT)
 
@@ -237,7 +243,7 @@ def processing(url: str, client: redis.Redis, metrics_port: int | None,
     import uvloop
 
     client.flushall()
-    worker = Worker(url, metrics_port, tracked)
+    worker = Worker(worker_argv(url, metrics_port, tracked))
     try:
         worker.expect("ready")  # its imports done: they would compete with the prefill
         filled = uvloop.run(prefill(url, sizes.noop_n, tracked))

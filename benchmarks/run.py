@@ -11,9 +11,12 @@ started on a free loopback port and stopped by pid at the end.
 
 For every scenario and system, the peer's script (``benchmarks/peers/<system>_peer.py``)
 runs as a subprocess with that system's interpreter, through the system's own API and
-its real worker class. Results (medians of ``--runs``) go to stdout as tables with the
-ratio of ours to each peer, to ``benchmarks/RESULTS.md`` and, raw, to
-``benchmarks/results/<stamp>.json``. Only the standard library is used here.
+its real worker class. The ``noop`` and ``processes`` scenarios run each system's worker
+as its users start it, through its own CLI (``benchmarks/cli_workers.py``; ``--embedded``:
+``noop`` with the worker embedded in the peer script instead, as before). Results
+(medians of ``--runs``) go to stdout as tables with the ratio of ours to each peer, to
+``benchmarks/RESULTS.md`` and, raw, to ``benchmarks/results/<stamp>.json``. Only the
+standard library is used here.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import cli_workers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -93,16 +98,20 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
 ]}
 DEFAULT_SYSTEMS = list(SYSTEMS)
 
-SCENARIOS = ["enqueue", "bulk", "noop", "latency", "sleep", "memory", "cluster",
-             "durability", "metrics"]
+SCENARIOS = ["enqueue", "bulk", "noop", "processes", "latency", "sleep", "memory", "cluster",
+             "durability", "metrics", "flow"]
 CLUSTER_SCRIPT = HERE / "cluster.py"
 """The ``cluster`` scenario (ours only, on its own servers): benchmarks/cluster.py."""
 DURABILITY_SCRIPT = HERE / "durability.py"
 """The ``durability`` scenario (ours only, on its own servers): benchmarks/durability.py."""
 METRICS_SCRIPT = HERE / "metrics_cost.py"
 """The ``metrics`` scenario (ours only, on its own server): benchmarks/metrics_cost.py."""
-OWN_SERVERS = ("cluster", "durability", "metrics")
+FLOW_SCRIPT = HERE / "flow_cost.py"
+"""The ``flow`` scenario (ours only, on its own server): benchmarks/flow_cost.py."""
+OWN_SERVERS = ("cluster", "durability", "metrics", "flow")
 """Scenarios run by a script of their own, on their own servers (after the others)."""
+FLEET = 2
+"""Worker processes in the ``processes`` scenario (this machine has 2 cores)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +119,9 @@ class Sizes:
     runs: int
     noop_n: int
     noop_cap: float
+    proc_n: int
+    """Jobs for ``processes``: a fleet's processes start some hundred ms apart, and all
+    must have started a job before the queue is empty (2,000 no-ops last 0.1 s there)."""
     enqueue_n: int
     enqueue_cap: float
     bulk_n: int
@@ -128,11 +140,11 @@ class Sizes:
     profile_n: int
 
 
-FULL = Sizes(runs=3, noop_n=20_000, noop_cap=30, enqueue_n=10_000, enqueue_cap=20,
+FULL = Sizes(runs=3, noop_n=20_000, noop_cap=30, proc_n=40_000, enqueue_n=10_000, enqueue_cap=20,
              bulk_n=50_000, bulk_cap=30, bulk_chunk=1000, probes=300, probe_interval=0.02,
              warmup=2, idle_window=10, sleep_n=2000, sleep_concurrency=100, sleep_ms=50,
              mem_ours=1_000_000, mem_peers=100_000, mem_processed=10_000, profile_n=30_000)
-QUICK = Sizes(runs=1, noop_n=2000, noop_cap=10, enqueue_n=1000, enqueue_cap=10,
+QUICK = Sizes(runs=1, noop_n=2000, noop_cap=10, proc_n=6000, enqueue_n=1000, enqueue_cap=10,
               bulk_n=10_000, bulk_cap=20, bulk_chunk=1000, probes=40, probe_interval=0.02,
               warmup=1, idle_window=3, sleep_n=2000, sleep_concurrency=100, sleep_ms=50,
               mem_ours=20_000, mem_peers=20_000, mem_processed=2000, profile_n=10_000)
@@ -465,14 +477,7 @@ class Child:
         self.stderr.close()
 
 
-def proc_cpu(pid: int) -> float:
-    """CPU seconds a process has used, all threads (``/proc/<pid>/task/*/schedstat``,
-    in ns; ``/proc/<pid>/stat`` ticks, 10 ms, are too coarse for an idle process)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError, ValueError):
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
+proc_cpu = cli_workers.proc_cpu
 
 
 # -- scenarios -------------------------------------------------------------------------
@@ -548,15 +553,54 @@ class Bench:
                 "bulk_capped": result["capped"]}
 
     def noop(self, system: System, run: int) -> dict[str, Any]:
+        """One worker process over ``noop_n`` queued no-op jobs: the system's own CLI
+        worker (``--embedded``: the worker embedded in the peer script)."""
         s = self.sizes
         self.prefill(system, f"noop-{run}", s.noop_n)
         concurrency = self.concurrency(system, self.args.concurrency)
+        if not self.args.embedded:
+            return self.fleet(system, f"noop-{run}", "noop", 1, concurrency)
         result, redis_cpu = self.work(system, f"noop-{run}", s.noop_n, concurrency, s.noop_cap)
         n = max(1, result["n"])
-        return {"noop_rate": n / result["seconds"], "noop_cpu_us": 1e6 * result["cpu"] / n,
+        return {"noop_rate": rate(n, result.get("span")),
+                "noop_rate_from_start": n / result["seconds"],
+                "noop_cpu_us": 1e6 * result["cpu"] / n,
                 "noop_redis_cpu_us": 1e6 * redis_cpu / n, "noop_capped": result["capped"],
                 "noop_concurrency": concurrency, "noop_first_job_ms":
                 None if result["first_job"] is None else 1000 * result["first_job"]}
+
+    def processes(self, system: System, run: int) -> dict[str, Any]:
+        """``FLEET`` worker processes over ``noop_n`` queued no-op jobs, through the
+        system's own multi-process mode (arq has none: ``FLEET`` arq commands)."""
+        if self.args.embedded:
+            return {"proc_skipped": "--embedded"}
+        s = self.sizes
+        self.prefill(system, f"processes-{run}", s.proc_n)
+        concurrency = self.concurrency(system, self.args.concurrency)
+        return self.fleet(system, f"processes-{run}", "proc", FLEET, concurrency, s.proc_n)
+
+    def fleet(self, system: System, tag: str, prefix: str, processes: int,
+              concurrency: int, n: int | None = None) -> dict[str, Any]:
+        """The system's CLI worker(s) over ``n`` (``noop_n``) queued jobs
+        (``cli_workers.run``)."""
+        s = self.sizes
+        try:
+            result = cli_workers.run(system.venv, system.mode, processes, concurrency,
+                                     self.redis.url, n or s.noop_n, s.noop_cap,
+                                     self.redis.cpu, self.logs / f"{system.name}-{tag}.log")
+        except cli_workers.FleetError as exc:
+            raise ScenarioError(str(exc)) from exc
+        if not result["all_started"]:
+            raise ScenarioError(f"{processes} processes asked, jobs ran in "
+                                f"{len(result['per_process'])}: {result['per_process']}")
+        jobs = max(1, result["window_jobs"])
+        return {f"{prefix}_rate": jobs / result["window"] if result["window"] > 0 else None,
+                f"{prefix}_cpu_us": 1e6 * result["worker_cpu"] / jobs,
+                f"{prefix}_redis_cpu_us": 1e6 * result["redis_cpu"] / jobs,
+                f"{prefix}_capped": result["capped"], f"{prefix}_concurrency": concurrency,
+                f"{prefix}_first_job_ms": 1000 * result["first_job"],
+                f"{prefix}_stagger_ms": 1000 * result["stagger"],
+                f"{prefix}_per_process": result["per_process"]}
 
     def sleep(self, system: System, run: int) -> dict[str, Any]:
         s = self.sizes
@@ -639,6 +683,11 @@ class Bench:
                 "mem_rss_short_mb": short_queue["rss_kb"] / 1024}
 
 
+def rate(n: int, span: float | None) -> float | None:
+    """Jobs per second from the first job's start to the last one's."""
+    return None if not span or n < 2 else (n - 1) / span
+
+
 def percentile(ordered: list[float], pct: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     rank = max(1, min(len(ordered), round(pct / 100 * len(ordered) + 0.5)))
@@ -662,8 +711,14 @@ METRICS = [
     Metric("noop_rate", "no-op processing", "jobs/s", True, "noop"),
     Metric("noop_cpu_us", "worker CPU / job", "µs", False, "noop"),
     Metric("noop_redis_cpu_us", "Redis CPU / job", "µs", False, "noop"),
-    Metric("noop_first_job_ms", "↳ worker start to first job", "ms", False, "noop", 1,
+    Metric("noop_first_job_ms", "↳ start to first job", "ms", False, "noop", 1,
            compare=False),
+    Metric("proc_rate", f"no-op processing, {FLEET} processes", "jobs/s", True, "processes"),
+    Metric("proc_scaling", f"↳ {FLEET} processes ÷ 1", "×", True, "processes", 2,
+           compare=False),
+    Metric("proc_cpu_us", f"worker CPU / job, {FLEET} processes", "µs", False, "processes"),
+    Metric("proc_redis_cpu_us", f"Redis CPU / job, {FLEET} processes", "µs", False,
+           "processes"),
     Metric("enqueue_rate", "enqueue, one at a time", "jobs/s", True, "enqueue"),
     Metric("bulk_rate", "bulk enqueue", "jobs/s", True, "bulk"),
     Metric("latency_p50_ms", "pick-up p50", "ms", False, "latency", 2),
@@ -720,6 +775,7 @@ def ratio(ours: float | None, peer: float | None, higher_is_better: bool) -> str
 
 
 CAPPED = {"noop_rate": "noop_capped", "noop_cpu_us": "noop_capped",
+          "proc_rate": "proc_capped", "proc_cpu_us": "proc_capped",
           "enqueue_rate": "enqueue_capped", "bulk_rate": "bulk_capped",
           "sleep_seconds": "sleep_capped"}
 
@@ -727,7 +783,8 @@ CAPPED = {"noop_rate": "noop_capped", "noop_cpu_us": "noop_capped",
 def cell(metrics: dict[str, Any], metric: Metric, concurrency: int) -> str:
     value = metrics.get(metric.key)
     if value is None:
-        if metric.scenario == "sleep" and metrics.get("sleep_skipped"):
+        if metrics.get(f"{metric.scenario}_skipped") or \
+                (metric.scenario == "processes" and metrics.get("proc_skipped")):
             return "n/a"
         return "error" if metrics.get(f"error_{metric.scenario}") else "–"
     text = fmt(value, metric.digits)
@@ -735,8 +792,10 @@ def cell(metrics: dict[str, Any], metric: Metric, concurrency: int) -> str:
         text += " †"
     if metric.key == "bulk_rate" and metrics.get("bulk_method") == "gather":
         text += " g"
-    if metric.key == "noop_rate" and metrics.get("noop_concurrency", concurrency) != concurrency:
-        text += f" (c={metrics['noop_concurrency']})"
+    for key in ("noop", "proc"):
+        if metric.key == f"{key}_rate" and \
+                metrics.get(f"{key}_concurrency", concurrency) != concurrency:
+            text += f" (c={metrics[f'{key}_concurrency']})"
     return text
 
 
@@ -778,6 +837,10 @@ def processing_targets(ours: dict[str, Any], peers: dict[str, dict[str, Any]]) -
         best, name = max(same)
         rows.append(("no-op processing ≥ 3× the best peer",
                      f"{fmt(rate)}/s = ×{rate / best:.2f} {name}", rate >= 3 * best))
+    if ours.get("proc_scaling") is not None:
+        rows.append((f"`--processes {FLEET}` ≥ 1.6× one process",
+                     f"{fmt(ours['proc_rate'])}/s = ×{ours['proc_scaling']:.2f}",
+                     ours["proc_scaling"] >= 1.6))
     if ours.get("noop_cpu_us") is not None:
         rows.append(("worker CPU ≤ 150 µs/job", f"{fmt(ours['noop_cpu_us'])} µs",
                      ours["noop_cpu_us"] <= 150))
@@ -1025,6 +1088,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, help="runs per scenario (median reported)")
     parser.add_argument("--concurrency", type=int, default=10,
                         help="worker concurrency for no-op, latency and memory (default 10)")
+    parser.add_argument("--embedded", action="store_true",
+                        help="noop: run each worker embedded in its peer script (the "
+                             "former mode) instead of its own CLI; skips processes")
     parser.add_argument("--profile", action="store_true",
                         help="also profile our worker's no-op processing with py-spy")
     parser.add_argument("--no-write", action="store_true",
@@ -1070,6 +1136,10 @@ def measure(bench: Bench, systems: list[System], scenarios: list[str],
                 metrics = attempt(errors, f"{system.name} / {scenario} (run {run})",
                                   getattr(bench, scenario), system, run)
                 runs[system.name][-1].update(metrics or {f"error_{scenario}": True})
+        for system in systems:  # within a run: the same minutes of this machine
+            done = runs[system.name][-1]
+            if done.get("proc_rate") and done.get("noop_rate"):
+                done["proc_scaling"] = done["proc_rate"] / done["noop_rate"]
     results = {name: median_of(done) for name, done in runs.items()}
     if "memory" in scenarios:
         for system in systems:
@@ -1119,10 +1189,14 @@ def main() -> int:
     if "metrics" in scenarios and OURS in args.systems.split(","):
         metrics_text = run_script("metrics", "metrics off vs on (metrics_port)",
                                   METRICS_SCRIPT, args, bench, errors)
+    flow_text = ""
+    if "flow" in scenarios and OURS in args.systems.split(","):
+        flow_text = run_script("flow", "queue limits and limiters vs plain", FLOW_SCRIPT,
+                               args, bench, errors)
     finished = dt.datetime.now().astimezone()
     report = render(args, sizes, systems, results, errors, command, started, finished,
                     load_before, os.getloadavg(), redis_version, profile_text,
-                    cluster_text, durability_text, metrics_text)
+                    cluster_text, durability_text, metrics_text, flow_text)
     print(report)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     raw = RESULTS_DIR / f"{bench.stamp}.json"
@@ -1197,7 +1271,8 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
            results: dict[str, dict[str, Any]], errors: list[str], command: str,
            started: dt.datetime, finished: dt.datetime, load_before: tuple[float, ...],
            load_after: tuple[float, ...], redis_version: str, profile_text: str,
-           cluster_text: str = "", durability_text: str = "", metrics_text: str = "") -> str:
+           cluster_text: str = "", durability_text: str = "", metrics_text: str = "",
+           flow_text: str = "") -> str:
     box = machine()
     kind = "QUICK smoke run (--quick: small N, 1 run)" if args.quick else \
         f"full run ({sizes.runs} runs, medians)"
@@ -1227,7 +1302,9 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after",
         f"- cogworker-async code: {args.code}",
         f"- Redis {redis_version}, private, on 127.0.0.1 (no persistence), "
-        "one worker process per system, uvloop in every asyncio process",
+        "uvloop in every asyncio process; no-op processing through each system's own "
+        "CLI worker" + (" (here: --embedded, the worker inside the peer script)"
+                        if args.embedded else "") + " (see Method)",
         *package_lines,
         "",
         "## Results",
@@ -1245,12 +1322,14 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
     if breakdown:
         lines += ["## Idle worker: commands per second it sent to Redis (MONITOR)", "",
                   breakdown, ""]
-    if cluster_text:
-        lines += ["## Redis Cluster: 3 masters vs one Redis (ours)", "", cluster_text, ""]
-    if durability_text:
-        lines += ["## Durability: off vs 'replica' and 'aof' (ours)", "", durability_text, ""]
-    if metrics_text:
-        lines += ["## Prometheus metrics: off vs on (ours)", "", metrics_text, ""]
+    own_sections = [  # the scenarios run by a script of their own, in this order
+        ("Redis Cluster: 3 masters vs one Redis (ours)", cluster_text),
+        ("Durability: off vs 'replica' and 'aof' (ours)", durability_text),
+        ("Prometheus metrics: off vs on (ours)", metrics_text),
+        ("Flow control: queue limits and limiters vs plain (ours)", flow_text),
+    ]
+    for heading, text in own_sections:
+        lines += [f"## {heading}", "", text, ""] if text else []
     if errors:
         lines += ["## Errors", "", *[f"- {e}" for e in errors], ""]
     if profile_text:
@@ -1260,22 +1339,77 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
     return "\n".join(lines)
 
 
+def started_as(systems: list[System], concurrency: int) -> list[str]:
+    """How each system's worker was started for ``noop`` and ``processes``: the very
+    command lines ``cli_workers`` ran (``$URL``: the private Redis), and the settings."""
+    lines = []
+    for system in systems:
+        c = min(concurrency, system.max_concurrency)
+        one = cli_workers.describe(system.venv, system.mode, 1, c)
+        fleet = cli_workers.describe(system.venv, system.mode, FLEET, c).split(" — ")[0]
+        lines.append(f"- **{system.name}**: {one}. {FLEET} processes: {fleet}.")
+    return lines
+
+
+def noop_method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> list[str]:
+    """The no-op and processes bullets, and how each worker was started."""
+    if args.embedded:
+        return [f"- **no-op processing** (`--embedded`): {sizes.noop_n:,} jobs queued first "
+                f"(bulk), then one worker at concurrency {args.concurrency}, embedded in "
+                f"the peer script, runs until all ran (cap {sizes.noop_cap:.0f} s): jobs/s "
+                "from the first job's start to the last one's, the worker's CPU per job "
+                "(from its start) and Redis' CPU per job (INFO cpu). `processes`: not run."]
+    return [
+        f"- **no-op processing**: {sizes.noop_n:,} jobs queued first (bulk), then the "
+        "system's worker started as its users start it, through its own CLI, as one "
+        f"process at concurrency {args.concurrency} (commands below); it runs until all "
+        f"ran (cap {sizes.noop_cap:.0f} s). Each job stamps its start in a slot its "
+        "process shares with the driver (a memory write, `benchmarks/cli_workers.py`): "
+        "jobs/s = (jobs − 1) ÷ (last job's start − first job's start), so the CLI's "
+        "imports and start-up are left out. Worker CPU per job: every process of the "
+        "worker (`/proc/<pid>/task/*/schedstat`), each job process from just before its "
+        "first job, any other (a supervisor, a pool's parent) from the first job, to the "
+        "last; Redis' CPU per job (INFO cpu) over the same window. ↳ start to first job: "
+        "from starting the command (imports included).",
+        f"- **processes**: the same over {sizes.proc_n:,} jobs with {FLEET} worker "
+        f"processes (concurrency {args.concurrency} each) through each system's own "
+        f"multi-process mode (arq has none: {FLEET} `arq` commands side by side). The "
+        f"window opens when the driver sees that all {FLEET} processes have started a "
+        "job (it looks every 2 ms; a fleet's processes start some hundred ms apart, "
+        "which a short run would otherwise measure): jobs/s = jobs started after that ÷ "
+        "(last job's start − then), CPU of every process (a supervisor or a pool's "
+        f"parent included) and Redis' from then. ↳ {FLEET} processes ÷ 1 is each "
+        "system's own scaling, taken run by run against its no-op figure. Stopping: "
+        "SIGINT to each command's process group (a terminal's Ctrl-C), after the "
+        "measurement.",
+        "",
+        "How each worker was started (`cd benchmarks/peers`, with `BENCH_REDIS_URL`, "
+        "`BENCH_MODE`, `BENCH_CONCURRENCY` and `BENCH_SLOTS` in the environment, which "
+        "the `*_app.py` modules read; every system logs at WARNING, so none writes a line "
+        "per job):",
+        "",
+        *started_as(systems, args.concurrency),
+        "",
+        "The other scenarios run each worker embedded in its peer script (its real worker "
+        "class, as each CLI runs it), which they need to signal readiness and report "
+        "latencies.",
+    ]
+
+
 def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str:
     notes = [f"- {s.name}: {s.note}" for s in systems if s.note]
     return "\n".join([
         "## Method",
         "",
         "Each system runs through its own idiomatic API and its real worker class, "
-        "embedded in a small script (`benchmarks/peers/<system>_peer.py`) run with that "
-        "system's own venv; logging is left at Python's default (WARNING) everywhere. "
-        "Every job takes one float (its enqueue time). Redis is flushed before every "
-        "measurement. Wall time and CPU (`getrusage`, all threads) cover only the "
-        "measured part of each process, not its imports.",
+        "from small scripts (`benchmarks/peers/<system>_peer.py`, and the "
+        "`<system>_app.py` its CLI imports) run with that system's own venv; logging at "
+        "WARNING everywhere. Every job takes one float (its enqueue time). Redis is "
+        "flushed before every measurement. Wall time and CPU cover only the measured "
+        "part of each process, not its imports.",
         "",
-        f"- **no-op processing**: {sizes.noop_n:,} jobs queued first (bulk), then one "
-        f"worker at concurrency {args.concurrency} runs until all ran (cap "
-        f"{sizes.noop_cap:.0f} s): jobs/s from the worker's start to the last job, its "
-        "CPU per job, and Redis' CPU per job (INFO cpu).",
+        *noop_method(sizes, args, systems),
+        "",
         f"- **enqueue, one at a time**: {sizes.enqueue_n:,} sequential awaited enqueues "
         "from one process.",
         f"- **bulk enqueue**: {sizes.bulk_n:,} jobs in calls of {sizes.bulk_chunk:,} "
@@ -1308,12 +1442,18 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         "and set, back to back in each run (order alternating), `/metrics` scraped every "
         "0.5 s while on; jobs/s and worker CPU per job, and on ÷ off against the target "
         "of at most 10 % (see `benchmarks/metrics_cost.py`).",
+        "- **flow** (ours): one worker's no-op processing with the defaults, with a "
+        "queue limit that never binds (8 other processes registered in the queue's slot: "
+        "its fetch counts 9 lists), and with each job inside a limiter that never binds "
+        "(concurrent, window, bucket), back to back in each run (order rotating); jobs/s, "
+        "worker and Redis CPU per job, each ÷ the defaults (see "
+        "`benchmarks/flow_cost.py`).",
         "",
         "Ratios are ours ÷ peer for rates and peer ÷ ours for times, CPU, latency, calls "
         "and memory: above 1 means ours is better.",
         *(["", *notes] if notes else []),
         "",
-        "Run it: `make bench` (full: 3 runs, 35–45 minutes), "
+        "Run it: `make bench` (full: 3 runs, about an hour), "
         "`make bench BENCH_ARGS=--quick` (a smoke run of a few minutes), or "
         "`.venv/bin/python benchmarks/run.py --help`.",
     ])

@@ -14,6 +14,7 @@ from cogworker_async.errors import (
     JobCancelled,
     JobFailed,
     JobTimeout,
+    OverLimit,
     PayloadTooLarge,
     ProcessDied,
     ResultNotJSON,
@@ -22,6 +23,7 @@ from cogworker_async.errors import (
     UnknownJob,
     UnparseablePayload,
 )
+from cogworker_async.limiter import Limiter
 from cogworker_async.redis.durability import NotDurable
 from cogworker_async.registry import Enqueuer, JobFunction
 from cogworker_async.settings import Settings
@@ -45,7 +47,9 @@ __all__ = [
     "JobFunction",
     "JobStatus",
     "JobTimeout",
+    "Limiter",
     "NotDurable",
+    "OverLimit",
     "PayloadTooLarge",
     "ProcessDied",
     "ResultNotJSON",

@@ -17,7 +17,8 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import tzinfo
-from typing import Any, Final, ParamSpec, Protocol, TypeVar, overload
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar, overload
 
 import anyio
 
@@ -27,17 +28,22 @@ from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
 from cogworker_async.embedded import EmbeddedServer
 from cogworker_async.errors import ConfigurationError
+from cogworker_async.limiter import DEFAULT_LEASE, Limiter, check_name, spec_of
 from cogworker_async.lookup import JobLookup
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
 from cogworker_async.periodic import Periodic, parse_tz
+from cogworker_async.redis.pausing import Pause
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.registry import JobFunction
-from cogworker_async.settings import Settings
+from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
 from cogworker_async.unique import UniqueKey, UniquePolicy, policy_of
 from cogworker_async.worker.hooks import DeathHook, FailureHook, Hooks
 from cogworker_async.worker.manager import Manager
+
+if TYPE_CHECKING:
+    from cogworker_async.testing import Testing
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -108,6 +114,7 @@ class App:
                                             **options)
         self.registry: dict[str, JobDefinition] = {}
         self.periodics: dict[str, Periodic] = {}
+        self.limiters: dict[str, Limiter] = {}
         self.client_middleware: list[ClientMiddleware] = []
         self.server_middleware: list[ServerMiddleware] = []
         self.hooks = Hooks()
@@ -137,6 +144,7 @@ class App:
         retry_in: RetryIn | None = None,
         discard_on: Sequence[type[BaseException]] = (),
         keep_result: float | None = None,
+        expires_in: float | None = None,
     ) -> JobDecorator: ...
 
     def job(
@@ -154,6 +162,7 @@ class App:
         retry_in: RetryIn | None = None,
         discard_on: Sequence[type[BaseException]] = (),
         keep_result: float | None = None,
+        expires_in: float | None = None,
     ) -> Any:
         """Register a function as a job (``@jobs.job`` or ``@jobs.job(queue=..., ...)``).
 
@@ -165,11 +174,13 @@ class App:
           ``unique_ttl`` and an optional ``unique_key(*args, **kwargs) -> str``;
         - ``retry_in(attempt, error)``: seconds before the next attempt (None: default);
         - ``discard_on``: exception types that send the job to dead at once;
-        - ``keep_result``: seconds its return value (JSON) is kept for ``result(jid)``.
+        - ``keep_result``: seconds its return value (JSON) is kept for ``result(jid)``;
+        - ``expires_in``: seconds after its enqueue by which a run must have started, else
+          it is not run (dead as ``Expired``; see ``options(expires_in=...)``).
         """
         options = JobOptions(queue=queue or self.settings.default_queue, retry=retry,
                              timeout=timeout, unique=policy_of(unique), unique_ttl=unique_ttl,
-                             keep_result=keep_result)
+                             keep_result=keep_result, expires_in=expires_in)
         for kind in discard_on:
             if not (isinstance(kind, type) and issubclass(kind, BaseException)):
                 raise TypeError(f"discard_on takes exception classes, not {kind!r}")
@@ -196,15 +207,19 @@ class App:
         queue: str | None = None,
         retry: bool | int = False,
         timeout: float | None = None,
+        expires_in: float | None = None,
     ) -> JobDecorator:
         """Register a job enqueued on a cron ``schedule`` (five fields, or six with
         seconds last), once per tick across all processes, never two runs at once.
         ``tz``: the schedule's timezone (default UTC). The function takes no arguments.
+        ``expires_in``: a tick not started within this many seconds is skipped (dead
+        as ``Expired``), e.g. after a backlog or a pause.
         """
 
         def register(function: Callable[P, R]) -> JobFunction[P, R]:
             registered: JobFunction[P, R] = self.job(name=name, queue=queue, retry=retry,
-                                                     timeout=timeout)(function)
+                                                     timeout=timeout,
+                                                     expires_in=expires_in)(function)
             definition = registered.definition
             signature = definition.signature
             if signature is not None:
@@ -218,6 +233,34 @@ class App:
             return registered
 
         return register
+
+    def limiter(self, name: str, /, *, concurrent: int | None = None,
+                per_window: tuple[int, float] | None = None,
+                bucket: tuple[int, float] | None = None, wait: float = 0.0,
+                lease: float = DEFAULT_LEASE) -> Limiter:
+        """A limiter shared by every process of this App (``limiter.py``), used in async
+        job code as ``async with limiter:``. Exactly one of:
+
+        - ``concurrent=N``: at most N holders at once; a slot lives as long as its
+          holder's process (a SIGKILLed one's is free again within ``orphan_threshold``);
+        - ``per_window=(N, seconds)``: at most N acquisitions per fixed window;
+        - ``bucket=(N, seconds)``: a token bucket of N tokens, refilled over ``seconds``.
+
+        ``wait``: seconds to wait for a slot or token before raising ``OverLimit`` (a
+        job that raises it is rescheduled, not failed: ``max_limit_reschedules``).
+        ``lease``: how long a concurrent slot taken outside any worker is held at most.
+        A plain-function job cannot use one. The same name again with the same settings
+        gives the same limiter; with others, ``ConfigurationError``."""
+        spec = spec_of(concurrent, per_window, bucket)
+        existing = self.limiters.get(check_name(name))
+        if existing is not None:
+            if not existing.same_as(spec, wait, lease):
+                raise ConfigurationError(f"limiter {name!r} is already defined as "
+                                         f"{existing!r}")
+            return existing
+        made = self.limiters[name] = Limiter(name, spec, wait=wait, lease=lease,
+                                             store=self.store)
+        return made
 
     def add_client_middleware(self, middleware: ClientMiddleware) -> None:
         """Add ``async def mw(enqueue, call_next) -> str | None`` around every enqueue."""
@@ -260,6 +303,16 @@ class App:
             raise ValueError(f"no job is registered as {name!r} in this App")
         return await self._client.enqueue(definition, definition.options, args, kwargs)
 
+    @cached_property
+    def testing(self) -> Testing:
+        """Helpers for tests, with no Redis (``cogworker_async.testing``): ``with
+        jobs.testing.fake():`` records enqueues, ``enqueued()`` lists them, ``await
+        jobs.testing.drain()`` runs them; ``with jobs.testing.inline():`` runs each at once."""
+        from cogworker_async.testing import Testing  # only where tests ask for it
+
+        return Testing(self.registry, self.settings, self._client, self.server_middleware,
+                       self.hooks)
+
     # -- jobs as values -----------------------------------------------------------------
 
     async def status(self, jid: str, *, queue: str | None = None) -> JobStatus:
@@ -282,6 +335,29 @@ class App:
         ended) or ``"unknown"``. A cancel outlives the process running the job: if it
         dies, recovery drops the job instead of running it again."""
         return await self._lookup.cancel(jid, queue=queue)
+
+    # -- flow control -------------------------------------------------------------------
+
+    async def pause(self, queue: str) -> bool:
+        """Pause ``queue``: no worker starts a job from it (the fetch script reads the
+        flag in the step that would take the job); running jobs finish, enqueues still
+        land. Lasts until ``resume``, through restarts. False if it was paused already."""
+        return await self._client.store().pause(check_queue_name(queue))
+
+    async def resume(self, queue: str) -> bool:
+        """Resume a paused ``queue`` (idle workers are woken at once); False if it was
+        not paused."""
+        return await self._client.store().resume(check_queue_name(queue))
+
+    async def paused(self, queues: Sequence[str] | None = None) -> dict[str, Pause]:
+        """The paused queues among ``queues`` (default: every registered queue and this
+        App's own), each with since when and by whom."""
+        store = self._client.store()
+        if queues is None:
+            names = [*await store.queue_names(), *self.settings.queue_names]
+        else:
+            names = [check_queue_name(queue) for queue in queues]
+        return await store.pauses(list(dict.fromkeys(names)))
 
     # -- connection -------------------------------------------------------------------
 
@@ -333,7 +409,9 @@ class App:
         try:
             manager = Manager(self.registry, settings, store, url,
                               periodics=list(self.periodics.values()),
-                              middleware=self.server_middleware, hooks=self.hooks)
+                              middleware=self.server_middleware, hooks=self.hooks,
+                              limiters={name: limiter.spec
+                                        for name, limiter in self.limiters.items()})
             async with anyio.create_task_group() as tg:
                 await tg.start(manager.run)
                 try:

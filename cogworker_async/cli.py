@@ -17,6 +17,8 @@ password of any Redis URL masked (``urls.mask``). Exit codes, for every command:
        old for reliable fetch
     3  Redis unreachable or refusing: connection refused or timed out (after
        ``--wait-for-redis``), a wrong password, a user lacking a permission (NOPERM)
+    4  ``run`` under ``--processes``: stopped after ``--max-jobs`` (replace me);
+       ``job``: unknown jid
 
 The translation lives in two places: ``run`` knows its URL and says which server failed;
 ``main`` is the boundary for everything else that escapes a command (the admin
@@ -36,13 +38,15 @@ import threading
 import time
 import traceback
 from collections.abc import AsyncIterator, Iterator
-from typing import Annotated, Any, Final, NoReturn
+from pathlib import Path
+from typing import Annotated, Any, Final, NoReturn, cast
 
 import anyio
 import redis.exceptions
 import typer
 
 from cogworker_async import environment, logs, urls
+from cogworker_async import supervisor as supervising
 from cogworker_async.admin import cli as admin_cli
 from cogworker_async.app import App, Worker
 from cogworker_async.errors import CogworkerError, why
@@ -50,6 +54,8 @@ from cogworker_async.prometheus import exporter as metrics_exporter
 from cogworker_async.redis.connection import connect, server_info
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
+from cogworker_async.worker import stopper
+from cogworker_async.worker.manager import Manager
 
 log = logging.getLogger(__name__)
 
@@ -230,20 +236,28 @@ async def _until_reachable(url: str, bound: float, signals: AsyncIterator[int]) 
     return not stopped
 
 
-async def _serve(app: App, overrides: dict[str, Any], url: str, wait_for: float) -> bool:
-    """Run a worker until a signal stops it; True if it stopped gracefully."""
+async def _serve(app: App, overrides: dict[str, Any], url: str, wait_for: float,
+                 burst: bool = False) -> int:
+    """Run a worker until a signal stops it (or, ``burst``, its work is done, or it has
+    fetched ``max_jobs``); the exit code: 0 graceful, 1 hard, 4 (``EXIT_RECYCLE``) after
+    ``max_jobs`` under a supervisor (which then starts a fresh process)."""
     # The handlers go in before the worker starts (and before Redis is waited for): a
     # SIGTERM while the worker starts waits in the receiver and stops it as soon as it
     # runs, rather than killing the process with fetched jobs in progress.
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             if not await _until_reachable(url, wait_for, signals):
-                return True
+                return EXIT_OK
             async with app.worker(**overrides) as manager, anyio.create_task_group() as tg:
                 tg.start_soon(_watch_signals, manager, signals)
+                if burst:
+                    tg.start_soon(stopper.stop_when_drained, cast(Manager, manager))
                 await manager.wait_stopped()
                 tg.cancel_scope.cancel()
-            return not manager.stopped_hard
+            if manager.stopped_hard:
+                return EXIT_HARD_STOP
+            spent = cast(Manager, manager).budget_spent
+            return supervising.EXIT_RECYCLE if spent and environment.supervisor() else EXIT_OK
     finally:
         with anyio.CancelScope(shield=True):
             await app.close()
@@ -296,39 +310,115 @@ def run(
         help="Serve Prometheus metrics on this port (the metrics extra).")] = None,
     metrics_host: Annotated[str | None, typer.Option(
         help="Address for --metrics-port (default loopback).")] = None,
+    processes: Annotated[str | None, typer.Option(
+        help="Run N worker processes (or 'auto': one per usable core) under a supervisor "
+             "that restarts them; with --metrics-port, process i serves on PORT+i.")]
+    = None,
+    max_memory: Annotated[str | None, typer.Option(
+        help="With --processes: restart a worker gracefully past this resident memory "
+             "(e.g. 512M, 2G).")] = None,
+    max_jobs: Annotated[int | None, typer.Option(
+        min=1, help="Stop gracefully after this many jobs (under --processes: a fresh "
+                    "process replaces it).")] = None,
+    burst: Annotated[bool, typer.Option(
+        "--burst", help="Exit 0 once the queues and their due scheduled and retry jobs "
+                        "are empty.")] = False,
+    reload: Annotated[bool, typer.Option(
+        "--reload", help="Development: restart the worker(s) when a .py file under the "
+                         "current directory changes (the reload extra).")] = False,
 ) -> None:
     """Work jobs until SIGTERM/SIGINT, then shut down gracefully."""
     try:
         logs.configure(_log_level(log_level), log_format)
     except ValueError as exc:
         fail(str(exc))
+    supervisor, given_url = environment.claim_child()
+    if supervisor is not None:  # a child of ``run --processes``: it goes with its parent
+        supervising.die_with(supervisor)
+        redis_url = redis_url or given_url
     try:
         app = load_app(target)
     except typer.BadParameter as exc:
         fail(exc.message)
-    overrides: dict[str, Any] = {}
-    if concurrency is not None:
-        overrides["concurrency"] = concurrency
-    if queue:  # [""] too: a named queue that cannot be one is refused, not ignored
-        overrides["queues"] = tuple(queue)
-    if redis_url:
-        overrides["redis_url"] = redis_url
-    if metrics_port is not None:
-        overrides["metrics_port"] = metrics_port
-    if metrics_host is not None:
-        overrides["metrics_host"] = metrics_host
+    overrides = _overrides(concurrency=concurrency, queue=queue, redis_url=redis_url,
+                           metrics_port=metrics_port, metrics_host=metrics_host,
+                           max_jobs=max_jobs)
     url = _redis_url(app, _settings(app, overrides))
     if redis_url:
         overrides["redis_url"] = url
+    if processes is not None or max_memory is not None or reload:
+        shared = _child_options(concurrency=concurrency, queue=queue,
+                                wait_for_redis=wait_for_redis, log_level=log_level,
+                                log_format=log_format, metrics_host=metrics_host,
+                                max_jobs=max_jobs, burst=burst)
+        code = _supervise(target, shared, url, processes=processes, max_memory=max_memory,
+                          metrics_port=_settings(app, overrides).metrics_port, burst=burst,
+                          reload=reload)
+        anyio.run(app.close)  # the embedded server, if this process started it
+        raise typer.Exit(code)
     try:
         # uvloop (the ``speed`` extra) when installed: a good share less CPU per job.
         uvloop = importlib.util.find_spec("uvloop") is not None
-        graceful = anyio.run(_serve, app, overrides, url, wait_for_redis,
-                             backend_options={"use_uvloop": uvloop})
+        code = anyio.run(_serve, app, overrides, url, wait_for_redis, burst,
+                         backend_options={"use_uvloop": uvloop})
     except Exception as exc:
         _fail_run(exc, url)
-    _leave_abandoned_threads(EXIT_OK if graceful else EXIT_HARD_STOP)
-    raise typer.Exit(EXIT_OK if graceful else EXIT_HARD_STOP)
+    _leave_abandoned_threads(code)
+    raise typer.Exit(code)
+
+
+def _overrides(*, concurrency: int | None, queue: list[str] | None, redis_url: str | None,
+               metrics_port: int | None, metrics_host: str | None,
+               max_jobs: int | None) -> dict[str, Any]:
+    """The App settings ``run``'s options override."""
+    given = {"concurrency": concurrency, "redis_url": redis_url or None,
+             "max_jobs": max_jobs,
+             "metrics_port": metrics_port, "metrics_host": metrics_host,
+             # [""] too: a named queue that cannot be one is refused, not ignored
+             "queues": tuple(queue) if queue else None}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _supervise(target: str, shared: list[str], url: str, *, processes: str | None,
+               max_memory: str | None, metrics_port: int | None, burst: bool,
+               reload: bool) -> int:
+    """``run --processes``: supervise the children until they have all exited."""
+    try:
+        count = supervising.parse_processes(processes) if processes is not None else 1
+        memory = supervising.parse_size(max_memory) if max_memory is not None else None
+    except ValueError as exc:
+        fail(str(exc))
+    if reload and importlib.util.find_spec("watchfiles") is None:
+        fail("--reload needs watchfiles: pip install 'cogworker-async[reload]'")
+
+    def argv_of(number: int) -> list[str]:
+        port = [] if metrics_port is None else ["--metrics-port", str(metrics_port + number)]
+        return supervising.child_argv(target, [*shared, *port])
+
+    return supervising.Supervisor(argv_of, count, max_memory=memory, burst=burst,
+                                  reload_root=Path.cwd() if reload else None,
+                                  env={environment.CHILD_REDIS_URL: url}).run()
+
+
+def _child_options(*, concurrency: int | None, queue: list[str] | None,
+                   wait_for_redis: float, log_level: str, log_format: str,
+                   metrics_host: str | None, max_jobs: int | None, burst: bool) -> list[str]:
+    """The ``run`` options every child of a supervisor gets: the parent's. The URL it
+    resolved (an embedded server it started is the children's too) goes in their
+    environment instead (``_supervise``): a command line is visible to every user."""
+    options = ["--wait-for-redis", repr(wait_for_redis),
+               "--log-level", log_level, "--log-format", log_format]
+    if concurrency is not None:
+        options += ["--concurrency", str(concurrency)]
+    for name in queue or ():
+        options += ["--queue", name]
+    if metrics_host is not None:
+        options += ["--metrics-host", metrics_host]
+    if max_jobs is not None:
+        options += ["--max-jobs", str(max_jobs)]
+    if burst:
+        options.append("--burst")
+    return options
 
 
 def _fail_run(exc: Exception, url: str) -> NoReturn:

@@ -8,6 +8,11 @@ The worker should never be the first to find out. An enqueue is never retried bl
 With tracing on (``tracing.py``), each enqueue path runs in a PRODUCER span that covers
 the checks and the push (so a refusal or a Redis error is recorded on it), and the
 payload carries the span's context to the worker.
+
+A test can swap the last step only (``Client.sink``, ``cogworker_async.testing``): every
+check, the payload and the client middleware stay the real path, and the prepared job
+goes to the sink instead of Redis. Unset (the normal case) it costs one attribute check
+per enqueue.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -52,26 +58,41 @@ def seconds_from(delay: Delay) -> float:
     return value
 
 
-def epoch_from(when: When) -> float:
-    """A point in time as epoch seconds; refuse naive datetimes."""
+def epoch_from(when: When, what: str = "enqueue_at") -> float:
+    """A point in time as epoch seconds; refuse naive datetimes (``what``: the argument,
+    for the error)."""
     if isinstance(when, datetime):
         if when.tzinfo is None or when.utcoffset() is None:
-            raise ValueError("enqueue_at needs an aware datetime (with tzinfo), or epoch seconds")
+            raise ValueError(f"{what} needs an aware datetime (with tzinfo), or epoch seconds")
         return when.timestamp()
     if isinstance(when, int | float) and not isinstance(when, bool) and math.isfinite(when):
         return float(when)
-    raise TypeError(f"enqueue_at takes an aware datetime or epoch seconds, not {when!r}")
+    raise TypeError(f"{what} takes an aware datetime or epoch seconds, not {when!r}")
 
 
 @dataclass(slots=True)
-class _Push:
-    """One prepared job on its way to Redis."""
+class Push:
+    """One prepared job on its way to Redis (or to a ``Sink``)."""
 
     queue: str
     raw: bytes
     jid: str
     unique: tuple[str, float] | None = None
     """(digest, ttl) when a unique lock must be taken with the push."""
+
+
+class Sink(Protocol):
+    """Where prepared jobs go instead of Redis while a test fakes the client
+    (``cogworker_async.testing``). What comes before the push is the real path."""
+
+    async def push(self, push: Push, *, due: float | None, chosen: bool) -> bool:
+        """Take one job (``due``: epoch s, None: now); False if refused as Redis would
+        refuse it: a unique job's lock is held, or a ``chosen`` jid is alive."""
+        ...
+
+    def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
+        """Run ``enqueue`` for ``enqueue_sync`` (which must not start a server)."""
+        ...
 
 
 def _duplicate(jid: str) -> str | None:
@@ -124,6 +145,8 @@ class Client:
         self._policy_checked = False
         # The one import check for tracing on this side (None: off, at no cost per job).
         self._tracer = tracing.job_tracer(settings.tracing)
+        self.sink: Sink | None = None
+        """Set by ``cogworker_async.testing`` while a test fakes this client."""
 
     def store(self) -> Store:
         """This event loop's Store (a pool is bound to the loop that made it)."""
@@ -144,22 +167,33 @@ class Client:
         options: JobOptions,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
-    ) -> _Push | None:
-        """Check, build and pass the job through the client chain; None if refused."""
+        due: float | None = None,
+    ) -> Push | None:
+        """Check, build and pass the job through the client chain; None if refused.
+        ``due``: when a scheduled job is due (epoch s), which its deadline must follow."""
         definition.check_arguments(args, kwargs)
         if not self.settings.tracked and (options.jid is not None
                                           or options.keep_result is not None):
             raise ConfigurationError(UNTRACKED)
+        now = time.time()
+        # ``expires_in`` counts from when the job may first start (as Sidekiq's): a job
+        # scheduled for later gets its full window then.
+        deadline = options.deadline(max(now, due or now))
+        if deadline is not None and deadline <= max(now, due or now):
+            raise ValueError(f"the job would expire before it could run: its deadline "
+                             f"({deadline:.3f}) is not after "
+                             f"{'its due time' if due else 'now'} ({max(now, due or now):.3f})")
         payload = job.build(definition.name, args, kwargs, queue=options.queue,
-                            retry=options.retry, now=time.time(), jid=options.jid,
-                            keep_result=options.keep_result)
+                            retry=options.retry, now=now, jid=options.jid,
+                            keep_result=options.keep_result, expires_at=deadline,
+                            dead_on_expiry=options.dead_on_expiry)
         if self._tracer is not None and self._tracer.active():  # before the middleware,
             # which may read or drop it
             self._tracer.inject(cast("dict[str, Any]", payload))
         if not self.middleware and options.unique is None:  # nothing to pass it through
             raw = job.encode_new(payload, self.settings.max_payload_bytes)
-            return _Push(options.queue, raw, payload["jid"])
-        prepared: list[_Push] = []
+            return Push(options.queue, raw, payload["jid"])
+        prepared: list[Push] = []
 
         async def accept(enqueue: Enqueue) -> str | None:
             body = _fields(enqueue)
@@ -167,7 +201,7 @@ class Client:
             digest = job.value(body, "unique_digest")
             lock = (str(digest), float(job.value(body, "unique_ttl") or unique.DEFAULT_TTL)) \
                 if digest else None
-            prepared.append(_Push(options.queue, raw, body["jid"], lock))
+            prepared.append(Push(options.queue, raw, body["jid"], lock))
             return str(body["jid"])
 
         chain = client_chain([*self.middleware, mark_unique], accept)
@@ -213,9 +247,13 @@ class Client:
         at: When | None,
     ) -> str | None:
         epoch, seconds = self._due(delay, at)
-        push = await self._prepare(definition, options, args, kwargs)
+        due = epoch if seconds is None else time.time() + seconds
+        push = await self._prepare(definition, options, args, kwargs, due)
         if push is None:
             return None
+        if self.sink is not None:  # a test's fake: all of the above ran as for real
+            taken = await self.sink.push(push, due=due, chosen=options.jid is not None)
+            return push.jid if taken else None
         store = self.store()
         if not self._policy_checked:
             await self._warn_if_evicting(store)
@@ -260,13 +298,16 @@ class Client:
         if options.jid is not None:
             raise ValueError("options(jid=...) names one job: enqueue it with enqueue(), "
                              "not enqueue_many()")
-        pushes: list[_Push | None] = []
+        pushes: list[Push | None] = []
         for index, call in enumerate(calls):
             try:
                 args, kwargs = call
             except (TypeError, ValueError):
                 raise TypeError(f"enqueue_many item {index} is not an (args, kwargs) pair") from None  # noqa: E501
             pushes.append(await self._prepare(definition, options, tuple(args), dict(kwargs)))
+        if self.sink is not None:  # a test's fake (see ``_enqueue``)
+            return [push.jid if push is not None and await self.sink.push(
+                push, due=None, chosen=False) else None for push in pushes]
         plain = [p for p in pushes if p is not None and p.unique is None]
         locked = [p for p in pushes if p is not None and p.unique is not None]
         store = self.store()
@@ -302,6 +343,10 @@ class Client:
     ) -> str | None:
         """``enqueue`` from code that is not async: run on a private event loop thread
         (so client middleware and unique locks behave exactly as in ``enqueue``)."""
+        if self.sink is not None:  # a test's fake: no portal, no server to start
+            caller = self._tracer.current() if self._tracer is not None else None
+            return self.sink.run_sync(partial(self._enqueue_now, definition, options, args,
+                                              kwargs, caller))
         with self._portal_lock:
             if self._portal is None:
                 self._resolve_url()  # an embedded server starts from the caller's thread

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -42,6 +43,14 @@ class JobOptions:
     jid: str | None = None
     """A caller-chosen jid (``options(jid=...)``, one enqueue): enqueueing it while a job
     with that jid is queued, scheduled, running or retrying returns None."""
+    expires_in: float | None = None
+    """Seconds after its enqueue (a scheduled job: after its due time) by which the job
+    must have started (each of its attempts: a retry due later does not run either);
+    None: no deadline."""
+    expires_at: float | None = None
+    """The same deadline as a point in time (epoch s); at most one of the two."""
+    dead_on_expiry: bool = True
+    """An expired job goes to dead (reason ``Expired``); False: it is dropped."""
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -53,8 +62,28 @@ class JobOptions:
         check_keep_result(self.keep_result)
         if self.jid is not None:
             check_jid(self.jid)
+        if self.expires_in is not None:
+            _seconds("expires_in", self.expires_in, MAX_EXPIRES_IN)
+        if self.expires_at is not None:
+            if isinstance(self.expires_at, bool) or not isinstance(self.expires_at, int | float) \
+                    or not math.isfinite(self.expires_at):
+                raise TypeError("expires_at must be an aware datetime or epoch seconds, "
+                                f"not {self.expires_at!r}")
+            if self.expires_in is not None:
+                raise ValueError("give expires_in or expires_at, not both")
+        if not isinstance(self.dead_on_expiry, bool):
+            raise TypeError(f"dead_on_expiry must be True or False, not {self.dead_on_expiry!r}")
+
+    def deadline(self, now: float) -> float | None:
+        """When a job that may start from ``now`` on must have started by (epoch s), if
+        ever."""
+        if self.expires_at is not None:
+            return float(self.expires_at)
+        return None if self.expires_in is None else now + self.expires_in
 
 
+MAX_EXPIRES_IN: Final = 366 * 24 * 3600.0
+"""Longest ``expires_in`` (a year)."""
 MAX_TIMEOUT: Final = 366 * 24 * 3600.0
 """Longest job ``timeout`` (a year): anything longer is a typo, or no timeout (None)."""
 

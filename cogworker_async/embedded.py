@@ -312,6 +312,9 @@ class EmbeddedServer:
             return subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, preexec_fn=preexec,
+                # Not stopped by a terminal's Ctrl-C (sent to the foreground group): its
+                # owner stops it, after the worker has settled what it ran.
+                start_new_session=True,
             )
 
         try:

@@ -6,6 +6,8 @@
 | ``COGWORKER_DATA_DIR`` | the embedded server | its data dir (default ``./.cogworker``) |
 | ``COGWORKER_REDIS_SERVER`` | the embedded server | the server binary to run |
 | ``COGWORKER_WEB_AUTH`` | ``cogworker-async web`` | ``user:password`` for basic auth |
+| ``COGWORKER_SUPERVISOR`` | ``run`` | set by ``run --processes``: a child's supervisor |
+| ``COGWORKER_CHILD_REDIS_URL`` | ``run`` | set by ``run --processes``: a child's URL |
 
 Each is read when it is needed (not at import), so a process that sets one before its
 first enqueue or its first worker is seen to have set it.
@@ -20,6 +22,12 @@ REDIS_URL: Final = "COGWORKER_REDIS_URL"
 DATA_DIR: Final = "COGWORKER_DATA_DIR"
 REDIS_SERVER: Final = "COGWORKER_REDIS_SERVER"
 WEB_AUTH: Final = "COGWORKER_WEB_AUTH"
+SUPERVISOR: Final = "COGWORKER_SUPERVISOR"
+CHILD_REDIS_URL: Final = "COGWORKER_CHILD_REDIS_URL"
+"""The URL a supervisor resolved, for its children: in their environment (readable by
+the owner only), never on their command lines (``ps`` shows those to every user)."""
+
+_claimed: dict[str, str | None] = {}
 
 
 def redis_url() -> str | None:
@@ -41,3 +49,21 @@ def web_auth() -> str | None:
     """``$COGWORKER_WEB_AUTH`` exactly as set (an empty value is not "unset": it is a
     mistake the dashboard refuses to start with), or None when unset."""
     return os.environ.get(WEB_AUTH)
+
+
+def supervisor() -> str | None:
+    """``$COGWORKER_SUPERVISOR`` (the ``run --processes`` supervisor of this worker), or
+    None when unset or empty (or as it was when ``claim_child`` took it)."""
+    if SUPERVISOR in _claimed:
+        return _claimed[SUPERVISOR]
+    return os.environ.get(SUPERVISOR) or None
+
+
+def claim_child() -> tuple[str | None, str | None]:
+    """A child of ``run --processes``: (its supervisor, the URL it was given), taken out
+    of the environment so that a process the job starts (another worker, say) does not
+    believe it is a child too, nor inherit the URL."""
+    for name in (SUPERVISOR, CHILD_REDIS_URL):
+        if name not in _claimed:
+            _claimed[name] = os.environ.pop(name, None) or None
+    return _claimed[SUPERVISOR], _claimed[CHILD_REDIS_URL]

@@ -10,6 +10,7 @@
     ├── UnparseablePayload          a payload that is not a JSON job (filed in dead)
     ├── ProcessDied                 recorded on jobs whose process died too often running them
     ├── JobTimeout                  a job ran past its ``timeout`` (retried like any failure)
+    ├── OverLimit                   a limiter refused (the job is rescheduled, not failed)
     └── Retry                       raised by a job to ask for a retry after ``in_`` seconds
 
 Redis' own errors stay inside ``cogworker_async.redis`` or surface as ``redis`` exceptions
@@ -63,6 +64,27 @@ class ProcessDied(CogworkerError):
 class JobTimeout(CogworkerError):
     """A job ran longer than its ``timeout``: an async job is cancelled; a plain function
     cannot be (its thread runs on, and its slot stays busy until it returns)."""
+
+
+class Expired(CogworkerError):
+    """A job not started by its deadline (``options(expires_in=...)`` or
+    ``expires_at=``): it is not run. Filed in dead with this reason, unless it was
+    enqueued with ``dead_on_expiry=False`` (then dropped; its status says cancelled)."""
+
+
+class OverLimit(CogworkerError):
+    """A limiter (``App.limiter``) refused: its limit was reached and no slot or token
+    came within its ``wait``. Escaping a job, the worker reschedules the job with a
+    jittered backoff, counting neither a failure nor a retry, up to
+    ``max_limit_reschedules`` times (then it fails like any error). Outside a worker it
+    reaches the caller. ``retry_after``: seconds until the limiter may admit again, when
+    it can tell (a window's end, a bucket's next token); None for a concurrent one."""
+
+    def __init__(self, limiter: str, retry_after: float | None = None) -> None:
+        later = "" if retry_after is None else f" (may admit again in {retry_after:.3f}s)"
+        super().__init__(f"limiter {limiter!r} is over its limit{later}")
+        self.limiter = limiter
+        self.retry_after = retry_after
 
 
 class Retry(CogworkerError):

@@ -49,6 +49,13 @@ Payload = TypedDict("Payload", {
     # status.py's: seconds the job's result is kept (``keep_result``), written by the
     # client, read by the worker when it acks (worker/processor.py):
     "keep_result": float,
+    # worker/outcome.py's (``expired``): when the job must have started by (epoch s),
+    # and whether it then goes to dead (absent: it does), written by the client:
+    "expires_at": float,
+    "dead_on_expiry": bool,
+    # worker/outcome.py's (``after_over_limit``): reschedules by limiters, and the last:
+    "limited_count": int,
+    "limited_at": float,
     # tracing.py's: the enqueue's trace context (W3C ``traceparent``, ``tracestate``),
     # written by the client (``JobTracer.inject``), read by the run's span (``_parent``):
     "trace": dict[str, str],
@@ -79,8 +86,9 @@ Field = Literal[
     "jid", "class", "args", "kwargs", "queue", "created_at", "enqueued_at", "retry",
     "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
     "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
-    "periodic", "periodic_tick", "keep_result", "trace", "raw_payload_base64",
-    "raw_payload_preview", "orphaned_from", "orphaned_process",
+    "periodic", "periodic_tick", "keep_result", "expires_at", "dead_on_expiry", "limited_count",
+    "limited_at", "trace",
+    "raw_payload_base64", "raw_payload_preview", "orphaned_from", "orphaned_process",
 ]
 """The name of a ``Payload`` field: what the accessors take, so that mypy checks it
 (tests/unit/test_job.py::test_field_names_are_the_payload_keys pins it to ``Payload``)."""
@@ -217,8 +225,10 @@ def build(
     now: float,
     jid: str | None = None,
     keep_result: float | None = None,
+    expires_at: float | None = None,
+    dead_on_expiry: bool = True,
 ) -> Payload:
-    """A new job's payload."""
+    """A new job's payload (optional fields only when set: no cost to a job without)."""
     payload: Payload = {
         "jid": jid or new_jid(),
         "class": name,
@@ -231,6 +241,10 @@ def build(
     }
     if keep_result is not None:
         payload["keep_result"] = keep_result
+    if expires_at is not None:
+        payload["expires_at"] = expires_at
+        if not dead_on_expiry:
+            payload["dead_on_expiry"] = False
     return payload
 
 

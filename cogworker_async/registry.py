@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from cogworker_async.client import Client
+from cogworker_async.client import Client, epoch_from, seconds_from
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 
 P = ParamSpec("P")
@@ -29,12 +29,26 @@ class Enqueuer(Generic[P]):
     def options(
         self, *, queue: str | None = None, retry: bool | int | None = None,
         timeout: float | None = None, keep_result: float | None = None,
-        jid: str | None = None,
+        jid: str | None = None, expires_in: Delay | None = None,
+        expires_at: When | None = None, dead_on_expiry: bool | None = None,
     ) -> Enqueuer[P]:
         """The same job with other options for the enqueues made through the result:
         ``keep_result`` seconds to keep its return value; ``jid`` a jid of your own (an
-        idempotent enqueue: None while a job with that jid is alive)."""
+        idempotent enqueue: None while a job with that jid is alive); ``expires_in``
+        (seconds or a timedelta) or ``expires_at`` (an aware datetime or epoch seconds):
+        the job is not run if it has not started by then — filed in dead as ``Expired``,
+        or dropped with ``dead_on_expiry=False``."""
         changes: dict[str, Any] = {}
+        if expires_in is not None and expires_at is not None:
+            raise ValueError("give expires_in or expires_at, not both")
+        if expires_in is not None:
+            changes.update(expires_in=seconds_from(expires_in) if not isinstance(
+                expires_in, int | float) or isinstance(expires_in, bool) else expires_in,
+                expires_at=None)
+        if expires_at is not None:
+            changes.update(expires_at=epoch_from(expires_at, "expires_at"), expires_in=None)
+        if dead_on_expiry is not None:
+            changes["dead_on_expiry"] = dead_on_expiry
         if keep_result is not None:
             changes["keep_result"] = keep_result
         if jid is not None:

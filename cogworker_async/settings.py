@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -48,6 +48,12 @@ MAX_DURABILITY_TIMEOUT: Final = 60.0
 QueueSpec = str | tuple[str, int]
 
 MAX_PORT: Final = 65535
+
+MAX_JOBS: Final = 10**12
+"""Largest ``max_jobs``."""
+
+MAX_QUEUE_LIMIT: Final = 1_000_000
+"""Largest value in ``queue_limits``."""
 
 BEATS_PER_THRESHOLD: Final = 2
 """``orphan_threshold`` spans at least this many beats: one beat may be late (a busy
@@ -95,7 +101,8 @@ class Settings:
     redis_url: str | None = None
     """None: ``$COGWORKER_REDIS_URL``, else the embedded server."""
     namespace: str = "cogworker"
-    """Prefix of every key; give it a hash tag (``"{cogworker}"``) on Redis Cluster."""
+    """Prefix of every key, without braces: each key carries its own hash tag (a queue's
+    slot, or the namespace's), on a single Redis and on Redis Cluster alike."""
     queues: Sequence[QueueSpec] = ("default",)
     """Fetch order: names in strict order, or ``(name, weight)`` pairs for weighted order."""
     concurrency: int = 10
@@ -106,6 +113,10 @@ class Settings:
     recovery_interval: float = 5.0
     max_orphanings: int = 3
     """Recovered from a dead process more often than this: dead, as ``ProcessDied``."""
+    max_limit_reschedules: int = 20
+    """Times a job refused by a limiter (``OverLimit``) is rescheduled without counting a
+    failure or a retry; past it, a refusal fails the run like any error (Sidekiq
+    Enterprise's default)."""
     shutdown_timeout: float = 25.0
     """How long running jobs get to finish after SIGTERM before they are cancelled."""
     poll_interval: float = 2.0
@@ -126,6 +137,14 @@ class Settings:
     very short jobs; they wait in this process even while another one is idle."""
     sync_threads: int = 10
     """Threads for plain (non-async) job functions."""
+    max_jobs: int | None = None
+    """Jobs a worker fetches before it stops by itself, gracefully (``run --max-jobs``:
+    its supervisor then starts a fresh process); None: no bound."""
+    queue_limits: Mapping[str, int] = field(default_factory=dict)
+    """Most jobs of a queue running at once across every worker process (``{"reports":
+    2}``), decided by the fetch script from the processes' in-progress lists, so a crash
+    frees its share when recovery takes its jobs back. Every process must agree; needs
+    reliable fetch. Prefetched jobs count as running."""
     dead_max_jobs: int = DEAD_MAX_JOBS
     """Most jobs kept in dead: filing one more drops the oldest."""
     dead_max_age: float = DEAD_MAX_AGE
@@ -167,6 +186,7 @@ class Settings:
         self._check_numbers()
         if self.fetch not in ("reliable", "basic"):
             raise ValueError(f"fetch must be 'reliable' or 'basic', not {self.fetch!r}")
+        self._check_queue_limits()
         if self.durability not in (None, "replica", "aof"):
             raise ValueError("durability must be None, 'replica' or 'aof', "
                              f"not {self.durability!r}")
@@ -180,11 +200,25 @@ class Settings:
             if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
                 raise ValueError(f"queue weight of {name!r} must be an int >= 1")
 
+    def _check_queue_limits(self) -> None:
+        if not isinstance(self.queue_limits, Mapping):
+            raise TypeError("queue_limits must be a mapping of queue name to the most jobs "
+                            f"of it running at once, not {type(self.queue_limits).__name__}")
+        for name, limit in self.queue_limits.items():
+            check_queue_name(name)
+            _count(f"queue_limits[{name!r}]", limit, 1, MAX_QUEUE_LIMIT)
+        if self.queue_limits and self.fetch != "reliable":
+            raise ValueError("queue_limits needs reliable fetch: a basic-fetch worker pops "
+                             "jobs outside the script that counts what runs")
+
     def _check_numbers(self) -> None:
         _count("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
         _count("prefetch", self.prefetch, 0, MAX_CONCURRENCY)
         _count("sync_threads", self.sync_threads, 1, MAX_CONCURRENCY)
         _count("max_orphanings", self.max_orphanings, 0, 1_000_000)
+        _count("max_limit_reschedules", self.max_limit_reschedules, 0, 1_000_000)
+        if self.max_jobs is not None:
+            _count("max_jobs", self.max_jobs, 1, MAX_JOBS)
         _count("max_payload_bytes", self.max_payload_bytes, 1, MAX_PAYLOAD_LIMIT)
         _count("dead_max_jobs", self.dead_max_jobs, 1, MAX_DEAD_JOBS)
         for name in ("heartbeat_interval", "orphan_threshold", "recovery_interval",

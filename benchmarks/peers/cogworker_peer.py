@@ -1,9 +1,9 @@
 """cogworker-async through its public API: ``App``, ``@jobs.job``, ``enqueue``,
 ``enqueue_many`` and ``jobs.worker(concurrency=...)`` (reliable fetch: the default).
 
-The worker runs embedded (``async with jobs.worker(...)``) under ``uvloop.run``: the
-``cogworker-async run`` CLI starts its loop with ``anyio.run`` on the default asyncio
-loop and offers no uvloop switch.
+Here the worker runs embedded (``async with jobs.worker(...)``) under ``uvloop.run``;
+``cogworker_app.py`` gives the same ``App`` to ``cogworker-async run`` (which runs on
+uvloop when it is installed) for the ``noop`` and ``processes`` scenarios.
 
 Modes: ``default`` (reliable fetch), ``basic`` (``fetch="basic"``, for comparison only).
 """

@@ -16,6 +16,12 @@ Output is JSON lines on stdout: ``{"event": "ready"}`` once the worker runs, the
 ``work --cprofile PATH`` also dumps cProfile stats of the measured part. Timing and CPU
 cover only the measured part (no imports): CPU is this process's ``getrusage`` (all
 threads), wall time ``perf_counter``.
+
+A system's own CLI worker (``<system>_app.py``: what it imports) runs the same job
+functions in processes the driver did not write: there, with ``BENCH_SLOTS`` set, each
+process counts its jobs in a slot of its own, a small shared file (``Slot``) that the
+driver reads without asking the worker anything. ``app_args()`` gives those modules the
+driver's settings (``BENCH_REDIS_URL``, ``BENCH_MODE``, ``BENCH_CONCURRENCY``).
 """
 
 from __future__ import annotations
@@ -23,12 +29,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import mmap
 import os
 import resource
+import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any, Protocol
 
 JOBS = ("noop", "sleep", "probe")
@@ -76,6 +85,55 @@ def rss_kb() -> int:
     return 0
 
 
+SLOTS_ENV = "BENCH_SLOTS"
+SLOT = struct.Struct("<qddd")
+"""A slot: jobs run, last job's start, first job's start (``time.monotonic()``, one clock
+for every process on Linux) and the process's CPU seconds just before its first job.
+``benchmarks/cli_workers.py`` reads the same layout."""
+
+
+def app_args() -> argparse.Namespace:
+    """The driver's settings for a CLI worker's app module (environment variables)."""
+    return argparse.Namespace(redis_url=os.environ.get("BENCH_REDIS_URL",
+                                                       "redis://127.0.0.1:6379/0"),
+                              mode=os.environ.get("BENCH_MODE", "default"),
+                              concurrency=int(os.environ.get("BENCH_CONCURRENCY", "10")))
+
+
+def own_cpu() -> float:
+    """This process's CPU seconds, all threads, as the driver reads any process's
+    (``/proc/<pid>/task/*/schedstat``, ns), so that the two readings subtract."""
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError):
+            pass
+    return total / 1e9
+
+
+class Slot:
+    """This process's counters in ``<BENCH_SLOTS>/<pid>``, written on each job (a memory
+    write: no system call, so the count costs the worker next to nothing)."""
+
+    def __init__(self, directory: str) -> None:
+        cpu, now = own_cpu(), time.monotonic()
+        path = os.path.join(directory, str(os.getpid()))
+        fd = os.open(path + ".new", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, SLOT.size)
+            self.map = mmap.mmap(fd, SLOT.size)
+        finally:
+            os.close(fd)
+        self.count = 1
+        SLOT.pack_into(self.map, 0, 1, now, now, cpu)
+        os.rename(path + ".new", path)  # the driver never sees a slot before its first job
+
+    def hit(self) -> None:
+        self.count += 1
+        struct.pack_into("<qd", self.map, 0, self.count, time.monotonic())
+
+
 class Tracker:
     """Counts job runs in the worker process; set ``event`` at the target count."""
 
@@ -84,6 +142,9 @@ class Tracker:
         self.count = 0
         self.latencies: list[float] = []
         self.first_at: float | None = None
+        self.last_at: float | None = None
+        self.slots = os.environ.get(SLOTS_ENV) or None
+        self.slot: Slot | None = None
         self.event: asyncio.Event | None = None
         self.sleep_s = 0.05
         self.running = 0
@@ -96,9 +157,15 @@ class Tracker:
 
     def hit(self, ts: float, *, record: bool = False) -> None:
         """A job ran."""
+        if self.slots is not None:
+            if self.slot is None:
+                self.slot = Slot(self.slots)
+            else:
+                self.slot.hit()
         now = time.time()
+        self.last_at = time.perf_counter()
         if self.first_at is None:
-            self.first_at = time.perf_counter()
+            self.first_at = self.last_at
         if record:
             self.latencies.append(now - float(ts))
         self.count += 1
@@ -106,7 +173,15 @@ class Tracker:
             self.event.set()
 
 
+    def forked(self) -> None:
+        """In a forked child (a pool's worker process): its own slot, its own counts."""
+        self.slot = None
+        self.count = 0
+        self.first_at = self.last_at = None
+
+
 TRACKER = Tracker()
+os.register_at_fork(after_in_child=TRACKER.forked)
 
 
 async def noop(ts: float) -> None:
@@ -196,8 +271,10 @@ async def work(peer: Peer, args: argparse.Namespace) -> None:
             profiler.disable()
             profiler.dump_stats(args.cprofile)
         first = None if TRACKER.first_at is None else TRACKER.first_at - began
+        span = None if TRACKER.first_at is None or TRACKER.last_at is None \
+            else TRACKER.last_at - TRACKER.first_at
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        emit("result", n=TRACKER.count, seconds=seconds, cpu=used, first_job=first,
+        emit("result", n=TRACKER.count, seconds=seconds, cpu=used, first_job=first, span=span,
              rss_kb=rss_kb(), maxrss_kb=usage.ru_maxrss, latencies=TRACKER.latencies,
              peak_running=TRACKER.peak,
              capped=TRACKER.count < args.n)

@@ -1,7 +1,9 @@
 """RQ (synchronous): ``Queue.enqueue``, ``Queue.enqueue_many`` (one pipeline) and a
 ``SimpleWorker`` (jobs run in the worker process, one at a time: RQ's default ``Worker``
-forks a process per job). No event loop, so no uvloop; ``--concurrency`` must be 1, and
-the sleep scenario is left out (2,000 x 50 ms one at a time is 100 s by construction).
+forks a process per job). ``rq worker -w rq.worker.SimpleWorker`` (``cli_workers.py``)
+imports the jobs from this module as ``rq_peer``. No event loop, so no uvloop;
+``--concurrency`` must be 1, and the sleep scenario is left out (2,000 x 50 ms one at a
+time is 100 s by construction).
 """
 
 from __future__ import annotations
@@ -81,8 +83,10 @@ def main() -> None:
         tracker = common.TRACKER
         usage = resource.getrusage(resource.RUSAGE_SELF)
         first = None if tracker.first_at is None else tracker.first_at - began
+        span = None if tracker.first_at is None or tracker.last_at is None \
+            else tracker.last_at - tracker.first_at
         common.emit("result", n=tracker.count, seconds=time.perf_counter() - began,
-                    cpu=common.cpu_seconds() - cpu, first_job=first,
+                    cpu=common.cpu_seconds() - cpu, first_job=first, span=span,
                     rss_kb=common.rss_kb(), maxrss_kb=usage.ru_maxrss,
                     latencies=tracker.latencies, capped=tracker.count < args.n)
         common.emit("stopped")

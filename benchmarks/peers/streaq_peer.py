@@ -1,6 +1,7 @@
 """streaq: ``task.enqueue(...)`` (awaited), ``Worker.enqueue_many`` (one pipeline) and
 ``Worker.run_async`` (embedded, ``handle_signals=False``). Redis streams, with a consumer
-group: a fetched task stays pending until it is acknowledged.
+group: a fetched task stays pending until it is acknowledged. ``streaq_app.py`` gives
+the same worker to ``streaq run``.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from streaq import Worker
 class StreaqPeer:
     bulk_method = "enqueue_many"
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, **options: Any) -> None:
+        """``options``: more ``Worker`` arguments (``streaq_app.py``: its CLI's)."""
         self.url = args.redis_url
         self.concurrency = getattr(args, "concurrency", 16)
+        options.setdefault("handle_signals", False)
         self.app: Worker[Any] = Worker(redis_url=self.url, concurrency=self.concurrency,
-                                       handle_signals=False)
+                                       **options)
         self.tasks = {name: self.app.task(name=name)(getattr(common, name))
                       for name in ("noop", "sleep", "probe")}
 

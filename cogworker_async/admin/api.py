@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from cogworker_async.admin.job_status import JobStatuses
+from cogworker_async.admin.limits import Limits
 from cogworker_async.admin.records import (
     PAGE_SIZE,
     SERVER_FIELDS,
@@ -163,6 +164,7 @@ class Queues:
         if names is None:
             names = await admin.queue_names()
         heads = await admin.queue_heads(names)
+        pauses = await admin.store.pauses(names)
         now = await admin.now()
         infos = []
         for name, (size, oldest) in zip(names, heads, strict=True):
@@ -170,8 +172,18 @@ class Queues:
             if oldest is not None:
                 enqueued = JobRecord.read(oldest).stamp("enqueued_at")
                 latency = max(0.0, now - enqueued) if enqueued is not None else 0.0
-            infos.append(QueueInfo(name, size, latency))
+            pause = pauses.get(name)
+            infos.append(QueueInfo(name, size, latency,
+                                   pause.since if pause is not None else None))
         return infos
+
+    async def pause(self, name: str) -> bool:
+        """Pause queue ``name`` (see ``App.pause``); False if it was paused already."""
+        return await self._inspector.admin().store.pause(check_queue_name(name))
+
+    async def resume(self, name: str) -> bool:
+        """Resume queue ``name``; False if it was not paused."""
+        return await self._inspector.admin().store.resume(check_queue_name(name))
 
 
 
@@ -256,6 +268,7 @@ class Inspector:
         self.periodic = PeriodicJobs(self)
         self.metrics = RunMetrics(self)
         self.jobs = JobStatuses(self)
+        self.limits = Limits(self)
 
     @property
     def default_queue(self) -> str:

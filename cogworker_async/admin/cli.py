@@ -1,6 +1,7 @@
-"""The admin CLI: ``stats``, ``queues``, ``scheduled``, ``retries``, ``dead``, ``processes``
-and ``periodic`` — what the dashboard shows, as tables for a person or ``--json`` for a
-script, and its actions (retry, delete, kill) on entries named by their tokens.
+"""The admin CLI: ``stats``, ``queues``, ``scheduled``, ``retries``, ``dead``, ``processes``,
+``periodic`` and ``limits`` — what the dashboard shows, as tables for a person or
+``--json`` for a script, and its actions (retry, delete, kill on entries named by their
+tokens; pause and resume a queue).
 
 Every read and action goes through ``Inspector``, the dashboard's model: an action finds
 exactly the entry the user saw, or reports it gone, and never touches another one.
@@ -70,6 +71,9 @@ DeleteAll = Annotated[bool, typer.Option("--delete-all", help="Delete every entr
 KillAll = Annotated[bool, typer.Option("--kill-all",
                                        help="Move every entry to dead (not for dead).")]
 Clear = Annotated[bool, typer.Option("--clear", help="Delete every job on queue NAME.")]
+PauseQueue = Annotated[bool, typer.Option(
+    "--pause", help="Pause queue NAME: no worker starts its jobs until --resume.")]
+ResumeQueue = Annotated[bool, typer.Option("--resume", help="Resume queue NAME.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 Search = Annotated[str | None, typer.Option(help="Only entries whose JSON holds TERM.")]
 
@@ -227,6 +231,7 @@ def register(cli: typer.Typer, load_app: LoadApp) -> None:
         cli.command(name=which, help=_SET_HELP[which])(_set_command(load_app, which))
     cli.command(name="processes")(_processes_command(load_app))
     cli.command(name="periodic")(_periodic_command(load_app))
+    cli.command(name="limits")(_limits_command(load_app))
     migrate_cli.register(cli, load_app)  # migrate-keys (from the 0.1 key layout)
     metrics_cli.register(cli, load_app)  # metrics-summary (runs per job class)
     job_cli.register(cli, load_app)  # job JID [--cancel]: one job's status record
@@ -264,10 +269,12 @@ def _queues_command(load_app: LoadApp) -> Callable[..., None]:
         name: Annotated[str | None, typer.Argument(help="A queue: show its jobs.")] = None,
         page: PageNumber = 1, size: PageSize = PAGE_SIZE,
         delete: DeleteTokens = None, clear: Clear = False,
+        pause: PauseQueue = False, resume: ResumeQueue = False,
         yes: Yes = False, redis_url: RedisUrl = None, as_json: AsJson = False,
     ) -> None:
-        """Queues (size, latency), or a page of one queue's jobs; delete or clear."""
-        action = _one_action(delete=delete, clear=clear)
+        """Queues (size, latency, paused), or a page of one queue's jobs; delete, clear,
+        pause or resume."""
+        action = _one_action(delete=delete, clear=clear, pause=pause, resume=resume)
         if name is None:
             if action:
                 fail(f"--{action} needs a queue NAME")
@@ -286,10 +293,23 @@ def _queues_command(load_app: LoadApp) -> Callable[..., None]:
         elif clear:
             count = _run(app, lambda insp: insp.queue(queue).clear())
             report("clear", Done(count), as_json)
+        elif pause or resume:
+            _pause_or_resume(app, queue, "pause" if pause else "resume", as_json)
         else:
             _show_queue_page(app, queue, page, size, as_json)
 
     return queues
+
+
+def _pause_or_resume(app: App, queue: str, action: str, as_json: bool) -> None:
+    """Pause or resume; saying so when it already was (exit 0: the state asked for
+    holds either way)."""
+    changed = _run(app, lambda insp: getattr(insp.queues, action)(queue))
+    state = "paused" if action == "pause" else "running"
+    if as_json:
+        emit_json({"action": action, "queue": queue, "changed": changed, "state": state})
+    else:
+        typer.echo(f"queue {queue}: {state}" + ("" if changed else " (it already was)"))
 
 
 def _processes_command(load_app: LoadApp) -> Callable[..., None]:
@@ -310,6 +330,18 @@ def _periodic_command(load_app: LoadApp) -> Callable[..., None]:
             show(tables.periodic(found, time.time()))
 
     return periodic
+
+
+def _limits_command(load_app: LoadApp) -> Callable[..., None]:
+    def limits(target: Target, redis_url: RedisUrl = None, as_json: AsJson = False) -> None:
+        """Rate limiters: kind, what each allows, in use now, recent refusals."""
+        found = _run(open_app(load_app, target, redis_url), lambda insp: insp.limits.all())
+        if as_json:
+            emit_json({"limits": [dataclasses.asdict(usage) for usage in found]})
+        else:
+            show(tables.limits(found))
+
+    return limits
 
 
 _SET_HELP: Final = {

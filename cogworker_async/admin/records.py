@@ -283,6 +283,13 @@ class QueueInfo:
     size: int
     latency: float
     """Seconds the oldest job has waited (0 for an empty queue)."""
+    paused_since: float | None = None
+    """When the queue was paused (epoch s; 0.0 if its flag is unreadable); None: not
+    paused."""
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_since is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -315,6 +322,8 @@ class ProcessInfo:
     in_progress: int
     """Jobs on its in-progress list (fetched, not settled)."""
     running: list[RunningJob]
+    supervisor: str | None = None
+    """The ``run --processes`` supervisor (``host:pid``) that started it, if any."""
 
     @property
     def awaiting_recovery(self) -> bool:
@@ -364,6 +373,7 @@ def process_info(entry: dict[str, Any], now: float) -> ProcessInfo:
         rss_bytes=int(rss) if rss is not None else None,
         version=str(info["version"]) if "version" in info else None,
         in_progress=entry["in_progress"], running=running,
+        supervisor=_text(info.get("supervisor")),
     )
 
 

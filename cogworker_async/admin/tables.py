@@ -15,6 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cogworker_async.admin.limits import capacity_text
 from cogworker_async.admin.records import (
     DayTotals,
     JobRecord,
@@ -23,6 +24,7 @@ from cogworker_async.admin.records import (
     ProcessInfo,
     QueueInfo,
 )
+from cogworker_async.redis.limits import LimiterUsage
 
 ARGS_SHOWN: Final = 60
 """Characters of a job's arguments (or error) a table row shows; ``--json`` has them all."""
@@ -94,7 +96,8 @@ def stats(summary: dict[str, Any], server: dict[str, Any],
                                   f"{duration(summary['dead_max_age'])} each")
     totals.add_row("redis", redis_line(server))
     totals.add_row("maxmemory-policy", summary["maxmemory_policy"] or NOT_AVAILABLE)
-    queues = [QueueInfo(q["name"], q["size"], q["latency"]) for q in summary["queues"]]
+    queues = [QueueInfo(q["name"], q["size"], q["latency"], q.get("paused_since"))
+              for q in summary["queues"]]
     parts: list[RenderableType] = [totals, Text(""), queue_table(queues)]
     if summary["eviction_warning"]:
         parts.insert(0, Text(f"warning: {summary['eviction_warning']}", style="bold red"))
@@ -130,8 +133,10 @@ def queue_table(queues: Sequence[QueueInfo]) -> RenderableType:
     table.add_column("queue")
     table.add_column("size", justify="right")
     table.add_column("latency", justify="right")
+    table.add_column("state")
     for info in queues:
-        table.add_row(info.name, str(info.size), duration(info.latency))
+        table.add_row(info.name, str(info.size), duration(info.latency),
+                      "paused" if info.paused else "")
     return table
 
 
@@ -223,7 +228,9 @@ def _process_table(found: Sequence[ProcessInfo], now: float) -> RenderableType:
         table.add_column(header, no_wrap=header == "identity")
     for p in found:
         table.add_row(
-            p.identity, _state(p), p.hostname or NONE, str(p.pid or NONE),
+            p.identity, _state(p),
+            (p.hostname or NONE) + (f" (supervisor {p.supervisor})" if p.supervisor else ""),
+            str(p.pid or NONE),
             relative(p.started_at, now),
             f"{duration(p.beat_age)} ago" if p.beat_age is not None else NONE,
             f"{p.lag_ms:.0f}ms" if p.lag_ms is not None else NONE,
@@ -255,4 +262,17 @@ def periodic(found: Sequence[PeriodicInfo], now: float) -> RenderableType:
         table.add_row(info.name, info.schedule, info.tz, info.queue,
                       relative(info.next_run, now), relative(info.last_run, now),
                       "yes" if info.running else "no")
+    return table
+
+
+def limits(found: Sequence[LimiterUsage]) -> RenderableType:
+    if not found:
+        return Text("no limiters registered (a worker registers its App's at start)")
+    table = Table(title="limiters", title_justify="left")
+    for header in ("name", "kind", "allows", "in use", "refused (1-2 min)"):
+        table.add_column(header, justify="right" if header.startswith(("in", "ref")) else
+                         "left")
+    for usage in found:
+        table.add_row(usage.name, usage.kind, capacity_text(usage),
+                      f"{usage.in_use:,} / {usage.capacity:,}", f"{usage.over_recent:,}")
     return table

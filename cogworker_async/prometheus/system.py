@@ -9,6 +9,7 @@ as the dashboard reads them, at each scrape:
 - ``cogworker_queue_size{queue}``: jobs waiting on each registered queue.
 - ``cogworker_queue_latency_seconds{queue}``: how long its oldest job has waited (0 for
   an empty queue).
+- ``cogworker_queue_paused{queue}``: 1 while the queue is paused (``App.pause``), else 0.
 - ``cogworker_scheduled_size``, ``cogworker_retry_size``, ``cogworker_dead_size``: the
   sets, summed over queues.
 - ``cogworker_processes``: worker processes alive (beating).
@@ -105,11 +106,15 @@ def families(gauges: SystemGauges | None) -> list[Metric]:
                              labels=["queue"])
     latency = GaugeMetricFamily("cogworker_queue_latency_seconds",
                                 "Seconds the queue's oldest job has waited.", labels=["queue"])
+    paused = GaugeMetricFamily("cogworker_queue_paused",
+                               "1 while the queue is paused: no worker starts its jobs.",
+                               labels=["queue"])
     for queue in gauges.queues:
         size.add_metric([queue.name], queue.size)
         latency.add_metric([queue.name], queue.latency)
+        paused.add_metric([queue.name], 1 if queue.paused else 0)
     return [
-        up, size, latency,
+        up, size, latency, paused,
         GaugeMetricFamily("cogworker_scheduled_size", "Jobs scheduled for later.",
                           value=gauges.scheduled),
         GaugeMetricFamily("cogworker_retry_size", "Failed jobs waiting for their retry.",

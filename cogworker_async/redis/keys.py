@@ -98,6 +98,18 @@ class Keys:
         """Hash of what each processor of one process runs (dashboard only, best effort)."""
         return self._app(f"workers:{identity}")
 
+    def limiter(self, name: str, part: str) -> str:
+        """A rate limiter's keys (``limiter.py``): in the namespace's slot, beside the
+        processes' alive markers, so that a concurrent limiter's script can tell a
+        holder whose process is gone and free its slot in the same step."""
+        return self._app(f"limit:{name}:{part}")
+
+    @property
+    def limiters(self) -> str:
+        """Hash limiter name -> its kind and capacity (JSON), written by each worker that
+        registers it: what the dashboard and the CLI list."""
+        return self._app("limiters")
+
     @property
     def recovery_lock(self) -> str:
         """Short lock so that one process at a time runs orphan recovery."""
@@ -201,6 +213,16 @@ class Keys:
         """Set of identities whose jobs on ``queue`` recovery took: a paused process that
         beats again finds itself here and knows it is a zombie."""
         return self._queue(queue, "declared_dead")
+
+    def queue_prefix(self, queue: str) -> str:
+        """The start of every key name in ``queue``'s slot (``fetch.lua`` makes the names
+        of the pause flag and of each process's in-progress list from it)."""
+        return self._queue(queue, "")
+
+    def paused(self, queue: str) -> str:
+        """String present while ``queue`` is paused (when, and by whom): no fetch takes
+        from it (``fetch.lua``); enqueues still land. No TTL: it lasts until resumed."""
+        return self._queue(queue, "paused")
 
     def orphanings(self, queue: str, jid: str) -> str:
         """Counter of how often ``jid`` was recovered from a dead process."""

@@ -39,6 +39,7 @@ from cogworker_async.redis.durability import Durability
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.liveness import HISTORY_TTL, Liveness, as_bytes
+from cogworker_async.redis.pausing import Pausing
 from cogworker_async.redis.records import Records
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
 from cogworker_async.redis.sentinel import MasterNotFound
@@ -96,6 +97,10 @@ RedisError = redis.exceptions.RedisError
 ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 ClusterUnreachable = redis.exceptions.RedisClusterException
 """A blocking cluster client that found no node to read the slot map from."""
+Unavailable = (RedisError, OSError, ClusterUnreachable)
+"""Redis away or failing over, as a call may raise it: a redis-py error, a socket's own
+(``OSError``: a refused or reset connection not wrapped by redis-py), or a cluster
+client without a slot map. What a worker's loops wait out and try again."""
 NoMaster = MasterNotFound
 """No sentinel named a master: the call was never sent."""
 LostReply = redis.exceptions.ConnectionError
@@ -173,10 +178,11 @@ def _as_list(reply: Any) -> list[Any]:
     return list(reply) if isinstance(reply, list | tuple) else []
 
 
-class Store(Liveness, Records):
+class Store(Liveness, Records, Pausing):
     """Domain operations on one namespace, over one async connection pool. The
     operations on processes and their lists (recovery, hand-over, relist) are in
-    ``liveness.py``, mixed in."""
+    ``liveness.py``, those on status records in ``records.py``, a queue's pause in
+    ``pausing.py``, mixed in."""
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys,
                  dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS,
@@ -299,12 +305,12 @@ class Store(Liveness, Records):
 
     # -- queue names -----------------------------------------------------------------
 
-    async def register_queues(self, queues: Sequence[str]) -> None:
+    async def register_queues(self, queues: Sequence[str]) -> bool:
         """Record queue names in the namespace's registry (the dashboard and recovery
         find each queue's slot through it). It is another slot than the queue's, so never
         in the enqueue script itself: written before the first push, so a queue with jobs
         is registered, then again every ``REGISTER_EVERY`` seconds at most (Redis may
-        have lost the set: a restart without persistence, a failover)."""
+        have lost the set: a restart without persistence, a failover). True if it sent."""
         now = time.monotonic()
         new = [queue for queue in dict.fromkeys(queues)
                if now - self._registered.get(queue, -REGISTER_EVERY) >= REGISTER_EVERY]
@@ -313,6 +319,7 @@ class Store(Liveness, Records):
             # enqueue right after a Redis restart must not fail on the pool's).
             await self._lane.call(b"SADD", self.keys.queues, *new)
             self._registered.update(dict.fromkeys(new, now))
+        return bool(new)
 
     async def queue_names(self) -> list[str]:
         """Every registered queue name, sorted."""
@@ -358,16 +365,19 @@ class Store(Liveness, Records):
 
     # -- fetch and settle --------------------------------------------------------------
 
-    async def fetch(self, identity: str, queues: Sequence[str], count: int) -> Fetched:
+    async def fetch(self, identity: str, queues: Sequence[str], count: int,
+                    limits: Mapping[str, int] | None = None) -> Fetched:
         """Move up to ``count`` jobs from ``queues`` (in order) onto this process's
-        in-progress lists (one per queue)."""
+        in-progress lists (one per queue), skipping paused queues, and taking from a
+        queue in ``limits`` only while fewer than its limit run across all processes."""
+        limits = limits or {}
         if not self.cluster or len(queues) == 1:
-            return await self._fetch(identity, queues, count)
+            return await self._fetch(identity, queues, count, limits)
         result = Fetched()
         failure: RedisError | None = None
         for queue in queues:  # each queue's slot on its own (maybe another node)
             try:
-                some = await self._fetch(identity, [queue], count - len(result.jobs))
+                some = await self._fetch(identity, [queue], count - len(result.jobs), limits)
             except RedisError as exc:
                 # One shard away (down, failing over) must not stop the queues of the
                 # others: tried in order all the same. Jobs moved are returned, as
@@ -383,11 +393,15 @@ class Store(Liveness, Records):
             raise failure
         return result
 
-    async def _fetch(self, identity: str, queues: Sequence[str], count: int) -> Fetched:
+    async def _fetch(self, identity: str, queues: Sequence[str], count: int,
+                     limits: Mapping[str, int]) -> Fetched:
         keys = [key for queue in queues
                 for key in (self.keys.queue(queue), self.keys.in_progress(queue, identity))]
         args = [count, identity, repr(time.time()), self.keep_status, LIVE_TTL,
-                *(self.record_prefix(queue) for queue in queues)]
+                *(self.record_prefix(queue) for queue in queues),
+                *(self.keys.queue_prefix(queue) for queue in queues)]
+        if limits:
+            args += [limits.get(queue, 0) for queue in queues]
         reply = _as_list(await self._run("fetch", keys, args))
         flat = _as_list(reply[0]) if reply else []
         result = Fetched()
@@ -585,6 +599,19 @@ class Store(Liveness, Records):
             raise
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def backlog(self, queues: Sequence[str]) -> int:
+        """Jobs of ``queues`` waiting to run now: queued, plus due scheduled and retry
+        entries (``run --burst`` stops when it is 0). One pipeline; by Redis TIME."""
+        seconds, micros = await self.client.time()
+        now = repr(int(seconds) + int(micros) / 1_000_000)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.llen(self.keys.queue(queue))
+                pipe.zcount(self.keys.schedule(queue), "-inf", now)
+                pipe.zcount(self.keys.retry(queue), "-inf", now)
+            counts = await pipe.execute()
+        return sum(int(count) for count in counts)
 
     # -- locks and claims: unique jobs, periodic ticks, running locks ------------------
 

@@ -107,3 +107,18 @@ def queue_clear(site: Site) -> Endpoint:
         cleared = await site.inspector.queue(name).clear()
         return site.redirect(request, "queues", outcome("cleared", cleared))
     return endpoint
+
+
+def queue_pause(site: Site, *, resume: bool = False) -> Endpoint:
+    """Pause (or resume) a queue; back to the page the button was on."""
+    async def endpoint(request: Request) -> Response:
+        form = await verified_form(request)
+        name = _queue_name(site, request)
+        queues = site.inspector.queues
+        changed = await (queues.resume(name) if resume else queues.pause(name))
+        said = ("resumed" if changed else "was-running") if resume else \
+            ("paused" if changed else "was-paused")
+        if form.get("back") == "queue":
+            return site.redirect(request, "queue", {"pause": said}, name=name)
+        return site.redirect(request, "queues", {"pause": said})
+    return endpoint

@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cogworker_async.admin.api import Queue
+from cogworker_async.admin.limits import capacity_text
 from cogworker_async.admin.records import JobRecord
 from cogworker_async.admin.run_metrics import (
     DEFAULT_WINDOW_MINUTES,
@@ -106,7 +107,9 @@ def queue(site: Site) -> Endpoint:
 def busy(site: Site) -> Endpoint:
     async def view(request: Request) -> Response:
         processes = await site.inspector.processes.all()
-        alive = [p for p in processes if p.alive]
+        # Grouped by host, then by the ``run --processes`` supervisor that started them.
+        alive = sorted((p for p in processes if p.alive),
+                       key=lambda p: (p.hostname or "", p.supervisor or "", p.identity))
         return await site.render(
             request, "busy.html", tab="busy", alive=alive,
             progress=await site.inspector.jobs.running(alive),
@@ -151,6 +154,14 @@ def periodic(site: Site) -> Endpoint:
     async def view(request: Request) -> Response:
         infos = await site.inspector.periodic.all()
         return await site.render(request, "periodic.html", tab="periodic", periodics=infos)
+    return view
+
+
+def limits(site: Site) -> Endpoint:
+    async def view(request: Request) -> Response:
+        found = await site.inspector.limits.all()
+        return await site.render(request, "limits.html", tab="limits", limits=found,
+                                 capacity=capacity_text)
     return view
 
 
@@ -256,9 +267,14 @@ def build(site: Site) -> list[BaseRoute]:
               name="queue_delete"),
         Route("/queues/{name}/clear", actions.queue_clear(site), methods=["POST"],
               name="queue_clear"),
+        Route("/queues/{name}/pause", actions.queue_pause(site), methods=["POST"],
+              name="queue_pause"),
+        Route("/queues/{name}/resume", actions.queue_pause(site, resume=True),
+              methods=["POST"], name="queue_resume"),
         Route("/busy", busy(site), name="busy"),
         *(route for kind in SET_KINDS for route in _set_routes(site, kind)),
         Route("/periodic", periodic(site), name="periodic"),
+        Route("/limits", limits(site), name="limits"),
         # One job by its jid (any jid: ``path``, so that one holding "/" has a page too).
         Route("/jobs", job_page.search(site), name="job_search"),
         Route("/jobs/{jid:path}/cancel", job_page.cancel(site), methods=["POST"],

@@ -41,7 +41,7 @@ STATIC: Final = HERE / "static"
 SET_KINDS: Final = ("scheduled", "retries", "dead")
 TABS: Final = (("dashboard", "Dashboard"), ("queues", "Queues"), ("busy", "Busy"),
                ("scheduled", "Scheduled"), ("retries", "Retries"), ("dead", "Dead"),
-               ("periodic", "Periodic"), ("metrics_jobs", "Metrics"))
+               ("periodic", "Periodic"), ("limits", "Limits"), ("metrics_jobs", "Metrics"))
 """The nav, in order (route name, label). Metrics last, as in Sidekiq 7; its route is
 ``/metrics/jobs`` (``/metrics`` is the Prometheus scrape endpoint)."""
 VERBS: Final = {"retried": "Put back on its queue", "deleted": "Deleted",
@@ -56,6 +56,14 @@ CANCELS: Final = {
                "record expired).",
 }
 """What the job page's Cancel did (``status.CancelOutcome``), said after its redirect."""
+PAUSES: Final = {
+    "paused": "Paused: no worker starts a job from this queue until it is resumed (jobs "
+              "running now finish; enqueues still land).",
+    "resumed": "Resumed: workers take its jobs again.",
+    "was-paused": "Nothing done: the queue was already paused.",
+    "was-running": "Nothing done: the queue was not paused.",
+}
+"""What a queue's Pause / Resume button did, said after its redirect."""
 MAX_REPORTED: Final = 10**9
 NO_STORE: Final = {"cache-control": "no-store"}
 """Pages are live data and carry a CSRF token: never cached."""
@@ -93,6 +101,8 @@ def notice(params: Mapping[str, str]) -> str | None:
         return "Nothing selected: tick some jobs first."
     if params.get("cancel") in CANCELS:
         return CANCELS[params["cancel"]]
+    if params.get("pause") in PAUSES:
+        return PAUSES[params["pause"]]
     verb = VERBS.get(params.get("did", ""))
     if verb is None:
         return None

@@ -18,7 +18,7 @@ import anyio
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition
 from cogworker_async.periodic import Periodic, tick_to_claim
-from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.redis.store import Store, Unavailable
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,10 @@ def periodic_job(registry: Mapping[str, JobDefinition], periodic: Periodic,
     """The job a periodic tick enqueues: its queue and raw payload."""
     definition = registry[periodic.name]
     options = definition.options
+    now = time.time()
     payload = job.build(definition.name, [], {}, queue=options.queue, retry=options.retry,
-                        now=time.time())
+                        now=now, expires_at=options.deadline(now),
+                        dead_on_expiry=options.dead_on_expiry)
     payload["periodic"] = periodic.name
     payload["periodic_tick"] = tick
     return options.queue, job.encode(payload, MAX_PERIODIC_BYTES)
@@ -64,7 +66,7 @@ class CronTicker:
                         self.claimed.update(await self.store.cron_claimed(queue))
                 await self.tick(time.time())
             except Exception as exc:  # one bad pass must never stop the ticker
-                self.streak.failed(exc, trace=not isinstance(exc, RedisError))
+                self.streak.failed(exc, trace=not isinstance(exc, Unavailable))
             else:
                 self.streak.succeeded()
             await anyio.sleep(self._sleep(time.time()))

@@ -83,10 +83,11 @@ class ReliableFetch:
         self._store = store
         self._identity = identity
         self._order = QueueOrder(settings)
+        self._limits = dict(settings.queue_limits)
         self._warned: set[str] = set()
 
     async def fetch(self, count: int) -> list[Work]:
-        fetched = await self._store.fetch(self._identity, self._order(), count)
+        fetched = await self._store.fetch(self._identity, self._order(), count, self._limits)
         for queue in fetched.bad_queues:
             if queue not in self._warned:  # once per process: it would repeat every fetch
                 self._warned.add(queue)
@@ -115,7 +116,15 @@ class BasicFetch:
         self._order = QueueOrder(settings)
 
     async def fetch(self, count: int) -> list[Work]:
-        popped = await self._store.pop(self._order(), BASIC_POP_TIMEOUT)
+        # BRPOP cannot read a pause flag: the flags are read first (one round trip; a
+        # pause lands within a pop's block at worst). Basic fetch is not the fast path.
+        order = self._order()
+        paused = await self._store.pauses(order)
+        ready = [queue for queue in order if queue not in paused]
+        if not ready:
+            await anyio.sleep(BASIC_POP_TIMEOUT)
+            return []
+        popped = await self._store.pop(ready, BASIC_POP_TIMEOUT)
         return [Work(*popped)] if popped else []
 
     async def wait(self, nudge: anyio.Event, block_for: float) -> list[Work]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cogworker_async import job
+from cogworker_async import environment, job
 from cogworker_async.errors import why
 from cogworker_async.redis.beats import ALIVE, ZOMBIE, BeatWriter
 from cogworker_async.worker.fetch import Work
@@ -124,6 +124,7 @@ class Heartbeat:
             "pid": os.getpid(),
             "started_at": self.started_at,
             "rss_bytes": rss_bytes(),
+            "supervisor": environment.supervisor(),
             **self._describe(),
         }
 

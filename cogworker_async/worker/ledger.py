@@ -94,6 +94,11 @@ class Ledger:
         self.slots = Slots(slots)
         self.running: dict[bytes, Work] = {}
         self.pending: dict[bytes, Pending] = {}
+        self.finished = 0
+        """Jobs this process has run (or could not run) and settled or kept pending,
+        since it started."""
+        self.admitted = 0
+        """Jobs this process has fetched to run since it started (``max_jobs``)."""
         self.scopes: dict[bytes, anyio.CancelScope] = {}
         """Cancel scopes of the jobs whose run is in progress (for fencing)."""
         self.fetching = False
@@ -136,6 +141,7 @@ class Ledger:
         """Take a slot for ``work`` and count it running, before a processor takes it:
         a fetched job is never a stray."""
         self.slots.free -= 1
+        self.admitted += 1
         self._lock.acquire()  # not ``with``: half the cost on Python 3.11, per job
         try:
             self.running[work.raw] = work
@@ -153,6 +159,7 @@ class Ledger:
     def finish(self, work: Work) -> None:
         """Its outcome is settled, or remembered in ``pending``: no longer running."""
         raw = work.raw
+        self.finished += 1
         self._lock.acquire()
         try:
             self.running.pop(raw, None)

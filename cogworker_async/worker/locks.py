@@ -43,6 +43,13 @@ class JobLocks:
             await self._release_unique(payload)
         return True
 
+    async def never_started(self, payload: Payload) -> None:
+        """A job that will not start (past its deadline): its ``until_started`` lock is
+        freed now, as its start would have freed it (an ``until_executed`` one is freed
+        by ``after_settle``, as at any end)."""
+        if job.text(payload, "unique_policy") == "until_started":
+            await self._release_unique(payload)
+
     async def after_settle(self, payload: Payload, disposition: Disposition,
                            *, ran: bool) -> None:
         """Release or extend what the job held, now that its outcome is recorded."""

@@ -35,17 +35,19 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import why
+from cogworker_async.limiter import LimitSpec
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.periodic import Periodic
+from cogworker_async.redis import limits
 from cogworker_async.redis.beats import BeatWriter
 from cogworker_async.redis.connection import SOCKET_TIMEOUT
 from cogworker_async.redis.store import (
     AuthenticationError,
     ClusterUnreachable,
     ConnectionLost,
-    RedisError,
     StatsFlush,
     Store,
+    Unavailable,
 )
 from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings
@@ -105,8 +107,11 @@ class Manager:
         periodics: Sequence[Periodic] = (),
         middleware: Sequence[ServerMiddleware] = (),
         hooks: Hooks | None = None,
+        limiters: Mapping[str, LimitSpec] | None = None,
     ) -> None:
         self.settings = settings
+        self.limiters = dict(limiters or {})
+        """The App's limiters, registered at start (``_register_limiters``)."""
         self.store = store
         self.identity = settings.identity or new_identity()
         reliable = settings.fetch == "reliable"
@@ -117,6 +122,9 @@ class Manager:
         self.ledger = Ledger(settings.concurrency + (settings.prefetch if reliable else 0),
                              settings.concurrency)
         self.counters = Counters()
+        self.budget_spent = False
+        """It stopped because it had fetched ``max_jobs`` jobs (``run`` exits 4 under a
+        supervisor, which then starts a fresh process)."""
         self.tally = Tally()
         self._flushes = 0
         self._flusher = f"{self.identity}:{secrets.token_hex(4)}"
@@ -245,6 +253,7 @@ class Manager:
         # Served queues are registered (the dashboard, the poller and recovery find each
         # queue's slot through the registry) before anything is fetched from them.
         await self.store.register_queues(self.settings.queue_names)
+        await self._register_limiters()
         # The first beat before the first fetch: a job must never sit on the list of a
         # process that recovery could not yet see as alive.
         await self._first_beat()
@@ -258,7 +267,7 @@ class Manager:
                 if reliable:
                     await upkeep.start(self._listen_for_wake_ups)
                     upkeep.start_soon(run_upkeep, self.recovery, self.reconciler,
-                                      self.settings, self.identity)
+                                      self.settings, self.identity, self.processor.runner)
                 upkeep.start_soon(self.poller.run)
                 upkeep.start_soon(self.cron.run)
                 upkeep.start_soon(self._flush_stats_forever)
@@ -288,6 +297,31 @@ class Manager:
             self._finished.set()
             log.info("worker %s stopped", self.identity)
 
+    async def _register_limiters(self) -> None:
+        """List the App's limiters where the dashboard and the CLI find them, and free
+        the slots an earlier process of this identity held — before the first job,
+        while this process holds none. Best effort: a limiter works unlisted."""
+        try:
+            await limits.register(self.store, self.limiters, self.identity)
+        except Unavailable as exc:
+            log.warning("couldn't register the limiters: %s", why(exc))
+
+    def _budget(self) -> int:
+        """``max_jobs`` (``run --max-jobs``): how many more jobs to fetch now."""
+        assert self.settings.max_jobs is not None
+        return min(self.ledger.slots.free, self.settings.max_jobs - self.ledger.admitted)
+
+    async def _stop_when_done(self) -> None:
+        """``max_jobs`` reached: stop once what was fetched has run (a stop now would
+        give it back), for a fresh process to take over."""
+        log.info("fetched %d jobs (max_jobs): stopping once they are done",
+                 self.ledger.admitted)
+        self.budget_spent = True
+        slots = self.ledger.slots
+        while not slots.idle and not self.stopping:
+            await slots.fresh_nudge().wait()
+        self.stop()
+
     async def _dispatch(self, jobs: TaskGroup) -> None:
         """Fetch while slots are free, hand each job to a processor; return once stopping."""
         ledger, slots = self.ledger, self.ledger.slots
@@ -298,15 +332,21 @@ class Manager:
                 with anyio.move_on_after(self.settings.idle_fetch_interval):
                     await nudge.wait()
                 continue
+            want = slots.free if self.settings.max_jobs is None else self._budget()
+            if want <= 0:
+                await self._stop_when_done()
+                break
             try:
                 ledger.fetching = True
-                works = await self.fetcher.fetch(slots.free)
-            except RedisError as exc:
+                works = await self.fetcher.fetch(want)
+            except Exception as exc:
                 # The reply may be lost after the script ran: its jobs are then on our
                 # list with nobody running them; reconcile requeues such strays. Not
-                # "fetching" during the pause (see ``Ledger.fetching``).
+                # "fetching" during the pause (see ``Ledger.fetching``). Anything else
+                # than Redis away is a bug, shown with its traceback; the loop still
+                # goes on (a worker that stopped fetching would keep its slots idle).
                 ledger.fetching = False
-                self.streaks.fetch.failed(exc)
+                self.streaks.fetch.failed(exc, trace=not isinstance(exc, Unavailable))
                 with anyio.move_on_after(pause):
                     await self._stopping.wait()
                 pause = min(pause * 2, FETCH_ERROR_PAUSE[1])
@@ -333,8 +373,8 @@ class Manager:
             with anyio.CancelScope() as self._idle_scope:
                 if not self.stopping:
                     works = await self.fetcher.wait(nudge, self.settings.idle_fetch_interval)
-        except RedisError as exc:
-            self.streaks.idle_wait.failed(exc)
+        except Exception as exc:  # as for a fetch: Redis away, or a bug shown once
+            self.streaks.idle_wait.failed(exc, trace=not isinstance(exc, Unavailable))
             with anyio.move_on_after(FETCH_ERROR_PAUSE[1]):
                 await self._stopping.wait()
         else:
@@ -439,7 +479,7 @@ class Manager:
             counters.failed -= failed
         try:
             await self.store.flush_stats(self._flusher, flush)
-        except RedisError as exc:  # kept for the next flush
+        except Unavailable as exc:  # kept for the next flush
             self.streaks.stats.failed(exc)
             return
         self._unconfirmed = None

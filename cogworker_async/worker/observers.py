@@ -28,15 +28,19 @@ from cogworker_async.worker.outcome import Ack, Disposition, Filing
 
 log = logging.getLogger(__name__)
 
-Outcome = Literal["succeeded", "retried", "dead", "discarded", "cancelled"]
+Outcome = Literal["succeeded", "retried", "dead", "discarded", "cancelled", "expired",
+                  "limited"]
 """What one run came to. Each run has exactly one: a failed run is ``retried`` (it will
 run again), ``discarded`` (it raised one of its ``discard_on`` exceptions: dead at once)
 or ``dead`` (no retries left, or it can never run: unknown job, bad arguments,
 unreadable payload); ``cancelled``: someone cancelled it while it ran (``jobs.cancel``:
-acked, not retried — neither a success nor a failure)."""
+acked, not retried — neither a success nor a failure); ``expired``: not run, past its
+deadline (``options(expires_in=...)``: filed in dead as ``Expired`` or dropped);
+``limited``: a limiter refused it (``OverLimit``): rescheduled, neither a failure nor
+a retry (past ``max_limit_reschedules`` it is ``retried`` or ``dead`` like any error)."""
 
 OUTCOMES: Final[tuple[Outcome, ...]] = ("succeeded", "retried", "dead", "discarded",
-                                        "cancelled")
+                                        "cancelled", "expired", "limited")
 
 UNREADABLE: Final = "(unreadable)"
 """The job name reported for a payload that could not be read."""
@@ -72,7 +76,7 @@ class RunReport:
 
     @property
     def failed(self) -> bool:
-        return self.outcome not in ("succeeded", "cancelled")
+        return self.outcome not in NOT_FAILED
 
     @property
     def wait(self) -> float | None:
@@ -97,9 +101,21 @@ class Death:
     """The dead entry as filed (the payload with its error fields)."""
 
 
-def outcome_of(disposition: Disposition, *, discarded: bool) -> Outcome | None:
+NOT_FAILED: Final[frozenset[Outcome]] = frozenset({"succeeded", "cancelled", "expired",
+                                                   "limited"})
+"""Outcomes that are no failure of the job (the run metrics' failed count)."""
+
+
+def outcome_of(disposition: Disposition, *, discarded: bool,
+               expired: bool = False, limited: bool = False) -> Outcome | None:
     """The outcome of a run from its settled disposition (None: it never ran, it is
-    given back). ``discarded``: it failed with one of its ``discard_on`` exceptions."""
+    given back). ``discarded``: it failed with one of its ``discard_on`` exceptions;
+    ``expired``: it was not run, past its deadline (dead or dropped); ``limited``: a
+    limiter refused it and it was rescheduled."""
+    if expired:
+        return "expired"
+    if limited:
+        return "limited"
     if isinstance(disposition, Ack):
         return "cancelled" if disposition.ended.state == "cancelled" else "succeeded"
     if isinstance(disposition, Filing):
@@ -111,7 +127,7 @@ def outcome_of(disposition: Disposition, *, discarded: bool) -> Outcome | None:
 
 def death_of(report: RunReport) -> Death | None:
     """The death a report tells of, if it sent its job to dead."""
-    if report.outcome not in ("dead", "discarded") or report.entry is None:
+    if report.outcome not in ("dead", "discarded", "expired") or report.entry is None:
         return None
     entry = report.entry
     return Death(jid=report.jid, name=report.name, queue=report.queue,

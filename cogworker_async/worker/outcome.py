@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from cogworker_async import job, retries
+from cogworker_async.errors import Expired, OverLimit
 from cogworker_async.job import Payload
 from cogworker_async.status import SUCCEEDED, Ended
 
@@ -104,6 +105,67 @@ def after_failure(
     wait = asked if asked is not None else \
         retries.delay(count, base=policy.base_delay, cap=policy.max_delay, rng=rng)
     return Filing("retry", entry, wait, terminal=False)
+
+
+LIMIT_BACKOFF: Final = 1.0
+"""Seconds the first reschedule of a limited job waits; each next one twice as long
+(1, 2, 4, ... then jittered), at least until its limiter said it may admit again."""
+MAX_LIMIT_BACKOFF: Final = 3600.0
+"""Longest wait of one reschedule: the default 20 reschedules span about 9 hours, so a
+backlog of hours behind a limiter is waited out rather than failed (Sidekiq Enterprise
+waits 5 minutes more at each of its 20)."""
+LIMIT_JITTER: Final = 0.5
+"""Each reschedule waits up to this fraction longer, so that the jobs one limiter
+refused together don't all come back at once."""
+
+
+def after_over_limit(payload: Payload, error: OverLimit, *, now: float,
+                     max_reschedules: int, rng: random.Random | None = None) -> Filing | None:
+    """A run refused by a limiter (``OverLimit`` escaped it): back in the retry set after
+    a jittered backoff, counting neither a failure nor a retry (``retry_count`` is
+    kept, ``limited_count`` counts the reschedules). None once it was rescheduled
+    ``max_reschedules`` times: then it fails like any other error (with its retries).
+
+    Filed where a retry waits, its status ``retrying`` with the OverLimit error: the
+    same path as a retry (the poller, the unique lock kept over the delay, the hand-over
+    at shutdown), so nothing new can lose it."""
+    count = limited_count(payload) + 1
+    if count > max_reschedules:
+        return None
+    wait = max(error.retry_after or 0.0,
+               min(MAX_LIMIT_BACKOFF, LIMIT_BACKOFF * 2.0 ** min(count - 1, 32)))
+    wait *= 1 + (rng or random).uniform(0, LIMIT_JITTER)
+    entry = payload.copy()
+    entry.update({"error_class": type(error).__name__,
+                  "error_message": str(error)[:MAX_ERROR_MESSAGE]})
+    entry["limited_count"], entry["limited_at"] = count, now
+    return Filing("retry", entry, wait, terminal=False)
+
+
+def limited_count(payload: Payload) -> int:
+    """How often a limiter's refusal rescheduled the job (``limited_count``, written by
+    ``after_over_limit`` with ``limited_at``; 0 when absent or not a count)."""
+    return max(0, job.count(payload, "limited_count") or 0)
+
+
+def deadline_of(payload: Payload) -> float | None:
+    """When the job must have started by (epoch s), if it has a deadline."""
+    return job.number(payload, "expires_at")
+
+
+def expired(payload: Payload, *, now: float, policy: RetryPolicy) -> Disposition | None:
+    """A job past its deadline is not run: dead as ``Expired``, or dropped (its record
+    says cancelled) if enqueued with ``dead_on_expiry=False``. None: it may run (no
+    deadline, or not past it). Judged by the worker's clock against the enqueuer's
+    (``expires_in`` was added to the enqueuer's clock): keep hosts in NTP sync."""
+    deadline = deadline_of(payload)
+    if deadline is None or now <= deadline:
+        return None
+    if payload.get("dead_on_expiry") is False:
+        return Ack(Ended("cancelled", keep=job.number(payload, "keep_result")))
+    late = now - deadline
+    return after_failure(payload, Expired(f"not started by its deadline: {late:.3f}s late"),
+                         now=now, policy=policy, terminal=True)
 
 
 def unparseable(raw: bytes, *, queue: str, reason: str, now: float) -> Filing:

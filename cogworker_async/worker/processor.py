@@ -21,11 +21,13 @@ from cogworker_async.context import JobContext, RunControl
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import (
     InvalidArguments,
+    OverLimit,
     ResultNotJSON,
     Retry,
     UnknownJob,
     UnparseablePayload,
 )
+from cogworker_async.limiter import RUNNER, Runner
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.redis.store import Store
 from cogworker_async.retries import attempt_of
@@ -39,6 +41,7 @@ from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import JobLocks
 from cogworker_async.worker.observers import (
+    NOT_FAILED,
     UNKNOWN,
     UNREADABLE,
     Observers,
@@ -76,6 +79,10 @@ class Attempt:
     """Not run: another run holds its lock (``JobLocks``); acked, not reported."""
     discarded: bool = False
     """Failed with one of its ``discard_on`` exceptions."""
+    expired: bool = False
+    """Not run: past its deadline (``expires_at``)."""
+    limited: bool = False
+    """Refused by a limiter (``OverLimit``) and rescheduled: not a failure."""
     scope: anyio.CancelScope | None = None
     control: RunControl | None = None
     """Shared with the canceller while it runs (a cancel asked for it, its progress)."""
@@ -130,6 +137,9 @@ class Processor:
         self.canceller = canceller if canceller is not None else Canceller(
             store, settings.identity or "", settings.queue_names)
         self.tracked = settings.tracked
+        self.runner = Runner(store, self.canceller.identity)
+        """Whose name the limiters a job uses hold their slots in (``limiter.py``): this
+        process's identity (the Manager's, which its canceller has too)."""
         self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
                                  store.orphan_count, tracing=settings.tracing)
 
@@ -179,7 +189,8 @@ class Processor:
         no observer, no report is built: the run metrics alone cost a tally entry
         (``benchmarks/``: a report per job was a measurable share of a no-op job)."""
         try:
-            result = outcome_of(disposition, discarded=attempt.discarded)
+            result = outcome_of(disposition, discarded=attempt.discarded,
+                                expired=attempt.expired, limited=attempt.limited)
             if result is None:
                 return
             payload, definition = attempt.decoded, attempt.definition
@@ -190,10 +201,11 @@ class Processor:
             # count as one, so that invented names cannot grow the minute hashes.
             self.tally.add(name if definition is not None else UNKNOWN,
                            ended_at=ended_at, seconds=duration,
-                           failed=result not in ("succeeded", "cancelled"))
+                           failed=result not in NOT_FAILED)
             if not self.observers:
                 return
-            work, error = attempt.work, attempt.error
+            # A limited run is no failure: the failure hooks do not hear of it.
+            work, error = attempt.work, None if attempt.limited else attempt.error
             report = RunReport(
                 name=name, queue=work.queue, jid=work.jid, outcome=result,
                 duration=duration, ended_at=ended_at,
@@ -250,6 +262,11 @@ class Processor:
             self.counters.failed += 1
             self._failed(attempt, payload, None, problem or UnknownJob(), terminal=True)
             return
+        dropped = outcome.expired(payload, now=time.time(), policy=self.policy)
+        if dropped is not None:
+            self._expired(attempt, payload, dropped)
+            await self.locks.never_started(payload)
+            return
         if not await self.locks.before_run(payload):
             # skipped: never overlaps
             attempt.ran, attempt.skipped, attempt.disposition = True, True, ACK
@@ -268,6 +285,7 @@ class Processor:
                 work.queue, payload["jid"],
                 stop=attempt.scope.cancel if definition.is_async and attempt.scope else None)
             canceller.start(control)
+        running = RUNNER.set(self.runner)
         try:
             if control is not None and control.cancel_requested:  # never started
                 attempt.ran, attempt.disposition = True, attempt.cancelled()
@@ -283,10 +301,13 @@ class Processor:
                 log.info("cancelled: %s jid=%s (%s)", definition.name, payload["jid"],
                          type(exc).__name__)
                 return
+            if isinstance(exc, OverLimit) and self._limited(attempt, payload, exc):
+                return
             attempt.discarded = isinstance(exc, definition.discard_on)
             self._failed(attempt, payload, definition, exc, terminal=attempt.discarded)
             return
         finally:
+            RUNNER.reset(running)
             if control is not None:
                 canceller.finish(control)
         attempt.ran = True
@@ -322,6 +343,34 @@ class Processor:
         except TypeError as exc:
             return InvalidArguments(str(exc))
         return None
+
+    def _expired(self, attempt: Attempt, payload: job.Payload, dropped: Disposition) -> None:
+        """Not started by its deadline: not run, counted and said once (and its unique
+        lock released after the settle, as for a run: ``attempt.payload``)."""
+        attempt.ran = attempt.expired = True
+        attempt.payload, attempt.disposition = payload, dropped
+        self.counters.processed += 1
+        log.warning("expired: %s jid=%s not started by its deadline -> %s",
+                    payload["class"], payload["jid"],
+                    "dead" if isinstance(dropped, Filing) else "dropped",
+                    extra=_fields(payload, str(payload["class"]), attempt.work.queue))
+
+    def _limited(self, attempt: Attempt, payload: job.Payload, error: OverLimit) -> bool:
+        """Reschedule a run a limiter refused, without counting a failure or a retry;
+        False once it was rescheduled ``max_limit_reschedules`` times (it fails then)."""
+        filed = outcome.after_over_limit(payload, error, now=time.time(),
+                                         max_reschedules=self.settings.max_limit_reschedules)
+        if filed is None:
+            return False
+        attempt.limited, attempt.disposition = True, filed
+        # The counting middleware saw an exception escape and counted a failure: this
+        # run was refused, not failed (the stats' failed count is of failures).
+        self.counters.failed -= 1
+        log.info("over limit: %s jid=%s: %s -> rescheduled in %.1fs (%d of %d)",
+                 payload["class"], payload["jid"], error, filed.delay,
+                 outcome.limited_count(filed.entry), self.settings.max_limit_reschedules,
+                 extra=_fields(payload, str(payload["class"]), attempt.work.queue))
+        return True
 
     def _failed(
         self,

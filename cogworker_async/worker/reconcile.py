@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from cogworker_async import job
 from cogworker_async.errors import why
-from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.redis.store import Store, Unavailable
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.settlement import Settler, maybe_ran
@@ -32,13 +32,13 @@ class Reconciler:
         self.queues = list(dict.fromkeys(queues))
         self.ledger = ledger
 
-    async def settle_pending(self) -> RedisError | None:
+    async def settle_pending(self) -> Exception | None:
         """Finish remembered outcomes through the same scripts; stop at the first failure
         and return it (logged at debug only: the caller's streak reports it once)."""
         for raw, disposition in list(self.ledger.pending.items()):
             try:
                 await self.settler.apply(Work(self.ledger.queue_of(raw), raw), disposition)
-            except RedisError as exc:
+            except Unavailable as exc:
                 if maybe_ran(exc):  # a lost reply, or NotDurable (it ran): a 0 from the
                     self.ledger.unsure.add(raw)  # next try is then no sign of a lost list
                 log.debug("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
@@ -47,18 +47,23 @@ class Reconciler:
             log.info("settled jid=%s late (it was not run again)", job.jid_of(raw))
         return None
 
-    async def reconcile(self) -> int:
-        """One pass; returns how many strays were requeued. Raises what stopped the late
-        settlements, after the strays are handled (they are not held up by it)."""
+    async def reconcile(self) -> int | None:
+        """One pass; returns how many strays were requeued, or None when the pass asked
+        Redis nothing (nothing pending, a fetch in flight): it then proves nothing about
+        Redis, and must not end a failure streak (an outage would be logged twice).
+        Raises what stopped the late settlements, after the strays are handled (they are
+        not held up by it)."""
+        asked = bool(self.ledger.pending)
         unsettled = await self.settle_pending()
-        requeued = await self._requeue_strays()
+        if self.ledger.fetching:  # a fetch in flight: its jobs are listed but not yet running
+            requeued = None
+        else:
+            requeued = await self._requeue_strays()
         if unsettled is not None:
             raise unsettled
-        return requeued
+        return 0 if requeued is None and asked else requeued
 
     async def _requeue_strays(self) -> int:
-        if self.ledger.fetching:  # a fetch in flight: its jobs are listed but not yet running
-            return 0
         listed: dict[bytes, str] = {}
         for queue in self.queues:
             for raw in await self.store.in_progress(self.identity, queue):

@@ -32,7 +32,8 @@ import anyio
 
 from cogworker_async import job, status
 from cogworker_async.errors import UnparseablePayload, why
-from cogworker_async.redis.store import ConnectionLost, RedisError, Store
+from cogworker_async.limiter import Runner
+from cogworker_async.redis.store import ConnectionLost, Store, Unavailable
 from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.locks import release_for_dead
 from cogworker_async.worker.observers import Death, Observers
@@ -309,7 +310,7 @@ class Recovery:
             try:
                 await self.store.record_recovery(event, RECENT_RECOVERIES)
                 return
-            except RedisError as exc:
+            except Unavailable as exc:
                 if attempt == 2:
                     log.warning("couldn't record the recovery of %s: %s", event["identity"],
                                 why(exc))
@@ -370,38 +371,51 @@ class Recovery:
 
 
 async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Settings,
-                     identity: str) -> None:
+                     identity: str, runner: Runner | None = None) -> None:
     """Every ``recovery_interval`` (jittered): orphan recovery under the lock, reconcile.
     Each says once when it starts failing and once when it recovers (``Streak``)."""
     recovering, reconciling = Streak("orphan recovery pass"), Streak("reconcile pass")
 
-    async def recover() -> None:
+    async def recover() -> object:
         # Its own queues stay registered (the Store re-sends at most once a minute):
         # Redis may have lost the registry, which recovery and the dashboard read.
-        await recovery.store.register_queues(settings.queue_names)
+        sent = await recovery.store.register_queues(settings.queue_names)
         # A process that may judge nobody yet (just started, or its beats just failed)
         # leaves the lock to one that may: holding it, it would hold up every recovery
         # for a whole interval (a fleet restarted one process at a time would recover
         # nothing).
         if not any(recovery.may_judge(queue) for queue in settings.queue_names):
-            return
+            return None if sent else UNTRIED
         if await recovery.store.take_lock(recovery.store.keys.recovery_lock, identity,
                                           settings.recovery_interval):
             await recovery.recover_orphans(scan=True)  # the SCAN until it was read once
+        return None
+
+    async def reconcile() -> object:
+        if runner is not None and runner.unreleased:  # limiter slots Redis missed
+            await runner.release_late()
+        return UNTRIED if await reconciler.reconcile() is None else None
 
     while True:
         await attempt(recover, recovering)
-        await attempt(reconciler.reconcile, reconciling)
+        await attempt(reconcile, reconciling)
         await anyio.sleep(settings.recovery_interval * random.uniform(0.8, 1.2))
 
 
+UNTRIED: Final = object()
+"""What a pass returns when it asked Redis nothing: not a sign that Redis is back, so a
+failing streak goes on (else an outage would be said over twice: failed, "recovered"
+by a pass that sent nothing, failed again)."""
+
+
 async def attempt(step: Callable[[], Awaitable[object]], streak: Streak) -> bool:
-    """Run one pass of a loop that must never stop; True if it worked. A RedisError is
+    """Run one pass of a loop that must never stop; True if it worked. ``Unavailable`` is
     Redis away or refusing (its words suffice); anything else is a bug (traced once)."""
     try:
-        await step()
+        result = await step()
     except Exception as exc:
-        streak.failed(exc, trace=not isinstance(exc, RedisError))
+        streak.failed(exc, trace=not isinstance(exc, Unavailable))
         return False
-    streak.succeeded()
+    if result is not UNTRIED:
+        streak.succeeded()
     return True

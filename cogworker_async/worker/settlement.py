@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async import job, status
+from cogworker_async import job, retries, status
 from cogworker_async.errors import CogworkerError, why
 from cogworker_async.redis.store import (
     ConnectionLost,
@@ -46,6 +46,7 @@ from cogworker_async.redis.store import (
     RedisError,
     SetName,
     Store,
+    Unavailable,
 )
 from cogworker_async.worker import outcome
 from cogworker_async.worker.acks import AckBatcher
@@ -79,7 +80,9 @@ def failure_of(disposition: Filing, target: SetName) -> Failure | None:
     runs = (job.count(entry, "retry_count") or 0) + 1  # the run that failed
     return Failure(jid=jid, error=status.error_text(str(job.value(entry, "error_class", "")),
                                                     str(job.value(entry, "error_message", ""))),
-                   attempt=runs + 1 if target == "retry" else runs,
+                   # The next run's number, read from the entry as filed: a limiter's
+                   # reschedule keeps retry_count (it is not a retry).
+                   attempt=retries.attempt_of(entry) if target == "retry" else runs,
                    keep=job.number(entry, "keep_result"))
 
 
@@ -119,7 +122,7 @@ class Settler:
                 log.warning("jid=%s was not on this process's list (Redis lost it?): "
                             "listing it again, then settling it", job.jid_of(work.raw))
                 return
-            except RedisError as exc:
+            except Unavailable as exc:
                 if maybe_ran(exc):
                     self.ledger.unsure.add(work.raw)
                 if attempt == ATTEMPTS:

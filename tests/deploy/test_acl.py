@@ -158,6 +158,10 @@ async def _drive_dashboard(board: App, admin_client: redis.asyncio.Redis,
         await _post(http, f"/queues/{PARKED}/delete", csrf, token=parked.token)
         await _post(http, f"/queues/{PARKED}/clear", csrf)
         assert (await insp.queue(PARKED).info()).size == 0
+        for action, said in (("pause", "paused"), ("resume", "resumed")):
+            response = await http.post(f"/queues/{PARKED}/{action}", data={"csrf_token": csrf})
+            assert response.status_code == 303, f"{action}: {response.text}"
+            assert response.headers["location"].endswith(f"pause={said}")
 
 
 async def _post(http: httpx.AsyncClient, path: str, csrf: str, **fields: str) -> None:

@@ -30,6 +30,7 @@ from cogworker_async.redis.liveness import Requeued
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
 from cogworker_async.redis.store import Failure, StatsFlush, Store
 from tests.lua.helpers import fetched, jid_of, make_job
+from tests.lua.test_limits import limit_bucket, limit_concurrent, limit_window
 
 IDENTITY = "host:1:abc"
 OWNER = "dead-host:7:f00"
@@ -319,8 +320,8 @@ SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
         ack, add_stats, beat, bury_orphan, cancel, close_record, cron_claim, due, enqueue,
         enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
-        move_member, park_unsettled, progress, promote, release_lock, relist, requeue,
-        schedule, take_lock,
+        limit_bucket, limit_concurrent, limit_window, move_member, park_unsettled, progress,
+        promote, release_lock, relist, requeue, schedule, take_lock,
     )
 }
 

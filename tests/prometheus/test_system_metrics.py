@@ -28,6 +28,7 @@ LATER: Final = 3600.0
 SHORT_BOUND: Final = 0.5
 """Seconds a read may take in the outage tests (the real bound is longer)."""
 SYSTEM_GAUGES: Final = {"cogworker_queue_size", "cogworker_queue_latency_seconds",
+                        "cogworker_queue_paused",
                         "cogworker_scheduled_size", "cogworker_retry_size",
                         "cogworker_dead_size", "cogworker_processes"}
 
@@ -71,6 +72,11 @@ async def test_the_gauges_say_what_is_in_redis(jobs: adminapp.Jobs) -> None:
     assert value(samples, "cogworker_retry_size") == 1
     assert value(samples, "cogworker_dead_size") == 2
     assert value(samples, "cogworker_processes") == 0  # the worker has stopped
+    assert value(samples, "cogworker_queue_paused", queue="mail") == 0
+    await jobs.app.pause("mail")
+    paused = parse((await render(insp))[0].decode())
+    assert value(paused, "cogworker_queue_paused", queue="mail") == 1
+    assert value(paused, "cogworker_queue_paused", queue="default") == 0
 
     await insp.queue("default").clear()
     emptied = parse((await render(insp))[0].decode())

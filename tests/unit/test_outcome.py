@@ -1,8 +1,11 @@
 import random
 
+from cogworker_async import job
 from cogworker_async.errors import UnknownJob
+from cogworker_async.job import Payload
+from cogworker_async.status import Ended
 from cogworker_async.worker import outcome
-from cogworker_async.worker.outcome import RetryPolicy
+from cogworker_async.worker.outcome import Ack, Filing, RetryPolicy
 
 POLICY = RetryPolicy(base_delay=10.0, max_delay=1000.0)
 
@@ -103,3 +106,45 @@ def test_interrupt_of_unreadable_bytes_keeps_them() -> None:
     filed = outcome.interrupt(b"\xff garbage", RuntimeError("x"), now=1.0)
     assert filed.target == "dead"
     assert "raw_payload_base64" in filed.entry
+
+
+# -- expiry: a job past its deadline is not run ----------------------------------------
+
+
+def _with_deadline(deadline: float, **fields: object) -> Payload:
+    payload = job.build("work", [1], {}, queue="default", retry=True, now=100.0,
+                        expires_at=deadline)
+    payload.update(fields)  # type: ignore[typeddict-item]
+    return payload
+
+
+EXPIRY_POLICY = RetryPolicy(base_delay=15.0, max_delay=3600.0)
+
+
+def test_a_job_before_or_at_its_deadline_may_run() -> None:
+    assert outcome.expired(_with_deadline(200.0), now=150.0, policy=EXPIRY_POLICY) is None
+    assert outcome.expired(_with_deadline(200.0), now=200.0, policy=EXPIRY_POLICY) is None
+    no_deadline = job.build("work", [], {}, queue="default", retry=True, now=100.0)
+    assert outcome.expired(no_deadline, now=1e12, policy=EXPIRY_POLICY) is None
+
+
+def test_a_job_past_its_deadline_goes_to_dead_as_expired_whatever_its_retries() -> None:
+    filed = outcome.expired(_with_deadline(200.0), now=200.5, policy=EXPIRY_POLICY)
+    assert isinstance(filed, Filing)
+    assert (filed.target, filed.terminal, filed.delay) == ("dead", True, 0.0)
+    assert filed.entry["error_class"] == "Expired"
+    assert filed.entry["error_message"] == "not started by its deadline: 0.500s late"
+    assert filed.entry["expires_at"] == 200.0
+
+
+def test_dead_on_expiry_false_drops_it_and_its_record_says_cancelled() -> None:
+    dropped = outcome.expired(_with_deadline(200.0, dead_on_expiry=False, keep_result=60.0),
+                              now=300.0, policy=EXPIRY_POLICY)
+    assert dropped == Ack(Ended("cancelled", keep=60.0))
+
+
+def test_a_deadline_that_is_not_a_number_is_no_deadline() -> None:
+    """Written by hand or by another client: never a reason to lose the job."""
+    odd = _with_deadline(200.0)
+    odd["expires_at"] = "soon"  # type: ignore[typeddict-item]
+    assert outcome.expired(odd, now=1e12, policy=EXPIRY_POLICY) is None

@@ -49,3 +49,29 @@ def test_a_new_schedule_waits_for_its_next_tick() -> None:
     assert tick_to_claim(hourly, epoch(2030, 1, 1, 5, 30), None, grace=5) is None
     assert tick_to_claim(hourly, epoch(2030, 1, 1, 5, 0, 2), None, grace=5) == epoch(
         2030, 1, 1, 5, 0)
+
+
+def test_a_periodic_tick_carries_its_job_s_deadline() -> None:
+    """``jobs.periodic(..., expires_in=60)``: a tick not started within a minute (a
+    backlog, a paused queue) is skipped rather than run late."""
+    import json
+    import time
+
+    from cogworker_async import App
+    from cogworker_async.worker.cron import periodic_job
+
+    jobs = App("redis://127.0.0.1:1/0")
+
+    @jobs.periodic("* * * * *", expires_in=60)
+    async def report() -> None:
+        pass
+
+    @jobs.periodic("* * * * *", name="plain")
+    async def plain() -> None:
+        pass
+
+    before = time.time()
+    _, raw = periodic_job(jobs.registry, jobs.periodics[report.name], 0.0)
+    assert before + 60 <= json.loads(raw)["expires_at"] <= time.time() + 60
+    _, raw = periodic_job(jobs.registry, jobs.periodics["plain"], 0.0)
+    assert "expires_at" not in json.loads(raw)

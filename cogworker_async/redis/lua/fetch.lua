@@ -7,6 +7,13 @@
 -- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
 -- ARGV[4] seconds a cancelled job's record is kept   ARGV[5] a live record's TTL (s)
 -- ARGV[5 + i] the i-th queue's record prefix ("": no records, ``track_jobs=False``)
+-- ARGV[5 + n + i] the i-th queue's slot prefix ("<ns>:{<queue>}:"), n = #KEYS / 2: a
+--   queue whose "paused" flag exists is skipped (absent: the pre-pause layout, no check)
+-- ARGV[5 + 2n + i] the most jobs of the i-th queue running at once across every
+--   process ("0" or absent: no limit): its running jobs are counted from the in-progress
+--   lists of the processes registered in its slot ("processes" set) and this one's, so
+--   whatever frees a list (an ack, a filing, a give-back, recovery of a dead process)
+--   frees its share, and a crash can never leak one
 -- Returns {{i, raw, i, raw, ...}, {bad...}, {i, jid, ...}}: each job with the index
 -- (1-based, among the pairs) of the queue it came from; the indexes of queue keys that
 -- could not be read (wrong type): those are skipped, never a reason to stop fetching the
@@ -31,10 +38,42 @@ local jobs, bad, dropped = {}, {}, {}
 local drops_left = math.max(100, want * 10)
 local got = 0
 local now = nil
+local n = #KEYS / 2
+
+-- How many more jobs of the queue at pair ``index`` may start now (``want``: no limit).
+-- A registry or another process's list of the wrong type (bad data) cannot be counted:
+-- the queue is then taken as full (the limit holds; the other queues are fetched).
+local function room(index, slot, mine)
+  local limit = tonumber(ARGV[5 + 2 * n + index] or "0") or 0
+  if limit <= 0 then return want end
+  local running = redis.call("LLEN", mine)
+  local me = ARGV[2]
+  local members = redis.pcall("SMEMBERS", slot .. "processes")
+  if type(members) ~= "table" or members.err then return 0 end
+  for _, identity in ipairs(members) do
+    if identity ~= me then
+      local length = redis.pcall("LLEN", slot .. "in_progress:" .. identity)
+      if type(length) ~= "number" then return 0 end
+      running = running + length
+    end
+  end
+  return limit - running
+end
+
 for i = 1, #KEYS - 1, 2 do
   local index = (i + 1) / 2
   local prefix = ARGV[5 + index]
-  while got < want and drops_left > 0 do
+  local slot = ARGV[5 + n + index]
+  local quota = want
+  if slot and slot ~= "" then
+    if redis.call("EXISTS", slot .. "paused") == 1 then
+      quota = 0
+    else
+      quota = room(index, slot, KEYS[i + 1])
+    end
+  end
+  local taken = 0
+  while got < want and taken < quota and drops_left > 0 do
     local job = redis.pcall("LMOVE", KEYS[i], KEYS[i + 1], "RIGHT", "LEFT")
     if type(job) == "table" and job.err then
       if string.sub(job.err, 1, 9) ~= "WRONGTYPE" then
@@ -66,6 +105,7 @@ for i = 1, #KEYS - 1, 2 do
       table.insert(jobs, index)
       table.insert(jobs, job)
       got = got + 1
+      taken = taken + 1
     end
   end
   if got >= want then break end

@@ -5,6 +5,8 @@ run again."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from cogworker_async.redis.store import RedisError, Store
@@ -12,7 +14,9 @@ from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.outcome import Ack, Filing
 from cogworker_async.worker.reconcile import Reconciler
+from cogworker_async.worker.recovery import UNTRIED, attempt
 from cogworker_async.worker.settlement import Settler
+from cogworker_async.worker.streak import Streak
 from tests.worker.units.conftest import IDENTITY, listed, put_in_progress, raw_job
 
 QUEUES = ["default", "mail", "critical"]
@@ -59,13 +63,36 @@ async def test_running_jobs_are_never_requeued(store: Store, ledger: Ledger) -> 
 
 async def test_nothing_is_requeued_while_a_fetch_is_in_flight(store: Store,
                                                               ledger: Ledger) -> None:
-    """Its jobs are listed but not yet admitted."""
+    """Its jobs are listed but not yet admitted. Such a pass asked Redis nothing: it says
+    so (None), and is no sign that Redis is reachable."""
     fetched = raw_job(1)
     await put_in_progress(store, fetched)
     passes = reconciler(store, ledger)
     ledger.fetching = True
-    assert [await passes.reconcile() for _ in range(3)] == [0, 0, 0]
+    assert [await passes.reconcile() for _ in range(3)] == [None, None, None]
     assert await listed(store) == [fetched]
+
+
+async def test_a_pass_that_asked_redis_nothing_does_not_end_an_outage(
+    unreachable: Store, store: Store, ledger: Ledger, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Failed, then a pass with nothing to ask (a fetch in flight), then failed again:
+    one outage, one "failed" line; the first pass that reaches Redis ends it."""
+    streak = Streak("reconcile pass")
+    caplog.set_level(logging.INFO, logger="cogworker_async")
+
+    async def step(passes: Reconciler) -> object:
+        return UNTRIED if await passes.reconcile() is None else None
+
+    assert not await attempt(lambda: step(reconciler(unreachable, ledger)), streak)
+    ledger.fetching = True
+    assert await attempt(lambda: step(reconciler(unreachable, ledger)), streak)
+    assert streak.failing
+    ledger.fetching = False
+    assert not await attempt(lambda: step(reconciler(unreachable, ledger)), streak)
+    assert await attempt(lambda: step(reconciler(store, ledger)), streak)
+    lines = [r.getMessage() for r in caplog.records if getattr(r, "streak", None)]
+    assert [line.split()[2] for line in lines] == ["failed", "recovered"], lines
 
 
 async def test_pending_outcomes_are_settled_late_and_not_run_again(

@@ -1,0 +1,75 @@
+"""Pausing: a queue's pause flag, the Store's side of ``App.pause`` / ``resume``.
+
+The flag is a plain key in the queue's own slot (``Keys.paused``), so ``fetch.lua``
+reads it in the same step that would take a job: no worker takes a job from a paused
+queue once the flag is set, whatever it had in memory. Enqueues still land. The flag
+has no TTL: a pause lasts until someone resumes, through restarts of every process.
+Mixed into ``Store``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio
+
+from cogworker_async.redis.keys import Keys
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A queue's pause: since when (epoch s) and who asked (host, and what they said)."""
+
+    queue: str
+    since: float
+    by: str
+
+    @classmethod
+    def read(cls, queue: str, raw: bytes | str) -> Pause:
+        """The flag's value as stored; one that cannot be read is still a pause (only
+        its existence counts for ``fetch.lua``)."""
+        try:
+            fields = json.loads(raw)
+            return cls(queue, float(fields["since"]), str(fields.get("by", "")))
+        except (ValueError, TypeError, KeyError):
+            return cls(queue, 0.0, "")
+
+
+class Pausing:
+    """Mixed into ``Store``: what it provides is declared here for the type checker."""
+
+    client: redis.asyncio.Redis
+    keys: Keys
+
+    async def pause(self, queue: str, by: str = "") -> bool:
+        """Pause ``queue``; False if it was paused already (its first pause is kept)."""
+        flag = json.dumps({"since": time.time(), "by": by or socket.gethostname()})
+        return bool(await self.client.set(self.keys.paused(queue), flag, nx=True))
+
+    async def resume(self, queue: str) -> bool:
+        """Resume ``queue`` and wake idle workers (they would otherwise wait up to
+        ``idle_fetch_interval``); False if it was not paused."""
+        removed = int(await self.client.delete(self.keys.paused(queue)))
+        if removed:
+            await self._wake_idle()
+        return removed > 0
+
+    async def pauses(self, queues: Sequence[str]) -> dict[str, Pause]:
+        """The paused ones among ``queues`` (one GET each, pipelined). A flag of another
+        type is a pause all the same: ``fetch.lua`` asks only whether it exists."""
+        if not queues:
+            return {}
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.get(self.keys.paused(queue))
+            values: list[Any] = await pipe.execute(raise_on_error=False)
+        return {queue: Pause.read(queue, b"" if isinstance(value, Exception) else value)
+                for queue, value in zip(queues, values, strict=True) if value is not None}
+
+    async def _wake_idle(self) -> None:
+        await self.client.publish(self.keys.wake_channel, "resume")

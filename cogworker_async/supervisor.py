@@ -1,0 +1,427 @@
+"""Supervisor: ``run --processes N`` — N worker processes from one command, kept running.
+
+One worker process uses one core (Python's GIL). The supervisor starts N children, each a
+full worker (``cogworker-async run`` with the same options, its own identity), and never
+talks to Redis itself: what a child runs is settled and recovered exactly as for any
+worker, so a child's crash is the crash any worker can have (its jobs come back through
+orphan recovery).
+
+- A child that dies is started again, with a backoff (1 s doubling to 30 s; back to 1 s
+  once a child has lived a minute), and the death is logged with its exit code or signal.
+- A child past ``--max-memory`` (its resident memory, read from ``/proc``) is stopped
+  gracefully (SIGTERM: its jobs finish or are given back) and replaced when it has
+  exited; so is one that ran ``--max-jobs`` jobs (it stops itself) — Sidekiq swarm's
+  memory killer, Celery's ``max-tasks-per-child``.
+- ``--reload``: a change to a ``.py`` file under the current directory restarts every
+  child gracefully (``watchfiles``, the ``reload`` extra).
+- ``--burst``: a child that found nothing left to do exits 0 and is not replaced; the
+  supervisor exits once every child has.
+- SIGTERM/SIGINT is passed on to every child (a graceful stop); a second one is passed
+  on again (each child then stops at once). The supervisor exits once every child has,
+  with ``exit_code``'s code.
+- Each child asks for ``PR_SET_PDEATHSIG`` (Linux) as it starts (``die_with``): if the
+  supervisor itself is killed, its children get SIGTERM and stop gracefully — no
+  orphaned workers.
+
+The decisions (what to do with a child that exited, when to start it again, what the
+supervisor's own exit code is) are pure functions below; ``Supervisor`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+from cogworker_async import environment
+
+log = logging.getLogger(__name__)
+
+EXIT_OK: Final = 0
+EXIT_HARD_STOP: Final = 1
+EXIT_USAGE: Final = 2
+"""A child refused to start (a bad option or setting, an App that fails to import):
+starting it again would fail the same way, so the supervisor stops (the CLI's code)."""
+EXIT_RECYCLE: Final = 4
+"""A child under a supervisor that stopped after ``--max-jobs``: replace it (distinct
+from 0, which under ``--burst`` means its work is done)."""
+
+FIRST_BACKOFF: Final = 1.0
+MAX_BACKOFF: Final = 30.0
+STEADY_AFTER: Final = 60.0
+"""Seconds a child must live for its slot's backoff to start again from the first."""
+TICK: Final = 0.1
+"""Seconds between the supervisor's looks at its children and signals."""
+MEMORY_EVERY: Final = 1.0
+"""Seconds between reads of the children's memory (``--max-memory``)."""
+MAX_PROCESSES: Final = 256
+
+PR_SET_PDEATHSIG: Final = 1
+
+_SIZE: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
+_UNITS: Final = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """``--max-memory``: bytes, or with a unit (``512M``, ``1.5G``, ``2GiB``; powers of
+    1024); a ValueError saying what is expected otherwise."""
+    found = _SIZE.fullmatch(text)
+    if found is None:
+        raise ValueError(f"{text!r} is not a size: use bytes or a number with K, M, G or "
+                         "T (e.g. 512M, 1.5G)")
+    size = int(float(found.group(1)) * _UNITS[found.group(2).lower()])
+    if size <= 0:
+        raise ValueError(f"a size must be more than 0, got {text!r}")
+    return size
+
+
+def parse_processes(text: str) -> int:
+    """``--processes``: a count (1..256), or ``auto``: the cores this process may use."""
+    if text.strip().lower() == "auto":
+        return usable_cores()
+    try:
+        count = int(text)
+    except ValueError:
+        raise ValueError(f"--processes takes a number or 'auto', not {text!r}") from None
+    if not 1 <= count <= MAX_PROCESSES:
+        raise ValueError(f"--processes must be between 1 and {MAX_PROCESSES}, got {count}")
+    return count
+
+
+def usable_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may run on: its CPU affinity (else the machine's), capped
+    by a cgroup CPU quota where there is one — a container limited to 2 CPUs on a
+    64-core node (Kubernetes ``resources.limits.cpu``) should start 2 children, not 64
+    throttled ones."""
+    if hasattr(os, "sched_getaffinity"):
+        cores = max(1, len(os.sched_getaffinity(0)))
+    else:
+        cores = max(1, os.cpu_count() or 1)
+    quota = cgroup_cpu_quota(cgroup_root)
+    return cores if quota is None else max(1, min(cores, quota))
+
+
+def cgroup_cpu_quota(root: Path) -> int | None:
+    """Whole CPUs a cgroup quota allows (rounded up), None for no quota. cgroup v2
+    ``cpu.max`` ("max 100000" or "200000 100000"), else v1's ``cpu.cfs_quota_us`` and
+    ``cpu.cfs_period_us`` (-1: none). Unreadable or odd files mean no quota."""
+    try:
+        fields = (root / "cpu.max").read_text().split()
+    except OSError:
+        try:
+            fields = [(root / "cpu" / "cpu.cfs_quota_us").read_text().strip(),
+                      (root / "cpu" / "cpu.cfs_period_us").read_text().strip()]
+        except OSError:
+            return None
+    if len(fields) != 2 or fields[0] in ("max", "-1"):
+        return None
+    try:
+        quota, period = int(fields[0]), int(fields[1])
+    except ValueError:
+        return None
+    if quota <= 0 or period <= 0:
+        return None
+    return -(-quota // period)
+
+
+def next_backoff(previous: float | None, lived: float) -> float:
+    """Seconds to wait before starting again a child that died after ``lived`` seconds
+    (``previous``: the last wait in its slot, None for none)."""
+    if previous is None or lived >= STEADY_AFTER:
+        return FIRST_BACKOFF
+    return min(MAX_BACKOFF, previous * 2)
+
+
+Verdict = Literal["done", "replace", "restart", "fatal", "wait"]
+
+
+def verdict(code: int, *, asked_to_stop: bool, recycling: bool, burst: bool,
+            lived: float = 0.0, reloading: bool = False) -> Verdict:
+    """What to do with a child that exited with ``code`` (negative: killed by that
+    signal) after ``lived`` seconds: ``done`` (leave its slot empty), ``replace`` (start
+    a new one now), ``restart`` (start a new one after a backoff: it died), ``fatal``
+    (stop all: it cannot start), ``wait`` (``--reload``: start one at the next change)."""
+    if asked_to_stop:
+        return "done"
+    if recycling or code == EXIT_RECYCLE:
+        return "replace"  # memory, a reload, --max-jobs: its replacement is due
+    if code == EXIT_OK:
+        return "done" if burst else "replace"
+    if code == EXIT_USAGE and reloading:
+        return "wait"  # a typo saved: the next change may fix it
+    if code == EXIT_USAGE and lived < STEADY_AFTER:
+        return "fatal"
+    return "restart"
+
+
+def exit_code(codes: Sequence[int], *, hard: bool, fatal: bool) -> int:
+    """The supervisor's exit code once every child has exited: 2 if a child could not
+    start (usage), 1 if stopped hard (a second signal), 0 if every child stopped cleanly;
+    otherwise the first child's failing code (3: Redis unreachable)."""
+    if fatal:
+        return EXIT_USAGE
+    if hard:
+        return EXIT_HARD_STOP
+    failing = [code for code in codes if code != EXIT_OK]
+    if not failing:
+        return EXIT_OK
+    return failing[0] if failing[0] > 0 else EXIT_HARD_STOP
+
+
+def rss_of(pid: int) -> int | None:
+    """Resident memory of process ``pid`` in bytes (Linux ``/proc``); None if unknown."""
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def die_with(supervisor: str) -> None:
+    """In a child, as it starts: SIGTERM this process when its supervisor (``host:pid``,
+    from ``$COGWORKER_SUPERVISOR``) dies (Linux ``PR_SET_PDEATHSIG``), so that killing
+    the supervisor leaves no orphaned workers. Set from the child itself rather than in
+    a pre-exec hook (unsafe in a process with threads)."""
+    try:
+        pid = int(supervisor.rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the children outlive a killed parent
+        return
+    # The supervisor may have died before the prctl: no signal would ever come then.
+    if os.getppid() != pid:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@dataclass(slots=True)
+class Slot:
+    """One of the N places a child runs in."""
+
+    number: int
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    due: float = 0.0
+    """``time.monotonic()`` at which to start its next child (a backoff)."""
+    backoff: float | None = None
+    recycling: str | None = None
+    """Why its child was asked to stop to be replaced (memory, reload); None if not."""
+    done: bool = False
+    codes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Supervisor:
+    """Starts ``count`` children with ``argv`` (each given its slot number through
+    ``argv_of``) and keeps them running until a signal or, in burst mode, until each
+    found nothing left to do."""
+
+    argv_of: Callable[[int], list[str]]
+    count: int
+    max_memory: int | None = None
+    burst: bool = False
+    reload_root: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    slots: list[Slot] = field(init=False)
+    _signals: list[int] = field(default_factory=list, init=False)
+    _changed: threading.Event = field(default_factory=threading.Event, init=False)
+    _stop_watch: threading.Event = field(default_factory=threading.Event, init=False)
+    fatal: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
+        self.slots = [Slot(number) for number in range(self.count)]
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Supervise until every child has exited; the exit code (``exit_code``)."""
+        previous = {signum: signal.signal(signum, self._on_signal)
+                    for signum in (signal.SIGTERM, signal.SIGINT)}
+        watcher = self._watch_files() if self.reload_root is not None else None
+        log.info("supervisor %s: starting %d worker process%s", self.name, self.count,
+                 "" if self.count == 1 else "es")
+        next_memory = time.monotonic()
+        try:
+            while True:
+                self._handle_signals()
+                if self._changed.is_set():
+                    self._changed.clear()
+                    self._recycle_all("code changed (--reload)")
+                    for slot in self.slots:  # one that could not start: try again now
+                        if slot.process is None and slot.due == float("inf"):
+                            slot.due = time.monotonic()
+                for slot in self.slots:
+                    self._look_after(slot)
+                if self.max_memory is not None and time.monotonic() >= next_memory:
+                    next_memory = time.monotonic() + MEMORY_EVERY
+                    self._check_memory()
+                if all(slot.done and slot.process is None for slot in self.slots):
+                    break
+                time.sleep(TICK)
+        finally:
+            self._stop_watch.set()
+            if watcher is not None:
+                watcher.join(2.0)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        codes = [code for slot in self.slots for code in slot.codes[-1:]]
+        code = exit_code(codes, hard=len(self._signals) > 1, fatal=self.fatal)
+        log.info("supervisor %s: all worker processes have exited (exit %d)", self.name,
+                 code)
+        return code
+
+    @property
+    def name(self) -> str:
+        return f"{socket.gethostname()}:{os.getpid()}"
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self._signals) or self.fatal
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self._signals.append(signum)
+
+    def _handle_signals(self) -> None:
+        seen = getattr(self, "_seen_signals", 0)
+        for signum in self._signals[seen:]:
+            again = seen > 0
+            log.info("%s%s: passing it on to %d worker process(es)%s",
+                     signal.Signals(signum).name, " again" if again else "",
+                     sum(1 for slot in self.slots if slot.process is not None),
+                     " (they stop at once)" if again else " (they stop gracefully)")
+            for slot in self.slots:
+                slot.done = True
+                if slot.process is not None:
+                    self._signal(slot, signal.SIGTERM)
+            seen += 1
+        self._seen_signals = seen
+
+    def _look_after(self, slot: Slot) -> None:
+        process = slot.process
+        if process is None:
+            if not slot.done and not self.stopping and time.monotonic() >= slot.due:
+                self._start(slot)
+            return
+        code = process.poll()
+        if code is None:
+            return
+        lived = time.monotonic() - slot.started
+        slot.process = None
+        # Asked to stop while it was still starting (before its handlers were in): the
+        # default SIGTERM ended it, with nothing fetched yet — a clean stop.
+        asked = self.stopping or slot.recycling is not None
+        slot.codes.append(EXIT_OK if asked and code == -signal.SIGTERM else code)
+        what = verdict(code, asked_to_stop=self.stopping, recycling=slot.recycling is not None,
+                       burst=self.burst, lived=lived, reloading=self.reload_root is not None)
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+        if what == "done":
+            slot.done = True
+            log.info("worker process %d (slot %d) exited (%s)", process.pid, slot.number, how)
+        elif what == "replace":
+            why = slot.recycling or "--max-jobs reached"
+            # Recycled for memory soon after its start: a --max-memory below what a fresh
+            # worker needs would restart it in a loop; it backs off as a death does.
+            quick = why.startswith("memory") and lived < STEADY_AFTER
+            slot.backoff = next_backoff(slot.backoff, lived) if quick else None
+            slot.due = time.monotonic() + (slot.backoff or 0.0)
+            log.log(logging.WARNING if quick else logging.INFO,
+                    "worker process %d (slot %d) exited (%s; %s): starting a fresh one%s",
+                    process.pid, slot.number, how, why,
+                    f" in {slot.backoff:.0f}s (recycled {lived:.1f}s after its start: is "
+                    "--max-memory below a fresh worker's size?)" if quick else "")
+            slot.recycling = None
+        elif what == "wait":
+            slot.due = float("inf")
+            log.error("worker process %d (slot %d) could not start (%s): waiting for the "
+                      "next change (--reload)", process.pid, slot.number, how)
+        elif what == "fatal":
+            log.error("worker process %d (slot %d) could not start (%s): stopping",
+                      process.pid, slot.number, how)
+            self.fatal = True
+            for other in self.slots:
+                other.done = True
+                if other.process is not None:
+                    self._signal(other, signal.SIGTERM)
+        else:
+            slot.backoff = next_backoff(slot.backoff, lived)
+            slot.due = time.monotonic() + slot.backoff
+            log.warning("worker process %d (slot %d) died (%s) after %.1fs: starting another "
+                        "in %.0fs (its jobs are recovered as any dead worker's)", process.pid,
+                        slot.number, how, lived, slot.backoff)
+
+    def _start(self, slot: Slot) -> None:
+        env = {**os.environ, **self.env, environment.SUPERVISOR: self.name}
+        # Its own process group: a terminal's Ctrl-C (or a stop signal sent to the
+        # group) reaches the supervisor only, which passes it on once — a child signalled
+        # twice would stop at once. PDEATHSIG still ties it to the supervisor.
+        slot.process = subprocess.Popen(self.argv_of(slot.number), env=env, process_group=0)
+        slot.started = time.monotonic()
+        log.info("worker process %d started (slot %d)", slot.process.pid, slot.number)
+
+    def _signal(self, slot: Slot, signum: int) -> None:
+        if slot.process is not None:
+            try:
+                slot.process.send_signal(signum)
+            except ProcessLookupError:  # exited meanwhile: poll() says so next
+                pass
+
+    def _recycle(self, slot: Slot, why: str) -> None:
+        if slot.process is None or slot.recycling is not None or self.stopping:
+            return
+        slot.recycling = why
+        log.info("worker process %d (slot %d): %s: stopping it gracefully to start a "
+                 "fresh one", slot.process.pid, slot.number, why)
+        self._signal(slot, signal.SIGTERM)
+
+    def _recycle_all(self, why: str) -> None:
+        for slot in self.slots:
+            self._recycle(slot, why)
+
+    def _check_memory(self) -> None:
+        assert self.max_memory is not None
+        for slot in self.slots:
+            if slot.process is None or slot.recycling is not None:
+                continue
+            rss = rss_of(slot.process.pid)
+            if rss is not None and rss > self.max_memory:
+                self._recycle(slot, f"memory {rss / 1024**2:.0f} MiB over --max-memory "
+                                    f"{self.max_memory / 1024**2:.0f} MiB")
+
+    def _watch_files(self) -> threading.Thread:
+        try:
+            import watchfiles
+        except ImportError:  # checked by the CLI first; here only if it went missing
+            log.error("--reload needs watchfiles (pip install 'cogworker-async[reload]')")
+            return threading.Thread()
+        root = self.reload_root or Path.cwd()
+
+        def watch() -> None:
+            for changes in watchfiles.watch(root, stop_event=self._stop_watch,
+                                            watch_filter=watchfiles.PythonFilter(),
+                                            raise_interrupt=False):
+                log.info("--reload: %d file(s) changed, e.g. %s", len(changes),
+                         sorted(path for _, path in changes)[0])
+                self._changed.set()
+
+        thread = threading.Thread(target=watch, name="cogworker-reload", daemon=True)
+        thread.start()
+        return thread
+
+
+def child_argv(target: str, options: Sequence[str]) -> list[str]:
+    """The command line of one child: this Python, ``cogworker-async run TARGET`` with
+    the options every child shares."""
+    return [sys.executable, "-m", "cogworker_async", "run", target, *options]

@@ -1,0 +1,230 @@
+"""``jobs.testing``: enqueue and run an App's jobs in a test, with no Redis.
+
+    with jobs.testing.fake():                  # or: async with
+        await send_email.enqueue("a@example.com")
+        assert [j.args for j in jobs.testing.enqueued(job=send_email)] == [["a@example.com"]]
+        runs = await jobs.testing.drain()      # run them (and what they enqueue)
+        assert [r.outcome for r in runs] == ["succeeded"]
+
+    with jobs.testing.inline():                # each enqueue runs the job at once
+        await send_email.enqueue("a@example.com")   # what it raises, raises here
+
+A faked enqueue is a real one up to the push: the client's own checks, payload and
+middleware run (``Client.sink``), and only the push lands here instead of Redis, with
+Redis' refusals: a unique job whose lock is held and a chosen jid that is alive return
+None. A drained run is the worker's own processor (``drain.py``). Nothing here reaches
+Redis; what still needs it (``status``, ``result``, ``cancel``, ``pause``, a limiter
+entered outside a job) is not faked — ``jobs.testing.status(jid)`` answers for faked jobs.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+import anyio
+
+from cogworker_async.client import Client, Push
+from cogworker_async.definition import JobDefinition
+from cogworker_async.middleware import ServerMiddleware
+from cogworker_async.registry import JobFunction
+from cogworker_async.settings import Settings
+from cogworker_async.status import JobStatus
+from cogworker_async.testing.drain import FakeWorker
+from cogworker_async.testing.memory import MemoryStore
+from cogworker_async.testing.records import Enqueued, Run, TooManyRuns
+from cogworker_async.testing.world import World
+from cogworker_async.worker.hooks import Hooks
+from cogworker_async.worker.observers import Outcome
+
+MAX_RUNS: Final = 1000
+"""Runs one ``drain()`` makes at most by default (a job that enqueues itself forever
+stops there with ``TooManyRuns``)."""
+MAX_INLINE_DEPTH: Final = 20
+"""Inline runs nested at most (a job enqueuing a job ... each run inside the last)."""
+
+JobRef = JobFunction[..., Any] | str
+"""A job named by its function or its registered name."""
+
+
+class Testing:
+    """The testing helpers of one App (``jobs.testing``)."""
+
+    def __init__(self, registry: Mapping[str, JobDefinition], settings: Settings,
+                 client: Client, middleware: Sequence[ServerMiddleware], hooks: Hooks) -> None:
+        self._registry = registry
+        self._settings = settings
+        self._client = client
+        self._middleware = middleware
+        self._hooks = hooks
+        self._memory = MemoryStore(settings.namespace)
+        self._world = World()
+        self._sink = _Sink(self)
+        self._inline = False
+        self._depth = 0
+
+    # -- modes ---------------------------------------------------------------------------
+
+    def fake(self) -> Mode:
+        """Record enqueues in memory instead of pushing them to Redis, for the block
+        (``with`` or ``async with``). The block starts with nothing recorded; what it
+        recorded stays readable after it, until ``clear()`` or the next block."""
+        return Mode(self, inline=False)
+
+    def inline(self) -> Mode:
+        """Run each enqueued job at once, in the caller, for the block: through the
+        server middleware, with its context and timeout; what it raises reaches the
+        caller (no retry). ``enqueue_in``/``enqueue_at`` run at once too."""
+        return Mode(self, inline=True)
+
+    @property
+    def active(self) -> bool:
+        """A ``fake()`` or ``inline()`` block is in effect."""
+        return self._client.sink is self._sink
+
+    def _begin(self, inline: bool) -> None:
+        if self._client.sink is not None:
+            raise RuntimeError("this App's enqueues are already faked: leave the first "
+                               "fake()/inline() block before entering another")
+        self.clear()
+        self._inline = inline
+        self._client.sink = self._sink
+
+    def _end(self) -> None:
+        if self._client.sink is self._sink:
+            self._client.sink = None
+
+    # -- reading -------------------------------------------------------------------------
+
+    def enqueued(self, job: JobRef | None = None, queue: str | None = None) -> list[Enqueued]:
+        """The jobs waiting (queued, scheduled, retrying), oldest first; ``job`` (a job
+        function or a registered name) and ``queue`` filter them."""
+        return self._world.enqueued(_name_of(job), queue)
+
+    def runs(self, job: JobRef | None = None, outcome: Outcome | None = None) -> list[Run]:
+        """The runs made since the block began, in order (``job``, ``outcome`` filter)."""
+        name = _name_of(job)
+        return [run for run in self._world.runs if (name is None or run.name == name)
+                and (outcome is None or run.outcome == outcome)]
+
+    def status(self, jid: str, *, queue: str | None = None) -> JobStatus:
+        """What ``jobs.status(jid)`` would say of a faked job (state, error, result...)."""
+        return self._world.status(jid, queue)
+
+    def clear(self) -> None:
+        """Forget every recorded job, run, status, unique lock and limiter refusal."""
+        self._world.clear()
+        self._memory.clear()
+
+    def refuse(self, *limiters: str) -> None:
+        """Make these limiters refuse every acquisition in drained runs (``OverLimit``:
+        the job is rescheduled, outcome ``limited``); ``clear()`` admits again. Other
+        limiters always admit."""
+        self._memory.refusing.update(limiters)
+
+    # -- running -------------------------------------------------------------------------
+
+    async def drain(self, *, include_scheduled: bool = False, include_retries: bool = True,
+                    max_runs: int = MAX_RUNS) -> list[Run]:
+        """Run the recorded jobs due now, one at a time in order, and whatever they
+        enqueue, through the worker's own processor; returns the runs made.
+
+        - ``include_retries`` (default): a failed job's retries run at once (their
+          delay is in ``Run.delay``); False leaves them waiting (``state == "retrying"``).
+        - ``include_scheduled``: jobs due later (``enqueue_in``/``enqueue_at``) run too,
+          by due time, as if the clock had moved on (deadlines are judged at the real
+          time of the run).
+        - After ``max_runs`` runs with jobs still due: ``TooManyRuns``.
+        """
+        if not self.active or self._inline:
+            raise RuntimeError("drain() runs the jobs of a jobs.testing.fake() block")
+        worker = self._worker()
+        made: list[Run] = []
+        for _ in range(max_runs):
+            entry = self._world.take(scheduled=include_scheduled, retries=include_retries)
+            if entry is None:
+                return made
+            run = await worker.run(entry)
+            if run is not None:
+                made.append(run)
+        if self._world.next_due(scheduled=include_scheduled, retries=include_retries) is None:
+            return made
+        raise TooManyRuns(f"drain() made {max_runs} runs and jobs are still due (a job that "
+                          f"enqueues itself forever?): {self._backlog()}")
+
+    def _worker(self) -> FakeWorker:
+        return FakeWorker(self._registry, self._settings, self._middleware, self._hooks,
+                          self._memory, self._world)
+
+    def _backlog(self) -> str:
+        names = collections.Counter(entry.name for entry in self._world.enqueued())
+        return ", ".join(f"{name} x{count}" for name, count in names.most_common(3))
+
+    async def _push(self, push: Push, due: float | None, chosen: bool) -> bool:
+        world, memory = self._world, self._memory
+        if chosen and world.alive(push.queue, push.jid):
+            return False  # enqueue.lua: a chosen jid is refused while alive
+        if push.unique is not None:
+            digest, ttl = push.unique
+            if not memory.take_new_lock(memory.keys.unique(push.queue, digest), push.jid, ttl):
+                return False
+        entry = world.add(push.raw, push.queue, push.jid, due=due,
+                          state="queued" if due is None else "scheduled")
+        if self._inline:
+            world.waiting.remove(entry)
+            world.running.add((entry.queue, entry.jid))
+            if self._depth >= MAX_INLINE_DEPTH:
+                world.running.discard((entry.queue, entry.jid))
+                raise TooManyRuns(f"inline runs nested {MAX_INLINE_DEPTH} deep (a job that "
+                                  "enqueues itself forever?)")
+            self._depth += 1
+            try:
+                await self._worker().run_now(entry)
+            finally:
+                self._depth -= 1
+        return True
+
+
+class Mode:
+    """A ``fake()`` or ``inline()`` block: ``with`` or ``async with``."""
+
+    def __init__(self, testing: Testing, *, inline: bool) -> None:
+        self._testing = testing
+        self._inline = inline
+
+    def __enter__(self) -> Testing:
+        self._testing._begin(self._inline)
+        return self._testing
+
+    def __exit__(self, *exc: object) -> None:
+        self._testing._end()
+
+    async def __aenter__(self) -> Testing:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__()
+
+
+class _Sink:
+    """The client's sink (``client.Sink``) while a block is in effect."""
+
+    def __init__(self, testing: Testing) -> None:
+        self._testing = testing
+
+    async def push(self, push: Push, *, due: float | None, chosen: bool) -> bool:
+        return await self._testing._push(push, due, chosen)
+
+    def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
+        """``enqueue_sync``: the enqueue on a private event loop in a thread (the
+        caller may be inside one, or in a job's thread); the caller waits for it."""
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(anyio.run, enqueue).result()
+
+
+def _name_of(job: JobRef | None) -> str | None:
+    if job is None or isinstance(job, str):
+        return job
+    return job.name

@@ -1,0 +1,125 @@
+"""The few Store operations a run needs, in memory: locks and limiter decisions.
+
+A fake run goes through the worker's real ``Processor`` (``drain.py``), which reaches
+Redis only through ``JobLocks`` (unique and periodic locks), its ``Runner`` (limiters a
+job enters) and the executor's orphan count. This object answers those calls with the
+semantics of their Lua scripts (``take_lock.lua``, ``release_lock.lua``,
+``extend_lock.lua``; a unique lock is ``SET NX`` as in ``enqueue_unique.lua``), and
+nothing else: a call the worker starts making one day that is not here fails loudly
+(``AttributeError``, or ``NotImplementedError`` for a script) instead of drifting.
+
+Limiters always admit, unless a test says a limiter refuses (``refusing``): then the
+job sees ``OverLimit`` as it would from Redis, and the worker reschedules it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from cogworker_async.redis.keys import Keys
+
+LIMITER_SCRIPTS: Final = frozenset({"limit_concurrent", "limit_window", "limit_bucket"})
+"""The limiter scripts (``redis/limits.py``): their replies are
+``[admitted, level, extra, now]``."""
+LIMITER_PARTS: Final = ("holders", "window", "bucket")
+"""The key each kind of limiter decides on (``Keys.limiter(name, part)``)."""
+
+
+class MemoryStore:
+    """Locks with a TTL, owned by a jid; limiter decisions. Not thread-safe: it is used
+    by one drain (or one inline run) at a time."""
+
+    def __init__(self, namespace: str) -> None:
+        self.keys = Keys(namespace)
+        self._locks: dict[str, tuple[str, float]] = {}
+        """key -> (owner, monotonic expiry)."""
+        self.refusing: set[str] = set()
+        """Names of limiters that refuse every acquisition (``Testing.refuse``)."""
+        self.client = _Client()
+
+    def clear(self) -> None:
+        self._locks.clear()
+        self.refusing.clear()
+
+    def holder(self, key: str) -> str | None:
+        """The owner of ``key``'s lock, if it is held and not expired."""
+        held = self._locks.get(key)
+        if held is None:
+            return None
+        if held[1] <= time.monotonic():
+            del self._locks[key]
+            return None
+        return held[0]
+
+    def take_new_lock(self, key: str, owner: str, ttl: float) -> bool:
+        """A unique job's lock, taken with its push: refused while anyone holds it."""
+        if self.holder(key) is not None:
+            return False
+        self._locks[key] = (owner, time.monotonic() + ttl)
+        return True
+
+    # -- what the worker calls (``Store``'s signatures) ----------------------------------
+
+    async def take_lock(self, key: str, owner: str, ttl: float) -> bool:
+        holder = self.holder(key)
+        if holder is not None and holder != owner:
+            return False
+        self._locks[key] = (owner, time.monotonic() + ttl)
+        return True
+
+    async def release_lock(self, key: str, owner: str) -> bool:
+        if self.holder(key) != owner:
+            return False
+        del self._locks[key]
+        return True
+
+    async def extend_lock(self, key: str, owner: str, ttl: float) -> bool:
+        if self.holder(key) != owner:
+            return False
+        expiry = max(self._locks[key][1], time.monotonic() + ttl)  # never shortened
+        self._locks[key] = (owner, expiry)
+        return True
+
+    async def orphan_count(self, queue: str, jid: str) -> int:
+        """No process dies in a test's drain: no job was ever recovered."""
+        return 0
+
+    async def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        """A limiter's decision: admitted, unless the test made it refuse."""
+        if script not in LIMITER_SCRIPTS:
+            raise NotImplementedError(f"script {script!r} has no in-memory twin in "
+                                      "cogworker_async.testing")
+        if any(keys[0] == self.keys.limiter(name, part) for name in self.refusing
+               for part in LIMITER_PARTS):
+            return [0, int(args[0]), 0, time.time()]
+        return [1, 1, 0, time.time()]
+
+
+class _Client:
+    """What a limiter does with the Redis client directly: give a slot back, count a
+    refusal for the dashboard. Nothing to keep in a test."""
+
+    async def zrem(self, key: str, *members: Any) -> int:
+        return 0
+
+    def pipeline(self, transaction: bool = False) -> _Pipeline:
+        return _Pipeline()
+
+
+class _Pipeline:
+    async def __aenter__(self) -> _Pipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def incr(self, key: str) -> None:
+        return None
+
+    def expire(self, key: str, seconds: float) -> None:
+        return None
+
+    async def execute(self, raise_on_error: bool = True) -> list[Any]:
+        return []

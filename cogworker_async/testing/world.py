@@ -1,0 +1,142 @@
+"""The fake's jobs: waiting (queued, scheduled, retrying), running, and how each ended.
+
+It stands where Redis' lists, sets and status records stand, with their rules: a
+chosen jid is refused while a job with it is alive in its queue (``enqueue.lua``), a
+job moved onto its queue when due gets the queue and a fresh ``enqueued_at`` (the
+poller's promotion), and a job's status reads as ``jobs.status(jid)`` would.
+
+Order: jobs due now run in the order they arrived (a queue is first in, first out; a
+retry waits behind what was already queued, as after its promotion); scheduled jobs,
+when a drain includes them, by due time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from cogworker_async import job
+from cogworker_async.retries import attempt_of
+from cogworker_async.status import JobStatus, error_text, unknown
+from cogworker_async.testing.records import Enqueued, Run, Waiting
+
+
+@dataclass(slots=True)
+class Entry:
+    """One waiting job, as stored: its raw bytes."""
+
+    raw: bytes
+    queue: str
+    jid: str
+    state: Waiting
+    due: float | None
+    order: int = 0
+
+    def payload(self) -> job.Payload:
+        return job.decode(self.raw, job.NO_SIZE_LIMIT)
+
+
+@dataclass(slots=True)
+class World:
+    waiting: list[Entry] = field(default_factory=list)
+    running: set[tuple[str, str]] = field(default_factory=set)
+    """(queue, jid) of the runs in progress."""
+    ended: dict[tuple[str, str], JobStatus] = field(default_factory=dict)
+    """(queue, jid) -> its status once it ended (succeeded, dead, cancelled)."""
+    runs: list[Run] = field(default_factory=list)
+    _counter: itertools.count[int] = field(default_factory=itertools.count)
+
+    def clear(self) -> None:
+        self.waiting.clear()
+        self.running.clear()
+        self.ended.clear()
+        self.runs.clear()
+
+    def alive(self, queue: str, jid: str) -> bool:
+        """Queued, scheduled, running or retrying in ``queue`` (a chosen jid's test)."""
+        return (queue, jid) in self.running or any(
+            entry.queue == queue and entry.jid == jid for entry in self.waiting)
+
+    def add(self, raw: bytes, queue: str, jid: str, *, due: float | None,
+            state: Waiting) -> Entry:
+        self.ended.pop((queue, jid), None)  # a chosen jid used again: its old end goes
+        entry = Entry(raw, queue, jid, state, due, next(self._counter))
+        self.waiting.append(entry)
+        return entry
+
+    def put_back(self, entry: Entry) -> None:
+        """A job taken but never started: first in line again."""
+        self.running.discard((entry.queue, entry.jid))
+        self.waiting.insert(0, entry)
+
+    def next_due(self, *, scheduled: bool, retries: bool) -> Entry | None:
+        """The job to run next, if any (``scheduled``: jobs due later count as due;
+        ``retries``: retries run without waiting for their delay)."""
+        now = time.time()
+        ready = [entry for entry in self.waiting
+                 if entry.due is None or entry.due <= now
+                 or (retries and entry.state == "retrying")]
+        if ready:
+            return min(ready, key=lambda entry: entry.order)
+        later = [entry for entry in self.waiting if scheduled]
+        return min(later, key=lambda entry: (entry.due or now, entry.order), default=None)
+
+    def take(self, *, scheduled: bool, retries: bool) -> Entry | None:
+        """``next_due``, taken off the waiting jobs and marked running."""
+        chosen = self.next_due(scheduled=scheduled, retries=retries)
+        if chosen is None:
+            return None
+        self.waiting.remove(chosen)
+        self.running.add((chosen.queue, chosen.jid))
+        if chosen.state != "queued":  # moved onto its queue as the poller does
+            payload = chosen.payload()
+            payload["queue"] = chosen.queue
+            payload["enqueued_at"] = time.time()
+            chosen.raw = job.encode(payload, job.NO_SIZE_LIMIT)
+        return chosen
+
+    def end(self, queue: str, jid: str, status: JobStatus) -> None:
+        self.running.discard((queue, jid))
+        self.ended[(queue, jid)] = status
+
+    def enqueued(self, name: str | None = None, queue: str | None = None) -> list[Enqueued]:
+        found = []
+        for entry in sorted(self.waiting, key=lambda entry: entry.order):
+            payload = entry.payload()
+            if (name is None or payload["class"] == name) and \
+                    (queue is None or entry.queue == queue):
+                found.append(Enqueued(
+                    jid=entry.jid, name=payload["class"], args=payload["args"],
+                    kwargs=payload["kwargs"], queue=entry.queue, state=entry.state,
+                    due_at=entry.due, payload=dict(payload)))
+        return found
+
+    def status(self, jid: str, queue: str | None = None) -> JobStatus:
+        """What ``jobs.status(jid)`` would say of a faked job."""
+        for entry in reversed(self.waiting):
+            if entry.jid == jid and queue in (None, entry.queue):
+                return waiting_status(entry)
+        for running_queue, running_jid in self.running:
+            if running_jid == jid and queue in (None, running_queue):
+                return JobStatus(jid=jid, state="running", queue=running_queue)
+        for (ended_queue, ended_jid), status in reversed(self.ended.items()):
+            if ended_jid == jid and queue in (None, ended_queue):
+                return status
+        return unknown(jid)
+
+
+def waiting_status(entry: Entry) -> JobStatus:
+    payload = entry.payload()
+    return JobStatus(jid=entry.jid, state=entry.state, queue=entry.queue,
+                     name=payload["class"], attempt=attempt_of(payload),
+                     enqueued_at=job.number(payload, "enqueued_at"),
+                     error=failure_text(payload))
+
+
+def failure_text(payload: job.Payload) -> str | None:
+    """A status' ``error`` (``Class: message``) from a filed entry, if it failed."""
+    error_class = job.text(payload, "error_class")
+    if error_class is None:
+        return None
+    return error_text(error_class, job.text(payload, "error_message") or "")

@@ -1,0 +1,59 @@
+"""Stopper: ends a worker whose work is done — ``run --burst``: its queues and their due
+scheduled and retry jobs are empty (arq's burst mode). The worker stops gracefully
+(``Worker.stop``) and the process exits 0. (``run --max-jobs`` is ``Settings.max_jobs``,
+which the dispatcher itself counts.)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final, Protocol
+
+import anyio
+
+from cogworker_async.redis.store import Store, Unavailable
+from cogworker_async.settings import Settings
+from cogworker_async.worker.ledger import Ledger
+
+log = logging.getLogger(__name__)
+
+EMPTY_LOOKS: Final = 2
+"""Looks in a row that must find nothing to do before a burst ends: a job between the
+poller's move and the fetch, or enqueued by a job that just ended, is seen by one of
+them."""
+
+
+class Stoppable(Protocol):
+    store: Store
+    settings: Settings
+    ledger: Ledger
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+async def stop_when_drained(worker: Stoppable) -> None:
+    """Stop ``worker`` once it is idle and its queues hold nothing due, ``EMPTY_LOOKS``
+    looks in a row (``idle_fetch_interval`` apart)."""
+    store, ledger, queues = worker.store, worker.ledger, worker.settings.queue_names
+    empty = 0
+    while not worker.stopping:
+        await anyio.sleep(worker.settings.idle_fetch_interval)
+        if not ledger.slots.idle or ledger.pending:
+            empty = 0
+            continue
+        try:  # a paused queue's jobs wait for a resume, not for this worker
+            paused = await store.pauses(queues)
+            waiting = await store.backlog([queue for queue in queues if queue not in paused])
+        except Unavailable as exc:  # an outage is not an empty queue: look again
+            log.debug("burst: couldn't read the backlog: %s", exc)
+            empty = 0
+            continue
+        empty = empty + 1 if waiting == 0 and ledger.slots.idle else 0
+        if empty >= EMPTY_LOOKS:
+            log.info("burst: nothing left to do (%d jobs run): stopping", ledger.finished)
+            worker.stop()
+            return
+
