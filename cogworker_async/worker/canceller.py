@@ -25,7 +25,7 @@ import anyio
 
 from cogworker_async.context import RunControl
 from cogworker_async.errors import why
-from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.redis.store import Store, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Canceller:
                 continue
             try:
                 await self.tick()
-            except RedisError as exc:  # the next tick tries again
+            except Unavailable as exc:  # the next tick tries again
                 log.debug("looking for cancels failed: %s", why(exc))
 
     async def tick(self) -> None:

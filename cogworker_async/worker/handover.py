@@ -27,7 +27,7 @@ import anyio
 
 from cogworker_async import job
 from cogworker_async.errors import why
-from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.redis.store import Store, Unavailable
 from cogworker_async.status import SUCCEEDED, Ended
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger, Pending
@@ -87,7 +87,7 @@ async def hand_over(store: Store, settler: Settler, ledger: Ledger, identity: st
             record = settler.record(Work(queue, raw), filed)
             await store.park_unsettled(identity, queue, raw, record)
             ledger.settled(raw)
-        except RedisError as exc:
+        except Unavailable as exc:
             keep.append(raw)
             log.error("shutdown: couldn't hand over the failure of jid=%s (%s): left "
                       "in progress, it may run again", job.jid_of(raw), why(exc))
@@ -100,7 +100,7 @@ async def hand_over(store: Store, settler: Settler, ledger: Ledger, identity: st
         held = [raw for raw in keep if ledger.queue_of(raw) in (queue, "")]
         try:
             moved += await store.requeue(identity, queue, drop=drop, keep=held)
-        except RedisError as exc:  # one queue's node away: the others are still handed over
+        except Unavailable as exc:  # one queue's node away: the others are still handed over
             log.error("shutdown: couldn't requeue this process's unfinished jobs of queue "
                       "%r (%s); orphan recovery will, once this process is gone", queue,
                       why(exc))
@@ -122,7 +122,7 @@ async def _ack_what_records_need(store: Store, ledger: Ledger, identity: str, qu
         return
     try:
         await store.ack(identity, queue, special)
-    except RedisError as exc:
+    except Unavailable as exc:
         log.warning("shutdown: couldn't record the results of %d job(s) (%s): dropped "
                     "as succeeded, without them", len(special), why(exc))
         return

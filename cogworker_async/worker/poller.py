@@ -21,7 +21,7 @@ import anyio
 
 from cogworker_async import job
 from cogworker_async.errors import UnparseablePayload
-from cogworker_async.redis.store import RedisError, SetName, Store
+from cogworker_async.redis.store import SetName, Store, Unavailable
 from cogworker_async.settings import Settings
 from cogworker_async.worker.streak import Streak
 
@@ -61,8 +61,8 @@ class Poller:
                     failure = failure or exc
         if failure is None:
             self.streak.succeeded()
-        else:  # a RedisError is Redis away or refusing; anything else is a bug: traced
-            self.streak.failed(failure, trace=not isinstance(failure, RedisError))
+        else:  # Unavailable is Redis away or refusing; anything else is a bug: traced
+            self.streak.failed(failure, trace=not isinstance(failure, Unavailable))
 
     async def promote_due(self, queue: str, target: SetName) -> int:
         """Move every due entry of ``queue``'s ``target`` set onto it; returns how many."""

@@ -35,6 +35,8 @@ class Streak:
         self.since: float | None = None
         """``clock()`` of the first failure of the current streak; None while healthy."""
         self.tries = 0
+        self._traced = False
+        """A traceback was shown in the current streak."""
 
     @property
     def failing(self) -> bool:
@@ -45,8 +47,10 @@ class Streak:
         (once, like the line itself)."""
         self.tries += 1
         extra = {"streak": self.what}
-        if self.since is None:
-            self.since = self._clock()
+        if self.since is None or (trace and not self._traced):
+            # A bug is shown once even amid an outage: it is not Redis's to end.
+            self.since = self._clock() if self.since is None else self.since
+            self._traced = self._traced or trace
             log.warning(FAILED, self.what, why(exc), exc_info=exc if trace else None,
                         extra=extra)
         else:
@@ -57,5 +61,5 @@ class Streak:
         if self.since is None:
             return
         lasted, tries = self._clock() - self.since, self.tries
-        self.since, self.tries = None, 0
+        self.since, self.tries, self._traced = None, 0, False
         log.info(RECOVERED, self.what, lasted, tries, extra={"streak": self.what})

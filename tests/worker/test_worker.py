@@ -355,3 +355,32 @@ async def test_prefetched_jobs_that_never_started_go_back_at_shutdown(
 
 async def _queue_empty(store: Store) -> bool:
     return int(await store.client.llen(store.keys.queue("default"))) == 0
+
+
+async def test_a_fetch_failing_in_a_way_redis_py_does_not_wrap_never_ends_the_worker(
+    make_app: Callable[..., App], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A socket's own ``OSError`` (a node refusing mid-failover) and a bug in fetching
+    each fail a fetch; the worker says so, goes on fetching, and runs the job."""
+    jobs = make_app()
+    done: list[str] = []
+
+    @jobs.job()
+    async def work(tag: str) -> None:
+        done.append(tag)
+
+    failures: list[BaseException] = [ConnectionRefusedError(111, "refused"),
+                                     KeyError("a bug in fetching")]
+    async with jobs.worker() as manager:
+        fetch = manager.fetcher.fetch
+
+        async def failing_fetch(want: int) -> Any:
+            if failures:
+                raise failures.pop(0)
+            return await fetch(want)
+
+        manager.fetcher.fetch = failing_fetch  # type: ignore[method-assign]
+        await work.enqueue("after the failures")
+        await wait_until(lambda: done == ["after the failures"], timeout=10)
+        assert not failures
+    assert "a bug in fetching" in caplog.text  # said, with its traceback
