@@ -479,8 +479,8 @@ class Manager:
             counters.failed -= failed
         try:
             await self.store.flush_stats(self._flusher, flush)
-        except Unavailable as exc:  # kept for the next flush
-            self.streaks.stats.failed(exc)
+        except Exception as exc:  # kept for the next flush (a bug: shown once, traced)
+            self.streaks.stats.failed(exc, trace=not isinstance(exc, Unavailable))
             return
         self._unconfirmed = None
         self.streaks.stats.succeeded()
