@@ -19,8 +19,10 @@ A hook never touches a job's settlement: the processor reports the outcome
 ``HOOK_WORKERS`` tasks drain. Each call gets ``HOOK_TIMEOUT`` seconds (a plain function
 runs in a thread and is abandoned, not killed, at its timeout); one that raises is
 logged. When the buffer is full (hooks far slower than jobs fail) further calls are
-dropped and counted, and the log says so: memory stays bounded. Calls still buffered
-when the worker stops are dropped (best effort, like any notification).
+dropped and counted, and the log says so: memory stays bounded. At a graceful stop the
+worker lets the buffered calls finish once its jobs have, within what is left of
+``shutdown_timeout`` and at most ``HOOK_DRAIN`` seconds (a deploy right after a failure
+still reports it); calls left then, or at a hard stop, are dropped and the log says so.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ HOOK_BUFFER: Final = 1_000
 """Calls waiting at most; more are dropped (and counted)."""
 HOOK_THREADS: Final = HOOK_WORKERS
 """Plain hook calls whose thread still runs (abandoned ones included), at most."""
+HOOK_DRAIN: Final = 5.0
+"""Seconds a graceful stop waits, at most, for buffered hook calls (``HookRunner.drain``)."""
 
 FailureHook = Callable[[JobContext, BaseException], Any]
 """``(job, error)``: async or plain."""
@@ -81,6 +85,10 @@ class HookRunner:
         self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._threads = threading.BoundedSemaphore(HOOK_THREADS)
         self._ready = anyio.Event()
+        self._calling = 0
+        """Calls taken from the buffer and not yet returned."""
+        self._quiet = anyio.Event()
+        """Set when the buffer is empty and no call is being made."""
 
     # -- observer side (on the hot path: queue only) -------------------------------------
 
@@ -131,7 +139,24 @@ class HookRunner:
                 await self._ready.wait()
                 continue
             hook, args = self._calls.popleft()
-            await self.call(hook, args)
+            self._calling += 1
+            try:
+                await self.call(hook, args)
+            finally:
+                self._calling -= 1
+                if not self._calls and not self._calling:
+                    self._quiet.set()
+
+    async def drain(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the buffered calls to be made (a graceful stop);
+        say how many were left."""
+        with anyio.move_on_after(seconds):
+            while self._calls or self._calling:
+                self._quiet = anyio.Event()
+                await self._quiet.wait()
+        left = len(self._calls) + self._calling
+        if left:
+            log.warning("stopping with %d hook call(s) not made", left)
 
     async def call(self, hook: Callable[..., Any], args: Sequence[Any]) -> None:
         """One bounded call; whatever it raises is logged (``SystemExit`` too: as for a

@@ -59,7 +59,7 @@ from cogworker_async.worker.execute import Counters
 from cogworker_async.worker.fencing import Fence
 from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch, Work
 from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
-from cogworker_async.worker.hooks import HookRunner, Hooks
+from cogworker_async.worker.hooks import HOOK_DRAIN, HookRunner, Hooks
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.observers import Observers, Vitals, process_metrics
 from cogworker_async.worker.outcome import GiveBack
@@ -286,6 +286,11 @@ class Manager:
                     await self._dispatch(jobs)
                     await self._drain()
                     jobs.cancel_scope.cancel()
+                if self.hooks is not None and not self._hard:
+                    # The failures of the last jobs reach their hooks (a hard stop
+                    # cancels the wait, as it does the jobs').
+                    with anyio.CancelScope() as self._drain_scope:
+                        await self.hooks.drain(self._time_left(HOOK_DRAIN))
                 upkeep.cancel_scope.cancel()
         finally:
             self._upkeep = None
@@ -396,6 +401,12 @@ class Manager:
                 self.ledger.slots.release()
                 continue
             await process(work)
+
+    def _time_left(self, cap: float) -> float:
+        """Seconds left of ``shutdown_timeout`` since the stop, at most ``cap``."""
+        now = time.monotonic()
+        deadline = (self._stop_at or now) + self.settings.shutdown_timeout
+        return max(0.0, min(cap, deadline - now))
 
     async def _drain(self) -> None:
         if self._hard:

@@ -248,3 +248,30 @@ async def test_hung_plain_hooks_hold_at_most_a_few_threads() -> None:
         assert runner.dropped >= HOOK_THREADS * 2
     finally:
         release.set()
+
+
+async def test_a_graceful_stop_lets_the_last_failures_reach_their_hooks(
+    make_app: Callable[..., App], store: Store
+) -> None:
+    """A deploy right after a job failed: the worker is stopped as soon as the job is
+    dead, while its failure hook is still working; the stop waits for the hook."""
+    jobs = make_app()
+    heard: list[str] = []
+    hook_began = anyio.Event()
+
+    @jobs.on_failure
+    async def report(job: JobContext, error: BaseException) -> None:
+        hook_began.set()
+        await anyio.sleep(0.5)  # a slow error tracker
+        heard.append(str(error))
+
+    @jobs.job(name="doomed", retry=False)
+    async def doomed() -> None:
+        raise Boom("reported even at a stop")
+
+    async with jobs.worker():
+        await doomed.enqueue()
+        await wait_until(lambda: store.client.zcard(store.keys.dead("default")), timeout=5)
+        with anyio.fail_after(5):
+            await hook_began.wait()
+    assert heard == ["reported even at a stop"]
