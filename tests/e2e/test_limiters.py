@@ -144,8 +144,7 @@ async def test_past_its_reschedules_a_refused_job_fails_normally(
             jid = await work.enqueue()
             assert jid is not None
             await wait_until(lambda: _state(jobs, jid, "dead"), timeout=TIMEOUT)
-            # The hook hears of it from its own task, after the settle (calls still
-            # buffered when a worker stops are dropped): wait for it in the worker.
+            # The hook hears of it from its own task, after the settle.
             await wait_until(lambda: bool(failures), timeout=TIMEOUT)
 
     assert runs == [0, 1, 2]  # two reschedules, then a failure like any other
