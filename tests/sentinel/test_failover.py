@@ -60,6 +60,14 @@ AFTER_FAULT: Final = size(100, 1000)
 across the fault, whatever the machine's speed."""
 ENQUEUE_PACE: Final = 0.004
 """Seconds between two enqueues: a steady flow (not a burst done before the fault)."""
+DURABLE_AFTER_FAULT: Final = AFTER_FAULT // 4
+"""Enqueues that must have returned after the fault with ``durability="replica"``: each
+waits for the one replica, and a replica that has just rejoined may confirm slowly
+(seen once on Valkey in CI: about one write a second for 10 s, none lost). The flow
+still aims at ``AFTER_FAULT`` (for up to ``DURABLE_KEEP_GOING`` s); the enqueuer must be
+back, writing durably, and nothing it was told is written may be lost."""
+DURABLE_KEEP_GOING: Final = 30.0
+"""Seconds after the fault the durable flow may go on to reach ``AFTER_FAULT``."""
 RECOVER_BOUND: Final = 10.0
 """Seconds from the fault to every worker beating and finishing jobs on the new master.
 Detection (1 s), election and promotion take 1-3 s, the clients follow within one
@@ -117,13 +125,14 @@ async def run_flow(  # noqa: C901 - one flow, its fault and its watchers, in ord
         topology: SentinelTopology, jobs: Jobs, fault: Callable[[], tuple[int, int]],
                    back: Callable[[float], Awaitable[float]],
                    listening: Callable[[], Awaitable[float]], *, count: int, after_fault: int,
+                   keep_going: float,
                    then: Callable[[Flow], Awaitable[None]] | None = None,
                    back_after_then: bool = False) -> Flow:
     """Enqueue ``count`` jobs one by one at a steady pace; once ``FAULT_AT`` of them are
     acknowledged, run ``fault`` (a harness call, in a thread: the enqueuer goes on
     meanwhile), then ``then(flow)`` and, alongside the flow, ``back(promoted)`` (when
     the workers are back); go on until ``after_fault`` enqueues returned after the fault
-    (or ``RECOVER_BOUND`` s after it, when they keep failing) and the workers are back."""
+    (or ``keep_going`` s after it, when they keep failing) and the workers are back."""
     flow = Flow()
 
     async def watch(promoted: float) -> None:
@@ -157,7 +166,7 @@ async def run_flow(  # noqa: C901 - one flow, its fault and its watchers, in ord
             # worker, and the others would wait for work that never came.
             if index >= count and done is not None and (
                     (flow.acked_after_fault() >= after_fault and flow.back_at is not None)
-                    or time.time() > done + RECOVER_BOUND):
+                    or time.time() > done + keep_going):
                 break
             tag = f"job-{index}"
             index += 1
@@ -407,7 +416,7 @@ async def test_flow_through_a_failover(
         assert late == [], found
     else:
         assert found["lost"] == 0, found
-    _check_recovered(flow, found)
+    _check_recovered(flow, found, durability)
 
 
 # -- 3. the master SIGKILLed mid-flow ---------------------------------------------------
@@ -433,7 +442,7 @@ async def test_flow_through_a_killed_master(
     report(_name("sentinel_kill", durability), durability=durability, **found)
     if durability is not None:
         assert found["lost"] == 0, found
-    _check_recovered(flow, found)
+    _check_recovered(flow, found, durability)
 
 
 async def _scenario(
@@ -457,7 +466,9 @@ async def _scenario(
         return await wait_listening(topology, namespace, workers, LISTEN_WAIT)
 
     flow = await run_flow(topology, jobs, fault, back, listening, count=FLOW_JOBS,
-                          after_fault=AFTER_FAULT, then=then,
+                          after_fault=AFTER_FAULT,
+                          keep_going=RECOVER_BOUND if durability is None else DURABLE_KEEP_GOING,
+                          then=then,
                           back_after_then=back_after_then)
     await settle(topology, namespace)
     found = await figures(witness, flow)
@@ -465,13 +476,14 @@ async def _scenario(
     return flow, found
 
 
-def _check_recovered(flow: Flow, found: dict[str, Any]) -> None:
+def _check_recovered(flow: Flow, found: dict[str, Any], durability: str | None) -> None:
     """Every worker back within ``RECOVER_BOUND`` of the topology taking writes again:
     with ``durability="replica"`` and one replica, nothing is confirmed until the old
     master replicates again (``then``: demoted 8-10 s after a failover, or restarted
     after a kill), and jobs to run are scarce until then (each enqueue waits 1 s)."""
     assert found["recover_seconds"] <= found["ready_seconds"] + RECOVER_BOUND, found
-    assert flow.acked_after_fault() >= AFTER_FAULT, found  # the enqueuer kept going
+    least = AFTER_FAULT if durability is None else DURABLE_AFTER_FAULT
+    assert flow.acked_after_fault() >= least, found  # the enqueuer kept going
 
 
 def _name(scenario: str, durability: str | None) -> str:
