@@ -49,7 +49,9 @@ async def main() -> None:
     async with jobs.worker():
         while True:
             waiting, retrying, dead, processed = await counts(insp)
-            done = total - waiting - retrying
+            # Separate reads, not one snapshot: a job moving from its queue to the retry
+            # set between them is counted in both.
+            done = max(0, total - waiting - retrying)
             filled = BAR * done // total
             print(f"\r[{'#' * filled}{'.' * (BAR - filled)}] {done}/{total} settled, "
                   f"{retrying} waiting to retry, {dead} dead ", end="", flush=True)
