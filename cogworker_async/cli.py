@@ -66,6 +66,8 @@ EXIT_REDIS: Final = 3
 
 THREAD_EXIT_GRACE: Final = 1.0
 """Seconds idle job threads get to end at exit before the CLI stops waiting for them."""
+MAX_PORT: Final = 65535
+"""The highest TCP port (``--metrics-port`` under ``--processes``: PORT + N - 1)."""
 WAIT_FOR_REDIS: Final = 30.0
 """Default seconds ``run`` waits at start for a Redis that is not reachable yet."""
 REDIS_RETRY_PAUSE: Final = (0.1, 2.0)
@@ -249,6 +251,7 @@ async def _serve(app: App, overrides: dict[str, Any], url: str, wait_for: float,
             if not await _until_reachable(url, wait_for, signals):
                 return EXIT_OK
             async with app.worker(**overrides) as manager, anyio.create_task_group() as tg:
+                _say_ready()
                 tg.start_soon(_watch_signals, manager, signals)
                 if burst:
                     tg.start_soon(stopper.stop_when_drained, cast(Manager, manager))
@@ -261,6 +264,20 @@ async def _serve(app: App, overrides: dict[str, Any], url: str, wait_for: float,
     finally:
         with anyio.CancelScope(shield=True):
             await app.close()
+
+
+def _say_ready() -> None:
+    """Under a supervisor: tell it that this worker has started (its ready pipe). An
+    exit before this is "could not start" (the supervisor stops); one after it is a
+    crash (the supervisor starts another)."""
+    fd = environment.take_ready_fd()
+    if fd is None:
+        return
+    try:
+        os.write(fd, b"1")
+        os.close(fd)
+    except OSError:  # the supervisor is gone: PDEATHSIG stops this process
+        pass
 
 
 def _log_level(text: str) -> int:
@@ -335,6 +352,8 @@ def run(
     supervisor, given_url = environment.claim_child()
     if supervisor is not None:  # a child of ``run --processes``: it goes with its parent
         supervising.die_with(supervisor)
+        if (fd := environment.ready_fd()) is not None:
+            _keep_to_self(fd)
         redis_url = redis_url or given_url
     try:
         app = load_app(target)
@@ -351,9 +370,10 @@ def run(
                                 wait_for_redis=wait_for_redis, log_level=log_level,
                                 log_format=log_format, metrics_host=metrics_host,
                                 max_jobs=max_jobs, burst=burst)
+        settings = _settings(app, overrides)
         code = _supervise(target, shared, url, processes=processes, max_memory=max_memory,
-                          metrics_port=_settings(app, overrides).metrics_port, burst=burst,
-                          reload=reload)
+                          metrics_port=settings.metrics_port, burst=burst, reload=reload,
+                          shutdown_timeout=settings.shutdown_timeout)
         anyio.run(app.close)  # the embedded server, if this process started it
         raise typer.Exit(code)
     try:
@@ -365,6 +385,14 @@ def run(
         _fail_run(exc, url)
     _leave_abandoned_threads(code)
     raise typer.Exit(code)
+
+
+def _keep_to_self(fd: int) -> None:
+    """The ready pipe is this process's: not a subprocess's a job starts."""
+    try:
+        os.set_inheritable(fd, False)
+    except OSError:  # not open after all: nothing to say ready on
+        pass
 
 
 def _overrides(*, concurrency: int | None, queue: list[str] | None, redis_url: str | None,
@@ -381,13 +409,19 @@ def _overrides(*, concurrency: int | None, queue: list[str] | None, redis_url: s
 
 def _supervise(target: str, shared: list[str], url: str, *, processes: str | None,
                max_memory: str | None, metrics_port: int | None, burst: bool,
-               reload: bool) -> int:
+               reload: bool, shutdown_timeout: float) -> int:
     """``run --processes``: supervise the children until they have all exited."""
     try:
         count = supervising.parse_processes(processes) if processes is not None else 1
         memory = supervising.parse_size(max_memory) if max_memory is not None else None
     except ValueError as exc:
         fail(str(exc))
+    # Worker i serves on PORT + i: the whole range is checked now, not when the child
+    # past 65535 fails to start after the others did.
+    if metrics_port is not None and metrics_port + count - 1 > MAX_PORT:
+        fail(f"--metrics-port {metrics_port} (or the App's metrics_port) with --processes "
+             f"{count}: worker i serves on PORT+i, and {metrics_port}+{count - 1} is past "
+             f"{MAX_PORT}; use a port of at most {MAX_PORT - count + 1}")
     if reload and importlib.util.find_spec("watchfiles") is None:
         fail("--reload needs watchfiles: pip install 'cogworker-async[reload]'")
 
@@ -396,6 +430,7 @@ def _supervise(target: str, shared: list[str], url: str, *, processes: str | Non
         return supervising.child_argv(target, [*shared, *port])
 
     return supervising.Supervisor(argv_of, count, max_memory=memory, burst=burst,
+                                  memory_grace=supervising.memory_grace(shutdown_timeout),
                                   reload_root=Path.cwd() if reload else None,
                                   env={environment.CHILD_REDIS_URL: url}).run()
 

@@ -8,6 +8,7 @@
 | ``COGWORKER_WEB_AUTH`` | ``cogworker-async web`` | ``user:password`` for basic auth |
 | ``COGWORKER_SUPERVISOR`` | ``run`` | set by ``run --processes``: a child's supervisor |
 | ``COGWORKER_CHILD_REDIS_URL`` | ``run`` | set by ``run --processes``: a child's URL |
+| ``COGWORKER_READY_FD`` | ``run`` | set by ``run --processes``: where a child says it started |
 
 Each is read when it is needed (not at import), so a process that sets one before its
 first enqueue or its first worker is seen to have set it.
@@ -26,6 +27,9 @@ SUPERVISOR: Final = "COGWORKER_SUPERVISOR"
 CHILD_REDIS_URL: Final = "COGWORKER_CHILD_REDIS_URL"
 """The URL a supervisor resolved, for its children: in their environment (readable by
 the owner only), never on their command lines (``ps`` shows those to every user)."""
+READY_FD: Final = "COGWORKER_READY_FD"
+"""A pipe's write end a supervisor's child writes one byte to once its worker has
+started: an exit before that is a child that could not start."""
 
 _claimed: dict[str, str | None] = {}
 
@@ -62,8 +66,25 @@ def supervisor() -> str | None:
 def claim_child() -> tuple[str | None, str | None]:
     """A child of ``run --processes``: (its supervisor, the URL it was given), taken out
     of the environment so that a process the job starts (another worker, say) does not
-    believe it is a child too, nor inherit the URL."""
-    for name in (SUPERVISOR, CHILD_REDIS_URL):
+    believe it is a child too, nor inherit the URL (nor the ready pipe: ``ready_fd``)."""
+    for name in (SUPERVISOR, CHILD_REDIS_URL, READY_FD):
         if name not in _claimed:
             _claimed[name] = os.environ.pop(name, None) or None
     return _claimed[SUPERVISOR], _claimed[CHILD_REDIS_URL]
+
+
+def ready_fd() -> int | None:
+    """The ready pipe ``claim_child`` took from ``$COGWORKER_READY_FD``, None if none."""
+    try:
+        return int(_claimed.get(READY_FD) or "")
+    except ValueError:
+        return None
+
+
+def take_ready_fd() -> int | None:
+    """``ready_fd``, once: written to and closed by its taker, the number may next name
+    another file, which a second say-ready must not write to."""
+    fd = ready_fd()
+    if READY_FD in _claimed:
+        _claimed[READY_FD] = None
+    return fd

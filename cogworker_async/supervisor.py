@@ -8,10 +8,23 @@ orphan recovery).
 
 - A child that dies is started again, with a backoff (1 s doubling to 30 s; back to 1 s
   once a child has lived a minute), and the death is logged with its exit code or signal.
+- Each child says when its worker has started (one byte on a pipe, ``ready``). Only a
+  child that exits before that "could not start": exit 2 (a bad setting, an App that
+  fails to import) stops the supervisor with 2; exit 3 (Redis refusing or unreachable)
+  stops it with 3 while no child has started yet (a fleet that was up rides out a
+  Redis outage: the child is started again). A child that had started and then exited,
+  with any code, crashed: it is started again, and its jobs come back through orphan
+  recovery, counted there — a job that keeps killing its process goes to dead after
+  ``max_orphanings`` (exit 2 from a job's ``sys.exit(2)`` is no usage error).
 - A child past ``--max-memory`` (its resident memory, read from ``/proc``) is stopped
-  gracefully (SIGTERM: its jobs finish or are given back) and replaced when it has
-  exited; so is one that ran ``--max-jobs`` jobs (it stops itself) — Sidekiq swarm's
-  memory killer, Celery's ``max-tasks-per-child``.
+  gracefully (SIGTERM: its jobs may finish) and replaced when it has exited; so is one
+  that ran ``--max-jobs`` jobs (it stops itself) — Sidekiq swarm's memory killer,
+  Celery's ``max-tasks-per-child``. The memory stop is bounded: a child still running
+  ``memory_grace`` seconds after the SIGTERM, or grown ``HARD_MEMORY_FACTOR`` times
+  meanwhile (a job blocking the loop never sees the SIGTERM), gets SIGKILL. The
+  jobs it still ran come back through orphan recovery, each counted as a crash: a job
+  too big for the limit goes to dead (ProcessDied) after ``max_orphanings`` kills,
+  where one given back by a graceful stop would come back uncounted, forever.
 - ``--reload``: a change to a ``.py`` file under the current directory restarts every
   child gracefully (``watchfiles``, the ``reload`` extra).
 - ``--burst``: a child that found nothing left to do exits 0 and is not replaced; the
@@ -53,6 +66,9 @@ EXIT_HARD_STOP: Final = 1
 EXIT_USAGE: Final = 2
 """A child refused to start (a bad option or setting, an App that fails to import):
 starting it again would fail the same way, so the supervisor stops (the CLI's code)."""
+EXIT_REDIS: Final = 3
+"""A child found Redis refusing it (a wrong password, NOPERM) or unreachable (after
+``--wait-for-redis``) as it started: the CLI's code, the supervisor's too."""
 EXIT_RECYCLE: Final = 4
 """A child under a supervisor that stopped after ``--max-jobs``: replace it (distinct
 from 0, which under ``--burst`` means its work is done)."""
@@ -65,6 +81,13 @@ TICK: Final = 0.1
 """Seconds between the supervisor's looks at its children and signals."""
 MEMORY_EVERY: Final = 1.0
 """Seconds between reads of the children's memory (``--max-memory``)."""
+MEMORY_GRACE_MAX: Final = 10.0
+"""Most seconds a child stopped for ``--max-memory`` gets before SIGKILL (``memory_grace``)."""
+HARD_MEMORY_FACTOR: Final = 2.0
+"""A child stopped for ``--max-memory`` that grows to this many times its size at the
+SIGTERM (itself over the limit) gets SIGKILL at once: the probe saw a loop-blocking job
+go from 172 MiB to 1.6 GB. Relative to that size, not to the limit: a limit below a
+fresh worker's size must not kill one that is merely stopping."""
 MAX_PROCESSES: Final = 256
 
 PR_SET_PDEATHSIG: Final = 1
@@ -135,6 +158,15 @@ def cgroup_cpu_quota(root: Path) -> int | None:
     return -(-quota // period)
 
 
+def memory_grace(shutdown_timeout: float) -> float:
+    """Seconds between the SIGTERM of a child over ``--max-memory`` and its SIGKILL: half
+    its ``shutdown_timeout``, at most ``MEMORY_GRACE_MAX``. Shorter than the child's own
+    deadline on purpose: at that deadline the worker gives its running jobs back, and a
+    job given back is not counted — one too big for the limit would come back forever;
+    killed, it is recovered as an orphan, counted, and goes to dead in the end."""
+    return min(MEMORY_GRACE_MAX, max(0.0, shutdown_timeout) / 2)
+
+
 def next_backoff(previous: float | None, lived: float) -> float:
     """Seconds to wait before starting again a child that died after ``lived`` seconds
     (``previous``: the last wait in its slot, None for none)."""
@@ -147,30 +179,36 @@ Verdict = Literal["done", "replace", "restart", "fatal", "wait"]
 
 
 def verdict(code: int, *, asked_to_stop: bool, recycling: bool, burst: bool,
-            lived: float = 0.0, reloading: bool = False) -> Verdict:
+            ready: bool = False, fleet_up: bool = False,
+            reloading: bool = False) -> Verdict:
     """What to do with a child that exited with ``code`` (negative: killed by that
-    signal) after ``lived`` seconds: ``done`` (leave its slot empty), ``replace`` (start
-    a new one now), ``restart`` (start a new one after a backoff: it died), ``fatal``
-    (stop all: it cannot start), ``wait`` (``--reload``: start one at the next change)."""
+    signal); ``ready``: it had said its worker started; ``fleet_up``: some child of this
+    supervisor has. ``done`` (leave its slot empty), ``replace`` (start a new one now),
+    ``restart`` (start a new one after a backoff: it died), ``fatal`` (stop all: it
+    cannot start), ``wait`` (``--reload``: start one at the next change)."""
     if asked_to_stop:
         return "done"
     if recycling or code == EXIT_RECYCLE:
         return "replace"  # memory, a reload, --max-jobs: its replacement is due
     if code == EXIT_OK:
         return "done" if burst else "replace"
-    if code == EXIT_USAGE and reloading:
-        return "wait"  # a typo saved: the next change may fix it
-    if code == EXIT_USAGE and lived < STEADY_AFTER:
-        return "fatal"
+    if ready:
+        return "restart"  # it started: whatever ended it (a job's sys.exit(2)) is a crash
+    if code == EXIT_USAGE:
+        # under --reload, a typo saved: the next change may fix it
+        return "wait" if reloading else "fatal"
+    if code == EXIT_REDIS and not fleet_up:
+        return "fatal"  # a wrong password or no Redis at all: restarts would loop
     return "restart"
 
 
-def exit_code(codes: Sequence[int], *, hard: bool, fatal: bool) -> int:
-    """The supervisor's exit code once every child has exited: 2 if a child could not
-    start (usage), 1 if stopped hard (a second signal), 0 if every child stopped cleanly;
-    otherwise the first child's failing code (3: Redis unreachable)."""
-    if fatal:
-        return EXIT_USAGE
+def exit_code(codes: Sequence[int], *, hard: bool, fatal: int | None) -> int:
+    """The supervisor's exit code once every child has exited: ``fatal``, the code of a
+    child that could not start (2 usage, 3 Redis), if one did; 1 if stopped hard (a
+    second signal); 0 if every slot's last child stopped cleanly; otherwise the first
+    failing code (a negative one, a signal, is 1). ``codes``: each slot's last code."""
+    if fatal is not None:
+        return fatal
     if hard:
         return EXIT_HARD_STOP
     failing = [code for code in codes if code != EXIT_OK]
@@ -219,6 +257,16 @@ class Slot:
     backoff: float | None = None
     recycling: str | None = None
     """Why its child was asked to stop to be replaced (memory, reload); None if not."""
+    kill_at: float | None = None
+    """``time.monotonic()`` at which a child stopped for memory gets SIGKILL."""
+    stop_rss: int = 0
+    """Its child's resident memory (bytes) when it was stopped for memory."""
+    ready_pipe: int | None = None
+    """The read end of its child's ready pipe (``environment.READY_FD``)."""
+    ready: bool = False
+    """Its child has said that its worker started."""
+    failed_start: bool = False
+    """Its last child failed before its worker started (its code stands on a stop)."""
     done: bool = False
     codes: list[int] = field(default_factory=list)
 
@@ -232,6 +280,7 @@ class Supervisor:
     argv_of: Callable[[int], list[str]]
     count: int
     max_memory: int | None = None
+    memory_grace: float = MEMORY_GRACE_MAX
     burst: bool = False
     reload_root: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -239,7 +288,10 @@ class Supervisor:
     _signals: list[int] = field(default_factory=list, init=False)
     _changed: threading.Event = field(default_factory=threading.Event, init=False)
     _stop_watch: threading.Event = field(default_factory=threading.Event, init=False)
-    fatal: bool = field(default=False, init=False)
+    fatal: int | None = field(default=None, init=False)
+    """The exit code of a child that could not start: the supervisor's own."""
+    fleet_up: bool = field(default=False, init=False)
+    """Some child has said that its worker started."""
 
     def __post_init__(self) -> None:
         self.slots = [Slot(number) for number in range(self.count)]
@@ -289,7 +341,7 @@ class Supervisor:
 
     @property
     def stopping(self) -> bool:
-        return bool(self._signals) or self.fatal
+        return bool(self._signals) or self.fatal is not None
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self._signals.append(signum)
@@ -315,34 +367,41 @@ class Supervisor:
             if not slot.done and not self.stopping and time.monotonic() >= slot.due:
                 self._start(slot)
             return
+        self._read_ready(slot)
         code = process.poll()
         if code is None:
+            if slot.kill_at is not None and time.monotonic() >= slot.kill_at:
+                self._kill(slot, f"still running {self.memory_grace:g}s after its SIGTERM")
             return
+        self._read_ready(slot)  # a byte written just before it exited
+        if slot.ready_pipe is not None:
+            os.close(slot.ready_pipe)
+            slot.ready_pipe = None
+        slot.process, slot.kill_at = None, None
+        self._exited(slot, process, code)
+
+    def _exited(self, slot: Slot, process: subprocess.Popen[bytes], code: int) -> None:
         lived = time.monotonic() - slot.started
-        slot.process = None
         # Asked to stop while it was still starting (before its handlers were in): the
         # default SIGTERM ended it, with nothing fetched yet — a clean stop.
         asked = self.stopping or slot.recycling is not None
-        slot.codes.append(EXIT_OK if asked and code == -signal.SIGTERM else code)
+        clean = EXIT_OK if asked and code == -signal.SIGTERM else code
+        # Stopped before it ever started, after one that exited with an error before it
+        # started (Redis unreachable): the stop does not make that failure clean — the
+        # slot never got going again, and SIGINT reports why. A kill is no such failure
+        # (a SIGKILLed child, replaced: a clean stop is 0).
+        if not (asked and clean == EXIT_OK and not slot.ready and slot.failed_start):
+            slot.codes.append(clean)
+        slot.failed_start = not slot.ready and clean > EXIT_OK
         what = verdict(code, asked_to_stop=self.stopping, recycling=slot.recycling is not None,
-                       burst=self.burst, lived=lived, reloading=self.reload_root is not None)
+                       burst=self.burst, ready=slot.ready, fleet_up=self.fleet_up,
+                       reloading=self.reload_root is not None)
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
         if what == "done":
             slot.done = True
             log.info("worker process %d (slot %d) exited (%s)", process.pid, slot.number, how)
         elif what == "replace":
-            why = slot.recycling or "--max-jobs reached"
-            # Recycled for memory soon after its start: a --max-memory below what a fresh
-            # worker needs would restart it in a loop; it backs off as a death does.
-            quick = why.startswith("memory") and lived < STEADY_AFTER
-            slot.backoff = next_backoff(slot.backoff, lived) if quick else None
-            slot.due = time.monotonic() + (slot.backoff or 0.0)
-            log.log(logging.WARNING if quick else logging.INFO,
-                    "worker process %d (slot %d) exited (%s; %s): starting a fresh one%s",
-                    process.pid, slot.number, how, why,
-                    f" in {slot.backoff:.0f}s (recycled {lived:.1f}s after its start: is "
-                    "--max-memory below a fresh worker's size?)" if quick else "")
-            slot.recycling = None
+            self._replace(slot, process.pid, how, lived)
         elif what == "wait":
             slot.due = float("inf")
             log.error("worker process %d (slot %d) could not start (%s): waiting for the "
@@ -350,7 +409,7 @@ class Supervisor:
         elif what == "fatal":
             log.error("worker process %d (slot %d) could not start (%s): stopping",
                       process.pid, slot.number, how)
-            self.fatal = True
+            self.fatal = code
             for other in self.slots:
                 other.done = True
                 if other.process is not None:
@@ -362,12 +421,48 @@ class Supervisor:
                         "in %.0fs (its jobs are recovered as any dead worker's)", process.pid,
                         slot.number, how, lived, slot.backoff)
 
+    def _read_ready(self, slot: Slot) -> None:
+        """Whether the child has said its worker started (a byte on its ready pipe)."""
+        if slot.ready or slot.ready_pipe is None:
+            return
+        try:
+            said = os.read(slot.ready_pipe, 1)
+        except BlockingIOError:  # nothing yet
+            return
+        if said:
+            slot.ready = self.fleet_up = True
+
+    def _replace(self, slot: Slot, pid: int, how: str, lived: float) -> None:
+        why = slot.recycling or "--max-jobs reached"
+        # Recycled for memory soon after its start: a --max-memory below what a fresh
+        # worker needs would restart it in a loop; it backs off as a death does.
+        quick = why.startswith("memory") and lived < STEADY_AFTER
+        slot.backoff = next_backoff(slot.backoff, lived) if quick else None
+        slot.due = time.monotonic() + (slot.backoff or 0.0)
+        log.log(logging.WARNING if quick else logging.INFO,
+                "worker process %d (slot %d) exited (%s; %s): starting a fresh one%s",
+                pid, slot.number, how, why,
+                f" in {slot.backoff:.0f}s (recycled {lived:.1f}s after its start: is "
+                "--max-memory below a fresh worker's size?)" if quick else "")
+        slot.recycling = None
+
     def _start(self, slot: Slot) -> None:
-        env = {**os.environ, **self.env, environment.SUPERVISOR: self.name}
+        readable, writable = os.pipe()  # both ends close-on-exec: pass_fds opens one
+        os.set_blocking(readable, False)
+        env = {**os.environ, **self.env, environment.SUPERVISOR: self.name,
+               environment.READY_FD: str(writable)}
         # Its own process group: a terminal's Ctrl-C (or a stop signal sent to the
         # group) reaches the supervisor only, which passes it on once — a child signalled
         # twice would stop at once. PDEATHSIG still ties it to the supervisor.
-        slot.process = subprocess.Popen(self.argv_of(slot.number), env=env, process_group=0)
+        try:
+            slot.process = subprocess.Popen(self.argv_of(slot.number), env=env,
+                                            process_group=0, pass_fds=(writable,))
+        except BaseException:
+            os.close(readable)
+            raise
+        finally:
+            os.close(writable)  # the child's copy only: EOF once it has exited
+        slot.ready_pipe, slot.ready = readable, False
         slot.started = time.monotonic()
         log.info("worker process %d started (slot %d)", slot.process.pid, slot.number)
 
@@ -378,13 +473,26 @@ class Supervisor:
             except ProcessLookupError:  # exited meanwhile: poll() says so next
                 pass
 
-    def _recycle(self, slot: Slot, why: str) -> None:
-        if slot.process is None or slot.recycling is not None or self.stopping:
+    def _kill(self, slot: Slot, why: str) -> None:
+        """The end of a memory stop's grace: SIGKILL. Its jobs are then recovered as a
+        crashed worker's, counted towards ``max_orphanings`` (see ``memory_grace``)."""
+        if slot.process is None:
             return
+        log.warning("worker process %d (slot %d) stopped for --max-memory is %s: killing "
+                    "it (SIGKILL; its jobs are recovered as a dead worker's, counted as "
+                    "a crash)", slot.process.pid, slot.number, why)
+        slot.kill_at = None
+        self._signal(slot, signal.SIGKILL)
+
+    def _recycle(self, slot: Slot, why: str) -> bool:
+        """Stop its child gracefully, to start a fresh one; False if it was not asked."""
+        if slot.process is None or slot.recycling is not None or self.stopping:
+            return False
         slot.recycling = why
         log.info("worker process %d (slot %d): %s: stopping it gracefully to start a "
                  "fresh one", slot.process.pid, slot.number, why)
         self._signal(slot, signal.SIGTERM)
+        return True
 
     def _recycle_all(self, why: str) -> None:
         for slot in self.slots:
@@ -393,12 +501,19 @@ class Supervisor:
     def _check_memory(self) -> None:
         assert self.max_memory is not None
         for slot in self.slots:
-            if slot.process is None or slot.recycling is not None:
+            if slot.process is None:
                 continue
             rss = rss_of(slot.process.pid)
-            if rss is not None and rss > self.max_memory:
-                self._recycle(slot, f"memory {rss / 1024**2:.0f} MiB over --max-memory "
-                                    f"{self.max_memory / 1024**2:.0f} MiB")
+            if rss is None or rss <= self.max_memory:
+                continue
+            if slot.recycling is None:
+                if self._recycle(slot, f"memory {rss / 1024**2:.0f} MiB over --max-memory "
+                                       f"{self.max_memory / 1024**2:.0f} MiB"):
+                    slot.kill_at = time.monotonic() + self.memory_grace
+                    slot.stop_rss = rss
+            elif slot.kill_at is not None and rss > HARD_MEMORY_FACTOR * slot.stop_rss:
+                self._kill(slot, f"at {rss / 1024**2:.0f} MiB, {HARD_MEMORY_FACTOR:g}x its "
+                                 f"{slot.stop_rss / 1024**2:.0f} MiB at the SIGTERM")
 
     def _watch_files(self) -> threading.Thread:
         try:

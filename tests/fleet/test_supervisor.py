@@ -166,7 +166,7 @@ async def test_killed_children_are_replaced_and_their_jobs_are_not_lost(
         assert f"worker process {victim} (slot" in sup.log()
     assert sup.log().count("died (killed by SIGKILL)") == kills
     sup.signal(signal.SIGTERM)
-    assert await sup.wait_exit(30) == 0
+    assert await sup.wait_exit(30) == 0, sup.log()[-3000:]
 
 
 async def test_a_killed_supervisor_takes_its_children_with_it(

@@ -77,9 +77,19 @@ def test_what_happens_to_a_child_that_exited() -> None:
     assert verdict(0, asked_to_stop=False, recycling=False, burst=False) == "replace"
     assert verdict(0, asked_to_stop=False, recycling=False, burst=True) == "done"
     assert verdict(2, asked_to_stop=False, recycling=False, burst=False) == "fatal"
-    # Exit 2 after a long life is a runtime error, not a start that cannot work.
+    # Exit 2 from a child that had started (a job's sys.exit(2)) is a crash, however
+    # young the child: restarted, its job recovered and counted as for any crash.
     assert verdict(2, asked_to_stop=False, recycling=False, burst=False,
-                   lived=supervisor.STEADY_AFTER) == "restart"
+                   ready=True) == "restart"
+    # Redis refusing or unreachable at the start: the supervisor's exit 3 — unless the
+    # fleet was up (an outage: the others ride it out, this one tries again).
+    assert verdict(3, asked_to_stop=False, recycling=False, burst=False) == "fatal"
+    assert verdict(3, asked_to_stop=False, recycling=False, burst=False,
+                   fleet_up=True) == "restart"
+    assert verdict(3, asked_to_stop=False, recycling=False, burst=False,
+                   ready=True) == "restart"
+    assert verdict(1, asked_to_stop=False, recycling=False, burst=False,
+                   ready=False) == "restart"
     # Under --reload, a typo saved: wait for the next change.
     assert verdict(2, asked_to_stop=False, recycling=False, burst=False,
                    reloading=True) == "wait"
@@ -87,14 +97,25 @@ def test_what_happens_to_a_child_that_exited() -> None:
     assert verdict(supervisor.EXIT_RECYCLE, asked_to_stop=False, recycling=False,
                    burst=True) == "replace"
     assert verdict(-9, asked_to_stop=False, recycling=False, burst=False) == "restart"
-    assert verdict(3, asked_to_stop=False, recycling=False, burst=True) == "restart"
+    assert verdict(3, asked_to_stop=False, recycling=False, burst=True,
+                   ready=True) == "restart"
     assert verdict(1, asked_to_stop=False, recycling=False, burst=False) == "restart"
 
 
 def test_the_supervisor_s_exit_code() -> None:
-    assert exit_code([0, 0], hard=False, fatal=False) == 0
-    assert exit_code([0, 1], hard=True, fatal=False) == 1
-    assert exit_code([2, 0], hard=False, fatal=True) == 2
-    assert exit_code([0, 3], hard=False, fatal=False) == 3
-    assert exit_code([-9], hard=False, fatal=False) == 1
-    assert exit_code([], hard=False, fatal=False) == 0
+    assert exit_code([0, 0], hard=False, fatal=None) == 0
+    assert exit_code([0, 1], hard=True, fatal=None) == 1
+    assert exit_code([2, 0], hard=False, fatal=2) == 2
+    assert exit_code([3, 0], hard=False, fatal=3) == 3  # README: 3 Redis unreachable
+    assert exit_code([3, 0], hard=True, fatal=3) == 3
+    assert exit_code([0, 3], hard=False, fatal=None) == 3
+    assert exit_code([-9], hard=False, fatal=None) == 1
+    assert exit_code([], hard=False, fatal=None) == 0
+
+
+def test_a_memory_stop_kills_before_the_worker_gives_its_jobs_back() -> None:
+    """The SIGKILL lands before the child's own shutdown deadline (a job given back
+    there is not counted, and one too big for --max-memory would come back forever)."""
+    assert supervisor.memory_grace(25.0) == supervisor.MEMORY_GRACE_MAX
+    assert supervisor.memory_grace(6.0) == 3.0
+    assert supervisor.memory_grace(0.0) == 0.0
