@@ -53,7 +53,7 @@ check: lint typecheck docs test test-matrix
 ## each scenario prints a "CHAOS <name> {figures}" line.
 chaos: $(STAMP)
 	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/chaos tests/cluster/test_cluster_chaos.py \
-		tests/sentinel/test_failover.py tests/netns tests/fleet
+		tests/sentinel/test_failover.py tests/netns tests/fleet tests/hardening/test_cotenant_fuzz.py
 
 ## Side-by-side benchmark against arq, SAQ, taskiq, streaq and RQ (each in its own venv
 ## under benchmarks/.venvs/, installed on first use); writes benchmarks/RESULTS.md.

@@ -29,14 +29,14 @@ from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
 from cogworker_async.embedded import EmbeddedServer
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.limiter import DEFAULT_LEASE, Limiter, check_name, spec_of
-from cogworker_async.lookup import JobLookup
+from cogworker_async.lookup import JobLookup, outcome_of
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
 from cogworker_async.periodic import Periodic, parse_tz
 from cogworker_async.redis.pausing import Pause
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings, check_queue_name
-from cogworker_async.status import CancelOutcome, JobStatus
+from cogworker_async.status import ALIVE, CancelOutcome, JobStatus, check_jid
 from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
 from cogworker_async.unique import UniqueKey, UniquePolicy, policy_of
 from cogworker_async.worker.hooks import DeathHook, FailureHook, Hooks
@@ -122,7 +122,8 @@ class App:
         self._url_lock = threading.Lock()
         self._embedded: EmbeddedServer | None = None
         self._client = Client(self.settings, self.redis_url, self.client_middleware)
-        self._lookup = JobLookup(self._client.store, self.settings.tracked)
+        self._lookup = JobLookup(self._client.store, self.settings.tracked,
+                                 self._client.queue_hints)
 
     # -- registering jobs -------------------------------------------------------------
 
@@ -318,14 +319,28 @@ class App:
     async def status(self, jid: str, *, queue: str | None = None) -> JobStatus:
         """What became of job ``jid``: a ``JobStatus`` (state, queue, name, attempt,
         times, progress, result or error). ``unknown`` when there is no record: never
-        enqueued, or ended longer ago than ``keep_status`` (or its ``keep_result``)."""
+        enqueued, or ended longer ago than ``keep_status`` (or its ``keep_result``).
+        Inside a ``testing.fake()``/``inline()`` block: what the fake holds."""
+        if self._client.sink is not None:  # a test's fake: no server is reached
+            return self._client.sink.status(check_jid(jid), queue)
         return await self._lookup.status(jid, queue=queue)
 
     async def result(self, jid: str, *, timeout: float | None = None,  # noqa: ASYNC109
                      queue: str | None = None) -> Any:
         """Wait for job ``jid`` to end; its return value (None unless it keeps its
         result: ``keep_result``). Raises ``JobFailed`` (dead), ``JobCancelled``,
-        ``TimeoutError``, or ``LookupError`` (no such job)."""
+        ``TimeoutError``, or ``LookupError`` (no such job). Inside a
+        ``testing.fake()`` block: at once, from what the fake holds (a job still
+        waiting there raises ``TimeoutError``: ``drain()`` it first)."""
+        sink = self._client.sink
+        if sink is not None:  # a test's fake: nothing would ever finish it meanwhile
+            found = sink.status(check_jid(jid), queue)
+            if found.state == "unknown":
+                raise LookupError(f"no job {jid!r} in this fake() block")
+            if found.state in ALIVE:
+                raise TimeoutError(f"job {jid} is {found.state} in the fake: drain() it "
+                                   "before asking for its result")
+            return outcome_of(found)
         return await self._lookup.result(jid, timeout=timeout, queue=queue)
 
     async def cancel(self, jid: str, *, queue: str | None = None) -> CancelOutcome:
@@ -333,7 +348,10 @@ class App:
         ``"stopping"`` (it runs: its process stops it within about a second; a plain
         function sees ``current_job().cancel_requested``), ``"finished"`` (it had
         ended) or ``"unknown"``. A cancel outlives the process running the job: if it
-        dies, recovery drops the job instead of running it again."""
+        dies, recovery drops the job instead of running it again. Inside a
+        ``testing.fake()`` block: in the fake."""
+        if self._client.sink is not None:
+            return self._client.sink.cancel(check_jid(jid), queue)
         return await self._lookup.cancel(jid, queue=queue)
 
     # -- flow control -------------------------------------------------------------------

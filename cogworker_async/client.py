@@ -35,11 +35,13 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from cogworker_async import job, tracing, unique
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 from cogworker_async.errors import UNTRACKED, ConfigurationError
+from cogworker_async.lookup import QueueHints
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
 from cogworker_async.redis.store import RedisError, Store, dead_limits_of, durability_of
 from cogworker_async.settings import Settings
 
 if TYPE_CHECKING:
+    from cogworker_async.status import CancelOutcome, JobStatus
     from cogworker_async.tracing import CallerContext
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,15 @@ class Sink(Protocol):
         """Run ``enqueue`` for ``enqueue_sync`` (which must not start a server)."""
         ...
 
+    def status(self, jid: str, queue: str | None) -> JobStatus:
+        """``jobs.status(jid)`` while faked: what the fake holds (no server is reached,
+        none is started)."""
+        ...
+
+    def cancel(self, jid: str, queue: str | None) -> CancelOutcome:
+        """``jobs.cancel(jid)`` while faked: a waiting job is dropped unrun."""
+        ...
+
 
 def _duplicate(jid: str) -> str | None:
     """An enqueue's answer for a chosen jid that is alive: None, as for a unique job's
@@ -144,9 +155,12 @@ class Client:
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._policy_checked = False
         # The one import check for tracing on this side (None: off, at no cost per job).
-        self._tracer = tracing.job_tracer(settings.tracing)
+        self._tracer = tracing.job_tracer(settings.tracing,
+                                          tracing.TraceOptions.of(settings))
         self.sink: Sink | None = None
         """Set by ``cogworker_async.testing`` while a test fakes this client."""
+        self.queue_hints = QueueHints()
+        """Where this App's recent enqueues went, for ``status(jid)`` (``lookup.py``)."""
 
     def store(self) -> Store:
         """This event loop's Store (a pool is bound to the loop that made it)."""
@@ -231,10 +245,13 @@ class Client:
         at: When | None = None,
     ) -> str | None:
         if self._tracer is None or not self._tracer.active():
-            return await self._enqueue(definition, options, args, kwargs, delay, at)
+            jid = await self._enqueue(definition, options, args, kwargs, delay, at)
+            self.queue_hints.note(jid, options.queue)
+            return jid
         with self._tracer.sending(definition.name, options.queue) as span:
             jid = await self._enqueue(definition, options, args, kwargs, delay, at)
             self._tracer.sent(span, jid)
+            self.queue_hints.note(jid, options.queue)
             return jid
 
     async def _enqueue(
@@ -258,6 +275,8 @@ class Client:
         if not self._policy_checked:
             await self._warn_if_evicting(store)
         chosen = options.jid is not None
+        if chosen and await self._alive_elsewhere(store, push):
+            return _duplicate(push.jid)
         name, jids = definition.name, [push.jid]
         if push.unique is not None:
             digest, ttl = push.unique
@@ -276,6 +295,16 @@ class Client:
             return _duplicate(push.jid)
         return push.jid
 
+    @staticmethod
+    async def _alive_elsewhere(store: Store, push: Push) -> bool:
+        """Whether a chosen jid is alive in another queue than the one it is pushed on
+        (the push's own script checks its queue, atomically). Records live in their
+        queue's slot, so this look is a step of its own: two enqueues of one chosen jid
+        onto two different queues at the same instant can both pass it (the only window
+        left; documented). A registered queue's record read per queue, pipelined."""
+        others = [queue for queue in await store.queue_names() if queue != push.queue]
+        return bool(others) and bool(await store.alive_in(push.jid, others))
+
     async def enqueue_many(
         self,
         definition: JobDefinition,
@@ -283,11 +312,15 @@ class Client:
         calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
     ) -> list[str | None]:
         if self._tracer is None or not self._tracer.active():
-            return await self._enqueue_many(definition, options, calls)
-        batch = list(calls)  # its length is the span's message count
-        with self._tracer.sending(definition.name, options.queue, count=len(batch)):
-            # One span for the batch, whose context every job of it carries.
-            return await self._enqueue_many(definition, options, batch)
+            jids = await self._enqueue_many(definition, options, calls)
+        else:
+            batch = list(calls)  # its length is the span's message count
+            with self._tracer.sending(definition.name, options.queue, count=len(batch)):
+                # One span for the batch, whose context every job of it carries.
+                jids = await self._enqueue_many(definition, options, batch)
+        for jid in jids:
+            self.queue_hints.note(jid, options.queue)
+        return jids
 
     async def _enqueue_many(
         self,

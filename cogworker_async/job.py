@@ -199,13 +199,18 @@ def _json_kind(value: object) -> str:
 
 def encode_result(value: Any, max_bytes: int) -> bytes:
     """A job's return value as JSON, to keep (``keep_result``); TypeError/ValueError
-    saying why it cannot be (not JSON, too large)."""
+    saying why it cannot be (not JSON, JSON that would not bring it back as it was —
+    a tuple, a dict with non-str keys, an enum —, too large)."""
     try:
         raw = _RESULT_ENCODER.encode(value).encode("utf-8")
     except RecursionError:
         raise ValueError("the result is nested too deeply to encode") from None
     except (TypeError, ValueError) as exc:
         raise TypeError(f"the result is not JSON: {exc}") from None
+    if type(value) not in _PLAIN:  # a result comes back exactly, as arguments do
+        problem = unfaithful(value)
+        if problem is not None:
+            raise TypeError(f"the result would not come back from JSON unchanged: {problem}")
     if len(raw) > max_bytes:
         raise ValueError(f"the result encodes to {len(raw)} bytes, over the limit of "
                          f"{max_bytes} (max_payload_bytes)")

@@ -63,6 +63,8 @@ MAX_CAPACITY: Final = 1_000_000
 """Largest N: a concurrent limiter's script may look at every holder when it is full."""
 MAX_SECONDS: Final = 366 * 24 * 3600.0
 """Longest window, refill time, wait or lease: a year (a typo must not mean forever)."""
+MIN_PERIOD: Final = 0.001
+"""Shortest window or refill time, in seconds (the scripts' TTLs are milliseconds)."""
 DEFAULT_LEASE: Final = 300.0
 """Seconds a concurrent slot taken outside any worker is held at most."""
 
@@ -149,7 +151,13 @@ def check_seconds(what: str, value: object, *, allow_zero: bool = False) -> floa
 def _pair(what: str, value: object) -> tuple[int, float]:
     if not isinstance(value, tuple | list) or len(value) != 2:
         raise TypeError(f"{what} must be a pair (N, seconds), not {value!r}")
-    return _capacity(f"{what}'s N", value[0]), check_seconds(f"{what}'s seconds", value[1])
+    seconds = check_seconds(f"{what}'s seconds", value[1])
+    if seconds < MIN_PERIOD:
+        # The scripts count in milliseconds: a shorter window has no end they can set
+        # (every acquisition failed in Redis and left the window's key with no TTL).
+        raise ValueError(f"{what}'s seconds must be at least {MIN_PERIOD} (a millisecond), "
+                         f"got {value[1]!r}")
+    return _capacity(f"{what}'s N", value[0]), seconds
 
 
 def spec_of(concurrent: object = None, per_window: object = None,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -130,11 +131,32 @@ class TextFormatter(logging.Formatter):
         # Here, not in format(): the suffix belongs on the message's line, before any
         # traceback that format() appends.
         text = super().formatMessage(record)
+        if record.name.startswith(OWN_LOGGERS):
+            # The worker's own lines quote payloads (a class, a jid, a queue), which
+            # anyone who can write to Redis chooses: a newline there would forge a line,
+            # an ANSI escape repaint the terminal. The application's own lines are its own.
+            text = escaped(text)
         attributes = record.__dict__
-        if "jid" not in attributes or f"jid={attributes['jid']}" in text:
+        if "jid" not in attributes or f"jid={escaped(str(attributes['jid']))}" in text:
             return text  # not in a job, or a line that names its job already
-        fields = " ".join(f"{key}={attributes[key]}" for key in JOB_FIELDS if key in attributes)
+        fields = " ".join(f"{key}={escaped(str(attributes[key]))}" for key in JOB_FIELDS
+                          if key in attributes)
         return f"{text} [{fields}]"
+
+
+OWN_LOGGERS: Final = "cogworker_async"
+"""The prefix of the loggers whose text lines are escaped (``TextFormatter``)."""
+
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escaped(text: str) -> str:
+    """``text`` with control characters (newlines, ANSI escapes, BEL, C1, the Unicode
+    line separators) shown as Python escapes (``\\n``, ``\\x1b``): one line, inert."""
+    if _CONTROL.search(text) is None:
+        return text  # the common case, at the cost of one scan
+    return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"),
+                        text)
 
 
 def formatter_for(fmt: str) -> logging.Formatter:

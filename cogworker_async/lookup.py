@@ -4,40 +4,73 @@
     value = await jobs.result(jid, timeout=30)
     await jobs.cancel(jid)                   # "cancelled", "stopping", "finished", "unknown"
 
-A jid names a job, not its queue: a record is looked for in every registered queue's
-slot (one HGETALL each, in one round trip per node; ``queue=`` names the one to look
-in). No queue or set is ever scanned. ``result`` waits for the job's end on pub/sub
-(jobs that keep a result publish it) and looks at the record again at a growing
-interval whatever it hears, so a lost message, a job that keeps no result or a broken
-subscription only makes it slower, never wrong.
+A jid names a job, not its queue, and records live in their queue's slot (Redis
+Cluster: a hint in any other slot could not be written in the enqueue's own step). So a
+lookup reads, in order: the queue named by ``queue=``; the queue this App enqueued the
+jid on, if it did lately (``QueueHints``, in memory); else the record in every
+registered queue's slot (one HGETALL each, in one round trip per node) — with at most
+``MAX_QUEUES_LOOKED_IN`` queues registered: past that, a lookup without ``queue=`` of a
+jid enqueued elsewhere is a ValueError saying so (a queue per tenant makes tens of
+thousands, and one read each took most of a second per call). No queue or set is ever
+scanned. ``result`` waits for the job's end on pub/sub
+(jobs that keep a result publish it), on one subscription shared by all the waiters of
+an event loop (``redis/waits.py``: a thousand waits hold one connection, not a
+thousand), and looks at the record again at a growing interval whatever it hears, so a
+lost message, a job that keeps no result or a broken subscription only makes it slower,
+never wrong.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Final
 
-import anyio
-
 from cogworker_async.errors import UNTRACKED, ConfigurationError, JobCancelled, JobFailed
-from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.redis.store import Store
 from cogworker_async.status import CancelOutcome, JobStatus, check_jid, unknown
-
-log = logging.getLogger(__name__)
 
 FIRST_LOOK: Final = 0.05
 """Seconds before ``result`` looks at the record again; doubled each time, up to
 ``LOOK_EVERY``."""
 LOOK_EVERY: Final = 1.0
+MAX_QUEUES_LOOKED_IN: Final = 1000
+"""Registered queues a lookup without ``queue=`` reads a record in at most."""
+HINTS_KEPT: Final = 100_000
+"""Jids whose queue an App remembers from its own enqueues (the newest; ~200 bytes
+each)."""
+
+
+class QueueHints:
+    """Jid -> the queue this App last enqueued it on, newest ``HINTS_KEPT`` only: a
+    ``status``/``result`` right after an enqueue goes to the right queue's record at
+    once. Only a hint: a record that is not there sends the lookup the long way (or,
+    past ``MAX_QUEUES_LOOKED_IN`` queues, says ``unknown``)."""
+
+    def __init__(self, kept: int = HINTS_KEPT) -> None:
+        self._queues: OrderedDict[str, str] = OrderedDict()
+        self._kept = kept
+
+    def note(self, jid: str | None, queue: str) -> None:
+        if jid is None:
+            return
+        self._queues[jid] = queue
+        self._queues.move_to_end(jid)
+        if len(self._queues) > self._kept:
+            self._queues.popitem(last=False)
+
+    def get(self, jid: str) -> str | None:
+        return self._queues.get(jid)
 
 
 class JobLookup:
-    def __init__(self, store: Callable[[], Store], tracked: bool = True) -> None:
+    def __init__(self, store: Callable[[], Store], tracked: bool = True,
+                 hints: QueueHints | None = None) -> None:
         self._store = store
         self._tracked = tracked
+        self._hints = hints if hints is not None else QueueHints()
 
     def _check(self, jid: str) -> None:
         if not self._tracked:
@@ -49,7 +82,18 @@ class JobLookup:
         record expired: ``Settings.keep_status``, or its ``keep_result``)."""
         self._check(jid)
         store = self._store()
-        found = await store.job_status(jid, None if queue is None else [queue])
+        hinted = self._hints.get(jid) if queue is None else queue
+        found = None if hinted is None else await store.job_status(jid, [hinted])
+        if found is None and queue is None:
+            names = await store.queue_names()
+            if len(names) > MAX_QUEUES_LOOKED_IN and hinted is not None:
+                return unknown(jid)  # enqueued there by this App, and gone (expired)
+            if len(names) > MAX_QUEUES_LOOKED_IN:
+                raise ValueError(
+                    f"{len(names)} queues are registered: a lookup of job {jid!r} without "
+                    f"queue= reads at most {MAX_QUEUES_LOOKED_IN} (one record each); pass "
+                    "queue= (the queue it was enqueued on)")
+            found = await store.job_status(jid, names)
         return found if found is not None else unknown(jid)
 
     async def cancel(self, jid: str, *, queue: str | None = None) -> CancelOutcome:
@@ -73,74 +117,29 @@ class JobLookup:
             raise ValueError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         store = self._store()
-        async with _Subscription(store, store.keys.finished_channel(jid)) as heard:
+        waits = store.finished_waits
+        async with waits.watch(store.keys.finished_channel(jid)) as waiter:
             pause = FIRST_LOOK
             while True:
-                found = await self.status(jid, queue=queue)
+                async with waits.looks:
+                    found = await self.status(jid, queue=queue)
                 if found.state == "unknown":
                     raise LookupError(f"no job {jid!r}: never enqueued, or its record "
                                       "expired")
                 if found.finished:
-                    return _outcome(found)
+                    return outcome_of(found)
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"job {jid} has not ended after {timeout}s "
                                        f"(it is {found.state})")
-                await heard(pause if left is None else min(pause, left))
+                await waiter.heard(pause if left is None else min(pause, left))
                 pause = min(LOOK_EVERY, pause * 2)
 
 
-def _outcome(found: JobStatus) -> Any:
+def outcome_of(found: JobStatus) -> Any:
+    """An ended job's ``result()``: its result, or JobCancelled/JobFailed."""
     if found.state == "succeeded":
         return found.result
     if found.state == "cancelled":
         raise JobCancelled(f"job {found.jid} was cancelled", found)
     raise JobFailed(f"job {found.jid} is dead: {found.error or 'no error recorded'}", found)
-
-
-class _Subscription:
-    """``async with _Subscription(store, channel) as heard``: ``await heard(seconds)``
-    returns on a message on ``channel`` or after ``seconds``. Best effort: without a
-    subscription (refused, lost) it just waits."""
-
-    def __init__(self, store: Store, channel: str) -> None:
-        self._store = store
-        self._channel = channel
-        self._pubsub: Any = None
-
-    async def __aenter__(self) -> Callable[[float], Any]:
-        try:
-            pubsub = self._store.client.pubsub()
-            await pubsub.subscribe(self._channel)
-            self._pubsub = pubsub
-        except (RedisError, OSError) as exc:
-            log.debug("result(): no subscription (%s): looking at the record only", exc)
-        return self._heard
-
-    async def _heard(self, seconds: float) -> None:
-        pubsub = self._pubsub
-        if pubsub is None:
-            await anyio.sleep(seconds)
-            return
-        started = time.monotonic()
-        try:
-            while (left := seconds - (time.monotonic() - started)) > 0:
-                message = await pubsub.get_message(ignore_subscribe_messages=True,
-                                                   timeout=left)
-                if message is not None:
-                    return
-        except (RedisError, OSError):
-            self._pubsub = None  # lost: the record alone from now on
-            await self._close(pubsub)
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._pubsub is not None:
-            await self._close(self._pubsub)
-
-    @staticmethod
-    async def _close(pubsub: Any) -> None:
-        with anyio.CancelScope(shield=True):
-            try:
-                await pubsub.aclose()
-            except (RedisError, OSError):
-                pass

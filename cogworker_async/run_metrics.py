@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from cogworker_async import stored
+
 BUCKET_BOUNDS_MS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000,
                            30_000, 60_000, 300_000, 1_800_000)
 """Upper bounds (inclusive, milliseconds) of the run-time buckets; one more bucket holds
@@ -152,11 +154,8 @@ def parse(fields: Mapping[str, int] | Mapping[bytes, bytes]) -> dict[str, JobMin
     for raw_key, raw_value in fields.items():
         key = raw_key.decode("utf-8", "replace") if isinstance(raw_key, bytes) else raw_key
         name, sep, what = key.rpartition(SEPARATOR)
-        try:
-            value = int(raw_value)
-        except ValueError:
-            continue
-        if not sep:
+        value = stored.integer(raw_value)  # huge, infinite, not a number: skipped
+        if value is None or not sep:
             continue
         entry = out.get(name)
         if entry is None:

@@ -41,6 +41,7 @@ _QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,128}", re.ASCII)
 FetchMode = Literal["reliable", "basic"]
 
 DurabilityMode = Literal["replica", "aof"]
+TracingRemote = Literal["parent", "link"]
 
 MAX_DURABILITY_TIMEOUT: Final = 60.0
 """Longest ``durability_timeout``: each enqueue and settle may wait this long."""
@@ -176,6 +177,15 @@ class Settings:
     """OpenTelemetry spans for enqueues and runs: None (the default) when
     ``opentelemetry-api`` is installed (the ``otel`` extra), True to require it, False
     for none."""
+    tracing_baggage: bool = False
+    """Carry the enqueuer's W3C baggage in payloads to the run. Off by default: baggage
+    often holds what should not sit in Redis (session ids, e-mails), and whoever can
+    write a payload chooses what reaches the job (docs/tracing.md, "Trust")."""
+    tracing_remote: TracingRemote = "parent"
+    """What a run's span makes of the enqueue's context from the payload: ``"parent"``
+    (the run is in the enqueuer's trace; the worker's sampler decides whether it is
+    recorded, never the payload's flag) or ``"link"`` (a trace of its own, linked to the
+    enqueue: for producers this worker does not trust)."""
     identity: str | None = field(default=None)
     """This process's identity (default: host:pid:random)."""
 
@@ -211,6 +221,16 @@ class Settings:
             raise ValueError("queue_limits needs reliable fetch: a basic-fetch worker pops "
                              "jobs outside the script that counts what runs")
 
+    def _check_tracing(self) -> None:
+        if self.tracing not in (None, True, False):
+            raise TypeError(f"tracing must be None, True or False, not {self.tracing!r}")
+        if not isinstance(self.tracing_baggage, bool):
+            raise TypeError(f"tracing_baggage must be True or False, not "
+                            f"{self.tracing_baggage!r}")
+        if self.tracing_remote not in ("parent", "link"):
+            raise ValueError(f"tracing_remote must be 'parent' or 'link', not "
+                             f"{self.tracing_remote!r}")
+
     def _check_numbers(self) -> None:
         _count("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
         _count("prefetch", self.prefetch, 0, MAX_CONCURRENCY)
@@ -235,8 +255,7 @@ class Settings:
             raise TypeError("metrics_host must be a non-empty str (an address to listen on)")
         if not isinstance(self.track_jobs, bool):
             raise TypeError(f"track_jobs must be True or False, not {self.track_jobs!r}")
-        if self.tracing not in (None, True, False):
-            raise TypeError(f"tracing must be None, True or False, not {self.tracing!r}")
+        self._check_tracing()
         if self.durability_timeout > MAX_DURABILITY_TIMEOUT:
             raise ValueError(f"durability_timeout must be at most {MAX_DURABILITY_TIMEOUT:g}"
                              f" seconds, got {self.durability_timeout!r}")
@@ -276,3 +295,11 @@ class Settings:
     @property
     def queue_weights(self) -> list[tuple[str, int]]:
         return [(spec, 1) if isinstance(spec, str) else spec for spec in self.queues]
+
+
+def unserved_limits(settings: Settings) -> list[str]:
+    """The queues ``queue_limits`` names that ``queues`` does not: a typo, most often
+    (``"reprots"``), which would limit nothing; a worker says so as it starts (not an
+    error: a worker serving a subset, ``run --queue``, shares the App's limits)."""
+    served = set(settings.queue_names)
+    return sorted(name for name in settings.queue_limits if name not in served)

@@ -10,11 +10,11 @@ module is the pure half: the states, the TTLs, and reading a record. The lookups
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
+
+from cogworker_async import stored
 
 State = Literal["queued", "scheduled", "running", "retrying", "dead", "succeeded",
                 "cancelled", "unknown"]
@@ -179,24 +179,17 @@ def _text(value: bytes | str) -> str:
 
 
 def _number(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
+    return stored.number(text)  # NaN, infinite, huge: None
 
 
 def _int(text: str | None) -> int | None:
-    value = _number(text)
-    return int(value) if value is not None else None
+    return stored.integer(text)
 
 
 def _json(text: str | None) -> Any:
+    """A JSON field (a result, a progress info) as its value; one that cannot be read
+    (not JSON, nested too deep to parse) as the text stored: shown as it is."""
     if text is None:
         return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+    value = stored.json_value(text, max_depth=None)  # a job's own value: any depth
+    return text if value is stored.DAMAGED else value

@@ -20,6 +20,16 @@ off) starts a trace of its own: its run is a root span, never a child of whateve
 context the worker's tasks inherited. A worker started inside a span (a lifespan run
 under a request, a test) would otherwise adopt every job into that one trace.
 
+Trust: a payload is data anyone who can write to Redis (or call ``enqueue`` with odd
+options) may shape, so what comes back from it is checked, not obeyed. Only a W3C
+``traceparent`` of the exact version-00 shape and a bounded ``tracestate`` are carried
+(whatever propagators the application set globally); baggage only with
+``Settings.tracing_baggage``. The payload's sampled flag is never obeyed: in the
+default ``tracing_remote="parent"`` mode the run joins the enqueuer's trace, but whether
+it is recorded is the worker's sampler's decision, asked as for a root; in ``"link"``
+mode the run starts a trace of its own with a link to the enqueue. docs/tracing.md
+("Trust") says what each choice lets a forged payload do.
+
 ``messaging.system`` is "cogworker": the conventions name the system as the client
 instrumentation knows it, and the queue protocol here (reliable fetch, retries, dead,
 schedules) is this package's own; Redis only stores it. That is what the Sidekiq
@@ -31,18 +41,21 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from cogworker_async.errors import ConfigurationError
+from cogworker_async.settings import Settings, TracingRemote
 from cogworker_async.version import __version__
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
     from opentelemetry.context import Context
-    from opentelemetry.trace import Span
+    from opentelemetry.trace import Link, Span, SpanContext
 
     from cogworker_async.context import JobContext
     from cogworker_async.middleware import RunNext
@@ -57,9 +70,31 @@ PROVIDER_ENV: Final = "OTEL_PYTHON_TRACER_PROVIDER"
 _MISSING: Final = object()
 
 TRACE_FIELD: Final = "trace"
-"""The payload field that carries the enqueue's trace context: the propagator's headers,
-``{"traceparent": "00-<trace id>-<span id>-01", "tracestate": ...}`` with the default
-W3C propagators. Absent when there is nothing to carry."""
+"""The payload field that carries the enqueue's trace context, as W3C headers:
+``{"traceparent": "00-<trace id>-<span id>-01", "tracestate": ...}`` (and ``baggage``
+with ``tracing_baggage``). Absent when there is nothing to carry."""
+TRACEPARENT: Final = "traceparent"
+TRACESTATE: Final = "tracestate"
+BAGGAGE: Final = "baggage"
+TRACEPARENT_SHAPE: Final = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-"
+                                      r"[0-9a-f]{2}")
+"""A version-00 traceparent, ids not all zeros (fullmatch; anything else is dropped)."""
+MAX_TRACESTATE_CHARS: Final = 512
+"""W3C's bound on what a tracestate must be able to hold; a longer one is dropped."""
+MAX_BAGGAGE_CHARS: Final = 8192
+"""W3C's baggage bound; a longer one is dropped."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceOptions:
+    """What a tracer carries in and takes from payloads (``Settings.tracing_*``)."""
+
+    baggage: bool = False
+    remote: TracingRemote = "parent"
+
+    @classmethod
+    def of(cls, settings: Settings) -> TraceOptions:
+        return cls(settings.tracing_baggage, settings.tracing_remote)
 
 INSTRUMENTATION: Final = "cogworker_async"
 """The instrumentation scope (the tracer's name)."""
@@ -92,14 +127,15 @@ MISSING_EXTRA: Final = ("tracing=True needs opentelemetry-api: install the 'otel
                         "(pip install 'cogworker-async[otel]'), or leave tracing unset")
 
 
-def job_tracer(setting: bool | None) -> JobTracer | None:
+def job_tracer(setting: bool | None, options: TraceOptions | None = None
+               ) -> JobTracer | None:
     """The tracer for ``Settings.tracing``: None when tracing is off (False, or None
     without opentelemetry-api); ConfigurationError when it is True and the API is
     missing. Called once per App and once per worker, never per job."""
     if setting is False:
         return None
     try:
-        return JobTracer()
+        return JobTracer(options or TraceOptions())
     except ImportError:
         if setting:
             raise ConfigurationError(MISSING_EXTRA) from None
@@ -113,8 +149,14 @@ class JobTracer:
     application sets its provider, the API hands out a proxy that follows it later.
     """
 
-    def __init__(self) -> None:
-        from opentelemetry import context, propagate, trace  # ImportError: no extra
+    def __init__(self, options: TraceOptions | None = None) -> None:
+        from opentelemetry import context, trace  # ImportError: no extra
+        from opentelemetry.baggage.propagation import W3CBaggagePropagator
+        from opentelemetry.trace.propagation.tracecontext import (
+            TraceContextTextMapPropagator,
+        )
+
+        self.options = options or TraceOptions()
 
         self._tracer = trace.get_tracer(INSTRUMENTATION, __version__)
         self._invalid = trace.INVALID_SPAN
@@ -130,7 +172,14 @@ class JobTracer:
         self._in_context, self._current_span = trace.set_span_in_context, trace.get_current_span
         self._attach, self._detach, self._current = (context.attach, context.detach,
                                                      context.get_current)
-        self._inject, self._extract = propagate.inject, propagate.extract
+        # W3C's own propagators, not the global ones: what a payload carries is fixed
+        # (see "Trust" above), whatever the application propagates over HTTP.
+        self._context_format = TraceContextTextMapPropagator()
+        self._baggage_format = W3CBaggagePropagator() if self.options.baggage else None
+        self._span_context, self._link = trace.SpanContext, trace.Link
+        self._sampled, self._not_sampled = (trace.TraceFlags(trace.TraceFlags.SAMPLED),
+                                            trace.TraceFlags(trace.TraceFlags.DEFAULT))
+        self._non_recording = trace.NonRecordingSpan
         self._empty = context.Context()
 
     def active(self) -> bool:
@@ -192,7 +241,9 @@ class JobTracer:
         if not self._current_span().get_span_context().is_valid:
             return
         carrier: dict[str, str] = {}
-        self._inject(carrier)
+        self._context_format.inject(carrier)
+        if self._baggage_format is not None:  # asked for: the enqueuer's is stored
+            self._baggage_format.inject(carrier)
         if carrier:
             payload[TRACE_FIELD] = carrier
 
@@ -216,14 +267,15 @@ class JobTracer:
         """Built-in server middleware (outermost): a CONSUMER span around one run, child
         of the enqueue's span, current while the job runs (so the job's own spans, and
         its enqueues, are its children)."""
-        parent = self._parent(job.payload)
+        name = f"{PROCESS} {job.queue}"
+        attributes: dict[str, str | int] = {
+            MESSAGING_SYSTEM: SYSTEM, OPERATION_TYPE: PROCESS, OPERATION_NAME: PROCESS,
+            DESTINATION: job.queue, MESSAGE_ID: job.jid, JOB_NAME: job.name,
+            JOB_ATTEMPT: job.attempt}
         try:
-            span = self._tracer.start_span(
-                f"{PROCESS} {job.queue}", context=parent, kind=self._consumer,
-                attributes={MESSAGING_SYSTEM: SYSTEM, OPERATION_TYPE: PROCESS,
-                            OPERATION_NAME: PROCESS, DESTINATION: job.queue,
-                            MESSAGE_ID: job.jid, JOB_NAME: job.name,
-                            JOB_ATTEMPT: job.attempt})
+            parent, links = self._parent(job.payload, name, attributes)
+            span = self._tracer.start_span(name, context=parent, kind=self._consumer,
+                                           attributes=attributes, links=links)
         except Exception:  # the SDK's sampler or processors: the job runs untraced
             log.warning("starting a span failed: jid=%s runs untraced", job.jid,
                         exc_info=True)
@@ -241,20 +293,47 @@ class JobTracer:
             self._detach(token)
             _end(span)
 
-    def _parent(self, payload: Mapping[str, Any]) -> Context:
-        """The enqueue's context from the payload, on an empty base: without one (or
-        with one that does not parse) the run starts a trace of its own."""
-        carrier = payload.get(TRACE_FIELD)
-        if not isinstance(carrier, dict) or not carrier:
-            return self._empty
-        headers = {key: found for key, found in carrier.items()
-                   if isinstance(key, str) and isinstance(found, str)}
+    def _parent(self, payload: Mapping[str, Any], name: str,
+                attributes: Mapping[str, str | int]) -> tuple[Context, list[Link]]:
+        """The run's parent context and links, from the payload's checked headers on an
+        empty base: without a usable context the run starts a trace of its own."""
+        headers = _headers(payload.get(TRACE_FIELD), baggage=self.options.baggage)
+        if TRACEPARENT not in headers:
+            return self._empty, []
         try:
-            return self._extract(headers, context=self._empty)
-        except Exception:  # a custom propagator's bug: never a reason to fail a run
+            extracted = self._context_format.extract(headers, context=self._empty)
+            if self._baggage_format is not None:
+                extracted = self._baggage_format.extract(headers, context=extracted)
+        except Exception:  # a propagator's bug: never a reason to fail a run
             log.debug("jid=%s: its trace context could not be read", payload.get("jid"),
                       exc_info=True)
-            return self._empty
+            return self._empty, []
+        remote = self._current_span(extracted).get_span_context()
+        if not remote.is_valid:
+            return self._empty, []
+        if self.options.remote == "link":
+            # Baggage (asked for) still reaches the job; the trace is the worker's own.
+            base = extracted if self._baggage_format is not None else self._empty
+            return self._in_context(self._invalid, base), [self._link(remote)]
+        decided = self._span_context(remote.trace_id, remote.span_id, is_remote=True,
+                                     trace_flags=self._decide(remote, name, attributes),
+                                     trace_state=remote.trace_state)
+        return self._in_context(self._non_recording(decided), extracted), []
+
+    def _decide(self, remote: SpanContext, name: str,
+                attributes: Mapping[str, str | int]) -> Any:
+        """The sampled flag of a run in a remote trace: the worker's sampler's answer for
+        a root span of that trace (the SDK's provider has one), never the payload's; not
+        sampled with a provider that has no sampler to ask."""
+        sampler = getattr(self._trace.get_tracer_provider(), "sampler", None)
+        try:
+            result = sampler.should_sample(None, remote.trace_id, name, self._consumer,
+                                           attributes) if sampler is not None else None
+            sampled = bool(result is not None and result.decision.is_sampled())
+        except Exception:  # a custom sampler's bug: the run goes unrecorded
+            log.debug("the sampler failed on a run", exc_info=True)
+            sampled = False
+        return self._sampled if sampled else self._not_sampled
 
     @staticmethod
     async def _mark_recovered(span: Span, job: JobContext) -> None:
@@ -274,6 +353,24 @@ class JobTracer:
         span.record_exception(exc)
         span.set_attribute(ERROR_TYPE, error_type(exc))
         span.set_status(self._status(self._error, f"{type(exc).__name__}: {exc}"))
+
+
+def _headers(carrier: object, *, baggage: bool) -> dict[str, str]:
+    """The W3C headers of a payload's trace field that are carried: a traceparent of the
+    exact shape, a bounded tracestate with it, and baggage only when asked for."""
+    if not isinstance(carrier, dict):
+        return {}
+    parent = carrier.get(TRACEPARENT)
+    if not isinstance(parent, str) or not TRACEPARENT_SHAPE.fullmatch(parent):
+        return {}
+    headers = {TRACEPARENT: parent}
+    state = carrier.get(TRACESTATE)
+    if isinstance(state, str) and len(state) <= MAX_TRACESTATE_CHARS:
+        headers[TRACESTATE] = state
+    found = carrier.get(BAGGAGE)
+    if baggage and isinstance(found, str) and len(found) <= MAX_BAGGAGE_CHARS:
+        headers[BAGGAGE] = found
+    return headers
 
 
 def error_type(exc: BaseException) -> str:

@@ -38,6 +38,14 @@ checks (used for the sentinels and the master alike)."""
 CLUSTER_OPTIONS: Final = (*TLS_OPTIONS, "password", "username")
 """Query parameters a cluster URL may carry (TLS files and checks, credentials)."""
 
+PLAIN_OPTIONS: Final = (*TLS_OPTIONS, "password", "username", "db", "client_name")
+"""Query parameters a ``redis://``, ``rediss://`` or ``unix://`` URL may carry. redis-py
+would take any of its connection settings from the query and let it override the
+project's own: ``?decode_responses=true`` makes every reply a str, which the scripts'
+callers do not expect (a worker moved every job onto its in-progress list and ran
+none), and ``?socket_timeout=`` replaces the timeout that tells a lost reply from a slow
+one. So only these pass; any other is refused by name."""
+
 MASK: Final = "***"
 
 _SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://", re.ASCII)
@@ -93,14 +101,30 @@ def check(url: str) -> str:
         sentinel_url(checked)  # for its ConfigurationError
         return checked
     try:
-        urlsplit(checked).port  # noqa: B018 - parsed for its ValueError only
+        parts = urlsplit(checked)
+        parts.port  # noqa: B018 - parsed for its ValueError only
     except ValueError:  # often a password holding '/', '[' or ']': the client fails too
         raise ConfigurationError(
             # Not the parser's own message: it quotes the would-be port, the password.
             f"malformed Redis URL {mask(url)!r} (its host or port cannot be read): "
             "percent-encode '/', '?', '#', '@', '[' and ']' in a password (e.g. '/' as %2F)"
         ) from None
+    _check_plain(url, checked, parts.path, parts.query)
     return checked
+
+
+def _check_plain(url: str, checked: str, path: str, query: str) -> None:
+    """A plain URL's query options (``PLAIN_OPTIONS`` only) and database number (a
+    whole number, in the path or ``?db=``): redis-py would read ``/abc`` as db 0."""
+    options = _options(url, query, PLAIN_OPTIONS, "Redis URL")
+    dbs = [options["db"]] if "db" in options else []
+    if not checked.startswith("unix://") and path.strip("/"):
+        dbs.append(unquote(path).strip("/"))
+    for db in dbs:
+        if not (db.isascii() and db.isdigit()):
+            raise ConfigurationError(
+                f"malformed Redis URL {mask(url)!r}: the database must be a number "
+                f"(redis://host:port/0), not {db!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,17 @@ BURIALS_LOOKED_AT: Final = 200
 """Newest dead entries the Busy view reads to list recent ProcessDied burials."""
 MAX_POSITION: Final = 2**62
 """The furthest queue position a token may name (far past any real queue)."""
+MAX_QUEUES_READ: Final = 1000
+"""Queues whose sizes one summary (every dashboard page's header, ``stats``) or one
+Prometheus scrape reads at most: the App's own queues first, then the registry's in name
+order. A queue per tenant makes tens of thousands of names, and reading each one's head
+and sets took seconds a page (a scrape past its timeout). The rest are counted, not
+read: ``queue_count`` and ``cogworker_queues_not_exported`` say how many were left out;
+the Queues tab pages through them all."""
+TOP_QUEUES: Final = 20
+"""Queues the dashboard's index lists (the largest of those read)."""
+QUEUES_PAGE_SIZE: Final = 100
+"""Queues a page of the Queues tab shows."""
 
 
 class Stats:
@@ -158,6 +169,22 @@ class Queues:
 
     async def names(self) -> list[str]:
         return await self._inspector.admin().queue_names()
+
+    async def bounded(self, limit: int = MAX_QUEUES_READ) -> tuple[list[str], int]:
+        """At most ``limit`` queue names to read — the App's own first, then the
+        registry's in name order — and how many queues there are in all."""
+        known = self._inspector.known_queues()
+        names = sorted(known.union(await self.names()))
+        first = [*sorted(known), *(name for name in names if name not in known)]
+        return first[:limit], len(names)
+
+    async def page(self, number: int = 1, size: int = QUEUES_PAGE_SIZE) -> Page[QueueInfo]:
+        """Page ``number`` of every queue (registered or the App's own), by name: the
+        heads of that page's queues only."""
+        names = sorted(self._inspector.known_queues().union(await self.names()))
+        start, stop, size = page_bounds(number, size)
+        return Page(await self.infos(names[start:stop + 1]), max(1, number), size,
+                    len(names))
 
     async def infos(self, names: Sequence[str] | None = None) -> list[QueueInfo]:
         admin = self._inspector.admin()
@@ -308,11 +335,14 @@ class Inspector:
         limits, and the eviction warning (None when Redis keeps every key)."""
         admin = self.admin()
         totals = await self.stats.totals()
-        queues = await self.queues.infos()
+        names, count = await self.queues.bounded()
+        queues = await self.queues.infos(names)
         processes = await self.processes.all()
         policy = await admin.eviction_policy()
-        scheduled, retries, dead = await admin.set_sizes(["schedule", "retry", "dead"])
+        scheduled, retries, dead = await admin.set_sizes(["schedule", "retry", "dead"],
+                                                         names)
         settings = self.app.settings
+        top = sorted(queues, key=lambda q: (-q.size, q.name))[:TOP_QUEUES]
         return {
             "processed": totals.processed,
             "failed": totals.failed,
@@ -323,7 +353,9 @@ class Inspector:
             "processes": sum(1 for p in processes if p.alive),
             "busy": sum(p.busy for p in processes if p.alive),
             "awaiting_recovery": sum(1 for p in processes if p.awaiting_recovery),
-            "queues": [vars_of(q) for q in queues],
+            "queues": [vars_of(q) for q in top],
+            "queue_count": count,
+            "queues_read": len(names),  # of queue_count: the sums are over these
             "dead_max_jobs": settings.dead_max_jobs,
             "dead_max_age": settings.dead_max_age,
             "maxmemory_policy": policy,

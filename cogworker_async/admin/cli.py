@@ -294,11 +294,20 @@ def _queues_command(load_app: LoadApp) -> Callable[..., None]:
             count = _run(app, lambda insp: insp.queue(queue).clear())
             report("clear", Done(count), as_json)
         elif pause or resume:
+            if pause and not _run(app, lambda insp: _in_use(insp, queue)):
+                # A pause has no TTL: a typo's would sit in Redis for good, doing nothing.
+                _confirm(f"No worker of this App serves queue {queue!r} and no job was "
+                         "ever enqueued on it (a typo?): pause it anyway?", yes)
             _pause_or_resume(app, queue, "pause" if pause else "resume", as_json)
         else:
             _show_queue_page(app, queue, page, size, as_json)
 
     return queues
+
+
+async def _in_use(insp: Inspector, queue: str) -> bool:
+    """A queue the App knows (its settings', its jobs') or one Redis has registered."""
+    return queue in insp.known_queues() or queue in await insp.queues.names()
 
 
 def _pause_or_resume(app: App, queue: str, action: str, as_json: bool) -> None:

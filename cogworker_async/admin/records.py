@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Generic, TypeVar
 
-from cogworker_async import job
+from cogworker_async import job, stored
 from cogworker_async.job import finite_number as finite_number  # re-exported
 
 PAGE_SIZE: Final = 25
@@ -189,10 +189,8 @@ class JobRecord:
     @classmethod
     def read(cls, raw: bytes, *, score: float | None = None, position: int | None = None,
              home: str | None = None) -> JobRecord:
-        try:
-            value = json.loads(raw.decode("utf-8"))  # as the worker reads it (job.decode)
-        except Exception:
-            value = None
+        # As the worker reads it (job.decode): UTF-8 JSON, any depth the parser takes.
+        value = stored.json_value(raw, max_depth=None)
         return cls(raw=raw, payload=value if isinstance(value, dict) else None,
                    score=score, position=position, home=home)
 

@@ -49,6 +49,8 @@ BULK_BATCH: Final = 500
 FIND_BATCH: Final = 1000
 """Entries sharing one score read per round trip while a token is looked for (at most
 ``SEARCH_BUDGET`` of them: one past that is reported gone)."""
+CROSS_QUEUE_READS: Final = 100_000
+"""Record reads a retry from dead may make to look for its jids alive in other queues."""
 
 
 class JobSet:
@@ -218,6 +220,8 @@ class JobSet:
             self._before_retry(payload)
             items.append((record.raw, job.encode(payload, job.NO_SIZE_LIMIT), queue))
             sent.append(record)
+        if self.target == "dead":
+            items, sent, refused = await self._not_alive(items, sent, refused)
         locked = [r for r in sent if await _take_lock(self._inspector.admin(), r)]
         moved = await self._inspector.admin().set_to_queues(self.target, items)
         stuck = await self._left_behind(sent) if moved < len(items) else []
@@ -226,16 +230,54 @@ class JobSet:
                 await release_lock(self._inspector.admin(), record)
         return Done(moved, len(items) - moved - len(stuck), refused + stuck)
 
+    async def _not_alive(
+        self, items: list[tuple[bytes, bytes, str]], sent: list[JobRecord],
+        refused: list[str],
+    ) -> tuple[list[tuple[bytes, bytes, str]], list[JobRecord], list[str]]:
+        """Dead entries whose jid is alive again in another queue stay dead (``promote``
+        checks the entry's own queue, atomically): a second live copy of a jid would
+        make ``cancel(jid)`` stop one and leave the other to run. One record read per
+        (entry, queue), pipelined; past ``CROSS_QUEUE_READS`` reads (thousands of queues
+        times thousands of entries), only the own queue is checked."""
+        admin = self._inspector.admin()
+        queues = await admin.store.queue_names()
+        if not sent or len(sent) * len(queues) > CROSS_QUEUE_READS:
+            return items, sent, refused
+        kept_items, kept = [], []
+        for item, record in zip(items, sent, strict=True):
+            others = [queue for queue in queues if queue != item[2]]
+            where = await admin.store.alive_in(str(record.jid), others) if others else []
+            if where:
+                refused.append(f"{record.token}: its jid is alive again in queue "
+                               f"{where[0]!r}: retrying this copy would run it twice "
+                               "(the entry stays here)")
+            else:
+                kept_items.append(item)
+                kept.append(record)
+        return kept_items, kept, refused
+
     async def _left_behind(self, sent: Sequence[JobRecord]) -> list[str]:
         """Why entries ``promote`` left in the set are still there. It skips a member
         that is gone (it ran, another process moved it) and leaves in place one whose
         queue key cannot be written (another type): counted as gone, that one would not
         be stepped over, and ``retry_all`` would try it again forever."""
-        still = await self._inspector.admin().set_contains(
-            self.target, [r.raw for r in sent], [r.home for r in sent])
-        return [f"{record.token}: its queue cannot be written (the key holds another "
-                "type, or Redis is out of memory); the entry stays here"
-                for record, there in zip(sent, still, strict=True) if there]
+        admin = self._inspector.admin()
+        still = await admin.set_contains(self.target, [r.raw for r in sent],
+                                         [r.home for r in sent])
+        reasons = []
+        for record, there in zip(sent, still, strict=True):
+            if not there:
+                continue
+            if self.target == "dead" and record.home is not None and \
+                    await admin.store.alive_in(str(record.jid), [record.home]):
+                reasons.append(f"{record.token}: its jid is alive again (queued, scheduled, "
+                               "running or retrying): retrying this copy would run it twice "
+                               "(the entry stays here)")
+            else:
+                reasons.append(f"{record.token}: its queue cannot be written (the key holds "
+                               "another type, or Redis is out of memory); the entry stays "
+                               "here")
+        return reasons
 
     def _before_retry(self, payload: job.Payload) -> None:
         retries.for_manual_retry(payload)  # a person's retry does not use up an attempt

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Final
 
 import anyio
@@ -78,12 +78,14 @@ WAIT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 """Upper bounds (seconds) of the enqueue-to-start histogram: an idle worker picks a job
 up in milliseconds; a backlog makes jobs wait minutes to hours (to 4 h)."""
 MAX_SERIES: Final = 1000
-"""(job, queue) pairs given series of their own; later ones are counted under
-``OTHER``. Job names come from payloads: a producer enqueuing under ever new names
-(unknown jobs, filed in dead) must not grow the process, and every scrape, without
-bound."""
+"""(job, queue) pairs of unregistered job names given series of their own; later ones
+are counted under ``OTHER``. Job names come from payloads: a producer enqueuing under
+ever new names (unknown jobs, filed in dead) must not grow the process, and every
+scrape, without bound. Registered names are not counted against it (their number is
+the app's): they always have their series, or a flood of invented names sent before a
+registered job first ran would leave it as ``OTHER`` until a restart."""
 OTHER: Final = "(other)"
-"""The job label of runs past ``MAX_SERIES`` (job, queue) pairs."""
+"""The job label of runs of unregistered names past ``MAX_SERIES`` (job, queue) pairs."""
 
 
 class Tally:
@@ -178,12 +180,17 @@ class _Exposition(Collector):
 class WorkerMetrics:
     """One worker process's metrics: an observer of its runs, and their server."""
 
-    def __init__(self, settings: Settings, vitals: Callable[[], Vitals]) -> None:
+    def __init__(self, settings: Settings, vitals: Callable[[], Vitals],
+                 registered: Collection[str] = ()) -> None:
         if settings.metrics_port is None:
             raise ValueError("WorkerMetrics needs settings.metrics_port")
         self.host = settings.metrics_host
         self.port = settings.metrics_port
         self.tallies: dict[tuple[str, str], Tally] = {}
+        self.registered = frozenset(registered)
+        """The app's job names: never counted against ``MAX_SERIES``."""
+        self._strangers = 0
+        """Tallies of names not in ``registered`` (``OTHER``'s own included)."""
         self.recovered_jobs: dict[str, int] = dict.fromkeys(settings.queue_names, 0)
         """Jobs taken back from dead processes, per queue (each served queue from 0)."""
         self.registry = CollectorRegistry()
@@ -209,16 +216,19 @@ class WorkerMetrics:
 
     def _add(self, name: str, queue: str) -> Tally:
         """The tally of a (job, queue) seen for the first time, or ``OTHER``'s past
-        ``MAX_SERIES``. (Past the bound, a new name is not remembered — that would grow
-        without bound too: each of its runs costs one more lookup here.)"""
-        if len(self.tallies) >= MAX_SERIES:
+        ``MAX_SERIES`` unregistered ones. (Past the bound, a new name is not remembered —
+        that would grow without bound too: each of its runs costs one more lookup.)"""
+        stranger = name not in self.registered
+        if stranger and self._strangers >= MAX_SERIES:
             if (OTHER, queue) not in self.tallies:
-                log.warning("more than %d (job, queue) pairs ran: runs of job %r and "
-                            "later new ones are counted as job=%r", MAX_SERIES, name, OTHER)
+                log.warning("more than %d (job, queue) pairs of unregistered jobs ran: "
+                            "runs of job %r and later new ones are counted as job=%r",
+                            MAX_SERIES, name, OTHER)
             name = OTHER
         tally = self.tallies.get((name, queue))
         if tally is None:
             tally = self.tallies[(name, queue)] = Tally()
+            self._strangers += stranger
         return tally
 
     # -- server -------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from prometheus_client import generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cogworker_async.admin.api import MAX_QUEUES_READ
 from cogworker_async.admin.records import QueueInfo
 from cogworker_async.redis.store import ClusterUnreachable, ConnectionLost, RedisError
 from cogworker_async.worker.streak import Streak
@@ -65,17 +66,22 @@ class SystemGauges:
     dead: int
     processes: int
     """Processes alive (beating)."""
+    left_out: int = 0
+    """Queues past ``MAX_QUEUES_READ`` with no series (nor part of the set sizes)."""
 
 
 async def read(inspector: Inspector) -> SystemGauges:
     """The figures, as the dashboard reads them (each read bounded by the admin model:
-    heads of queues, set cardinalities, one entry per process)."""
-    queues = await inspector.queues.infos()
-    scheduled = await inspector.scheduled.size()
-    retries = await inspector.retries.size()
-    dead = await inspector.dead.size()
+    heads of queues, set cardinalities, one entry per process), for at most
+    ``MAX_QUEUES_READ`` queues (the App's own first): a scrape of tens of thousands of
+    queues took longer than its timeout, and lost ``cogworker_up`` with the rest."""
+    names, count = await inspector.queues.bounded()
+    queues = await inspector.queues.infos(names)
+    scheduled, retries, dead = await inspector.admin().set_sizes(
+        ["schedule", "retry", "dead"], names)
     processes = sum(1 for process in await inspector.processes.all() if process.alive)
-    return SystemGauges(tuple(queues), scheduled, retries, dead, processes)
+    return SystemGauges(tuple(queues), scheduled, retries, dead, processes,
+                        count - len(names))
 
 
 async def read_bounded(inspector: Inspector, streak: Streak) -> SystemGauges | None:
@@ -123,6 +129,10 @@ def families(gauges: SystemGauges | None) -> list[Metric]:
                           value=gauges.dead),
         GaugeMetricFamily("cogworker_processes", "Worker processes alive.",
                           value=gauges.processes),
+        GaugeMetricFamily("cogworker_queues_not_exported",
+                          f"Queues past the first {MAX_QUEUES_READ} (the app's own first, "
+                          "then by name) that have no series and are not in the set sizes.",
+                          value=gauges.left_out),
     ]
 
 

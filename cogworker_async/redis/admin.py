@@ -15,15 +15,14 @@ queue's keys, and a write to the namespace's slot (the registry) is a command of
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
+from cogworker_async import stored
 from cogworker_async.redis.admin_sets import SetEntry as SetEntry  # callers import it here
 from cogworker_async.redis.admin_sets import SetReads
 from cogworker_async.redis.liveness import as_bytes
@@ -49,11 +48,7 @@ def unreachable(exc: BaseException) -> bool:
 
 
 def _json_object(raw: Any) -> dict[str, Any] | None:
-    try:
-        value = json.loads(raw) if raw is not None else None
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return stored.json_object(raw)  # damaged (too deep, not UTF-8...): None
 
 
 def _one_node(reply: Any) -> dict[str, Any]:
@@ -176,7 +171,8 @@ class Admin(SetReads):
                 raise
             log.warning("the set of queue names is unreadable: %s", exc)
             return []
-        return sorted(_text(name) for name in names)
+        # An empty member (a co-tenant's SADD) names nothing, not even a page to link to.
+        return sorted(text for name in names if (text := _text(name)))
 
     async def queue_heads(self, names: Sequence[str]) -> list[tuple[int, bytes | None]]:
         """(length, oldest job) of each queue, in one round trip. A key of the wrong
@@ -321,7 +317,13 @@ class Admin(SetReads):
 
     async def recoveries(self) -> list[dict[str, Any]]:
         """Recent recoveries of dead processes, newest first."""
-        reply = await self.client.lrange(self.keys.recoveries, 0, RECOVERY_EVENTS_SHOWN - 1)
+        try:
+            reply = await self.client.lrange(self.keys.recoveries, 0, RECOVERY_EVENTS_SHOWN - 1)
+        except ResponseError as exc:  # a key of another type: none shown, said once a call
+            if isinstance(exc, NoPermissionError):
+                raise
+            log.warning("the list of recoveries is unreadable: %s", exc)
+            return []
         return [event for event in map(_json_object, reply) if event is not None]
 
     # -- periodic ------------------------------------------------------------------------
@@ -370,8 +372,4 @@ def _int(value: Any) -> int:
 
 def _float(value: Any) -> float | None:
     """A stored time as a finite float, or None (``nan``/``inf`` are no time)."""
-    try:
-        number = float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-    return number if number is not None and math.isfinite(number) else None
+    return stored.number(value)

@@ -12,7 +12,6 @@ moves through the worker's own scripts, as everywhere in ``admin.py``.
 
 from __future__ import annotations
 
-import json
 import logging
 import struct
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from typing import Any, Final, NamedTuple
 import redis.asyncio
 from redis.exceptions import NoPermissionError, ResponseError
 
+from cogworker_async import stored
 from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.redis.store import SetName, Store
 from cogworker_async.settings import check_queue_name
@@ -79,9 +79,12 @@ class SetReads:
     def zset(self, queue: str, target: SetName) -> str:
         return self.store.zset_key(queue, target)
 
-    async def set_sizes(self, targets: Sequence[SetName]) -> list[int]:
-        """Entries of each set (summed over the queues), in one round trip."""
-        names = await self.set_queues()
+    async def set_sizes(self, targets: Sequence[SetName],
+                        queues: Sequence[str] | None = None) -> list[int]:
+        """Entries of each set (summed over the queues, or over ``queues``: a bounded
+        read, ``admin/api.py``'s ``MAX_QUEUES_READ``), in one round trip."""
+        names = await self.set_queues() if queues is None else \
+            [name for name in queues if _is_queue_name(name)]
         sizes = await self._sizes([(name, target) for target in targets for name in names])
         return [sum(sizes[i * len(names):(i + 1) * len(names)]) for i in range(len(targets))]
 
@@ -344,14 +347,20 @@ class SetReads:
         return await self.store.move_member(queue, source, target, member, entry)
 
 
+def _is_queue_name(name: str) -> bool:
+    try:
+        check_queue_name(name)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _queue_field(member: bytes) -> str | None:
     """A stored job's ``queue`` field if it names a queue (else None)."""
+    payload = stored.json_value(member, max_depth=None)  # a job: only its queue is read
+    payload = payload if isinstance(payload, dict) else None
     try:
-        payload = json.loads(member)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    try:
-        return check_queue_name(payload.get("queue")) if isinstance(payload, dict) else None
+        return check_queue_name(payload.get("queue")) if payload is not None else None
     except (TypeError, ValueError):
         return None
 

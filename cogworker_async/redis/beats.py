@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import redis
 
+from cogworker_async.errors import ConfigurationError
 from cogworker_async.redis.connection import SOCKET_TIMEOUT, connect_sync
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.scripts import source
@@ -25,6 +26,18 @@ ZOMBIE: Final = 2
 FORGOTTEN: Final = 3
 """Its keys were gone (Redis lost them) without any recovery: re-registered, jobs kept."""
 
+
+
+def _named(exc: Exception, script_keys: Sequence[str]) -> Exception:
+    """A beat refused for a key of another type (a co-tenant's, a hand's SET) as an error
+    that names the keys to look at: a process that cannot beat must not run jobs (the
+    others would take it for dead and run them again), and a bare WRONGTYPE says not
+    which key to delete."""
+    if isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("WRONGTYPE"):
+        return ConfigurationError(
+            "cannot write this process's beat: one of these keys holds another type than "
+            f"cogworker writes there (not written by it: delete it): {', '.join(script_keys)}")
+    return exc
 
 class BeatWriter:
     def __init__(self, url: str, keys: Keys, identity: str, queues: Sequence[str], *,
@@ -86,17 +99,17 @@ class BeatWriter:
         client = self.client
         if self._pool is None:
             self._pool = ThreadPoolExecutor(len(beats), thread_name_prefix="cogworker-beat")
-        futures = [(slot, self._pool.submit(self._beat.run, client, script_keys,
-                                            [identity, value, ms, stamp, again]))
+        futures = [(slot, script_keys, self._pool.submit(
+                        self._beat.run, client, script_keys, [identity, value, ms, stamp, again]))
                    for slot, script_keys, value in beats]
         found: dict[str | None, int] = {}
         self.failure = None
         failed = set()
-        for slot, future in futures:
+        for slot, script_keys, future in futures:
             try:
                 found[slot] = int(future.result()[0])
             except Exception as exc:
-                self.failure = self.failure or exc
+                self.failure = self.failure or _named(exc, script_keys)
                 failed.add(slot)
         self.failed = frozenset(failed)
         self.succeeded = frozenset(found)

@@ -89,6 +89,7 @@ def connect(url: str) -> redis.asyncio.Redis:
         parsed, settings = _cluster_settings(url)
         return ClusterClient(parsed.nodes, retry=Retry(NoBackoff(), 0),
                              health_check_interval=30, **settings)
+    url = urls.check(url)  # its query may not override the settings below
     tcp = {} if url.startswith("unix://") else {"socket_keepalive": True}
     return redis.asyncio.Redis.from_url(
         url,
@@ -118,7 +119,7 @@ def connect_sync(url: str, *, timeout: float = SOCKET_TIMEOUT) -> redis.Redis:
         )
         return cluster  # type: ignore[return-value]
     return redis.Redis.from_url(
-        url,
+        urls.check(url),
         retry=SyncRetry(NoBackoff(), 0),
         socket_timeout=timeout,
         socket_connect_timeout=timeout,

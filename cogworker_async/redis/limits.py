@@ -30,6 +30,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import redis.exceptions
+
+from cogworker_async import stored
 from cogworker_async.redis.liveness import as_bytes
 
 if TYPE_CHECKING:
@@ -194,13 +197,17 @@ async def register(store: Store, specs: Mapping[str, LimitSpec], identity: str) 
 async def registered(store: Store) -> dict[str, dict[str, Any]]:
     """name -> its registry entry (kind, capacity, seconds); unreadable entries left out."""
     found = {}
-    for name, text in (await store.client.hgetall(store.keys.limiters)).items():
-        try:
-            entry = json.loads(text)
-            if isinstance(entry, dict):
-                found[as_bytes(name).decode("utf-8", "replace")] = entry
-        except ValueError:
-            continue
+    try:
+        entries = await store.client.hgetall(store.keys.limiters)
+    except redis.exceptions.ResponseError as exc:  # a key of another type: none listed
+        if isinstance(exc, redis.exceptions.NoPermissionError):
+            raise
+        log.warning("the limiter registry is unreadable: %s", exc)
+        return {}
+    for name, text in entries.items():
+        entry = stored.json_object(text)  # damaged (too deep, not UTF-8...): left out
+        if entry is not None:
+            found[as_bytes(name).decode("utf-8", "replace")] = entry
     return found
 
 
@@ -234,8 +241,7 @@ async def limiter_usage(store: Store,
     for name, state, over in zip(wanted, states, replies[1::2], strict=True):
         spec = specs[name]
         kind, capacity = str(spec.get("kind")), _int(spec.get("capacity"))
-        seconds = spec.get("seconds")
-        seconds = float(seconds) if isinstance(seconds, int | float) else None
+        seconds = stored.number(spec.get("seconds"))  # infinite, huge, a string: None
         found[name] = LimiterUsage(
             name, kind, capacity, seconds,
             in_use=_in_use(kind, capacity, seconds, state, now, alive),
@@ -259,18 +265,12 @@ async def _alive(store: Store, states: Sequence[Any]) -> set[str]:
 
 
 def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
+    """A stored count or capacity; 0 when damaged (not a number, infinite, huge)."""
+    return stored.integer(value) or 0
 
 
 def _field(state: Mapping[Any, Any], name: str) -> float | None:
-    value = state.get(name.encode(), state.get(name))
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+    return stored.number(state.get(name.encode(), state.get(name)))
 
 
 def _in_use(kind: str, capacity: int, seconds: float | None, state: Any, now: float,
@@ -280,7 +280,8 @@ def _in_use(kind: str, capacity: int, seconds: float | None, state: Any, now: fl
     if kind == "concurrent":
         if not isinstance(state, list):
             return 0
-        return sum(1 for member, taken in state if _holds(member, float(taken), now, alive))
+        return sum(1 for member, taken in state
+                   if (at := stored.number(taken)) is not None and _holds(member, at, now, alive))
     if not isinstance(state, dict) or not seconds:
         return 0
     if kind == "window":
@@ -299,7 +300,5 @@ def _holds(member: bytes | str, taken: float, now: float, alive: set[str]) -> bo
     if identity is not None:
         return identity in alive
     fields = as_bytes(member).decode("utf-8", "replace").split(SEPARATOR)
-    try:
-        return len(fields) == 4 and not fields[0] and taken + float(fields[3]) >= now
-    except ValueError:
-        return False
+    lease = stored.number(fields[3]) if len(fields) == 4 else None
+    return lease is not None and not fields[0] and taken + lease >= now

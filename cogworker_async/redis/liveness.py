@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 import redis
 import redis.asyncio
 
+from cogworker_async import stored
 from cogworker_async.redis.keys import Keys
 from cogworker_async.status import LIVE_TTL
 
@@ -193,12 +194,13 @@ class Liveness:
 
     async def beat_info(self, identity: str) -> dict[str, Any] | None:
         """What ``identity`` last said about itself (host, pid, queues, memory, loop lag)."""
-        raw = await self.client.hget(self.keys.beats, identity)
         try:
-            info = json.loads(raw) if raw else None
-        except ValueError:
+            raw = await self.client.hget(self.keys.beats, identity)
+        except redis.exceptions.ResponseError:  # the hash of another type: nothing said
             return None
-        return info if isinstance(info, dict) else None
+        # Damaged (too deep, not UTF-8, not an object): nothing said either. Recovery of
+        # a dead process must never wait on what it said about itself.
+        return stored.json_object(raw)
 
     async def record_recovery(self, event: dict[str, Any], keep: int) -> None:
         async with self.client.pipeline(transaction=False) as pipe:

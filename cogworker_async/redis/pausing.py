@@ -18,6 +18,7 @@ from typing import Any
 
 import redis.asyncio
 
+from cogworker_async import stored
 from cogworker_async.redis.keys import Keys
 
 
@@ -33,11 +34,12 @@ class Pause:
     def read(cls, queue: str, raw: bytes | str) -> Pause:
         """The flag's value as stored; one that cannot be read is still a pause (only
         its existence counts for ``fetch.lua``)."""
-        try:
-            fields = json.loads(raw)
-            return cls(queue, float(fields["since"]), str(fields.get("by", "")))
-        except (ValueError, TypeError, KeyError):
+        fields = stored.json_object(raw)  # damaged (too deep, not UTF-8...): None
+        since = stored.number(fields.get("since")) if fields is not None else None
+        if fields is None or since is None:
             return cls(queue, 0.0, "")
+        by = fields.get("by", "")
+        return cls(queue, since, by if isinstance(by, str) else "")
 
 
 class Pausing:

@@ -15,7 +15,7 @@ import redis.asyncio
 
 from cogworker_async.job import jid_of
 from cogworker_async.redis.keys import Keys
-from cogworker_async.status import CANCELS_TTL, CancelOutcome, JobStatus, newest, read
+from cogworker_async.status import ALIVE, CANCELS_TTL, CancelOutcome, JobStatus, newest, read
 
 
 def _text(value: bytes | str) -> str:
@@ -52,6 +52,22 @@ class Records:
                  if isinstance(reply, dict) and reply]
         return newest(found)
 
+    async def alive_in(self, jid: str, queues: Sequence[str] | None = None) -> list[str]:
+        """The queues (of ``queues``, default every registered one) whose record of
+        ``jid`` says it is queued, scheduled, running or retrying, or that hold a
+        cancelled copy not dropped yet: where a chosen jid is still alive. One HMGET per
+        queue, pipelined (one round trip per node)."""
+        names = list(queues) if queues is not None else await self.queue_names()
+        if not names:
+            return []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in names:
+                pipe.hmget(self.keys.record(queue, jid), ["state", "cancel"])
+            replies = await pipe.execute(raise_on_error=False)
+        return [queue for queue, reply in zip(names, replies, strict=True)
+                if isinstance(reply, list) and len(reply) == 2 and (
+                    reply[1] == b"1" or _text(reply[0] or b"") in ALIVE)]
+
     async def running_statuses(self, pairs: Sequence[tuple[str, str]],
                                fields: Sequence[str]) -> list[JobStatus]:
         """``fields`` of the records of ``(queue, jid)`` pairs, in one pipelined round trip
@@ -70,7 +86,15 @@ class Records:
     async def cancel_job(self, queue: str, jid: str) -> CancelOutcome:
         """Cancel ``jid`` of ``queue`` (``lua/cancel.lua`` says what each outcome means)."""
         keys = self.keys
-        reply = await self._run("cancel", [keys.record(queue, jid)], [
+        record = keys.record(queue, jid)
+        names = [record]
+        try:  # a unique job's lock, which the cancel releases (its record names it)
+            lock = await self.client.hget(record, "lock")
+        except redis.exceptions.ResponseError:  # not a record: cancel.lua says "unknown"
+            lock = None
+        if isinstance(lock, bytes | str) and _text(lock).startswith(keys.unique(queue, "")):
+            names.append(_text(lock))
+        reply = await self._run("cancel", names, [
             keys.cancels_prefix(queue), repr(time.time()), CANCELS_TTL,
             keys.finished_channel(jid), jid], durable=True)
         return cast(CancelOutcome, _text(reply))

@@ -43,6 +43,7 @@ from cogworker_async.redis.pausing import Pausing
 from cogworker_async.redis.records import Records
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
 from cogworker_async.redis.sentinel import MasterNotFound
+from cogworker_async.redis.waits import FinishedWaits
 from cogworker_async.settings import DEAD_MAX_AGE, DEAD_MAX_JOBS, KEEP_STATUS, Settings
 from cogworker_async.status import LIVE_TTL, SUCCEEDED, Ended
 
@@ -178,6 +179,12 @@ def _as_list(reply: Any) -> list[Any]:
     return list(reply) if isinstance(reply, list | tuple) else []
 
 
+def _wrong_type(error: Exception) -> bool:
+    """A key of another type than the command's (a co-tenant's key, a hand's SET)."""
+    return isinstance(error, redis.exceptions.ResponseError) and str(error).startswith(
+        "WRONGTYPE")
+
+
 class Store(Liveness, Records, Pausing):
     """Domain operations on one namespace, over one async connection pool. The
     operations on processes and their lists (recovery, hand-over, relist) are in
@@ -208,6 +215,8 @@ class Store(Liveness, Records, Pausing):
             ClusterLane(client) if isinstance(client, ClusterClient) else Lane(client))
         self._registered: dict[str, float] = {}
         """Queue name -> when this Store last registered it (``time.monotonic``)."""
+        self.finished_waits = FinishedWaits(client)
+        """The one subscription ``result()``'s waiters share (``waits.py``)."""
 
     @classmethod
     def from_url(cls, url: str, namespace: str,
@@ -230,6 +239,7 @@ class Store(Liveness, Records, Pausing):
         return [str(self.dead_limits.max_jobs), repr(float(self.dead_limits.max_age))]
 
     async def aclose(self) -> None:
+        await self.finished_waits.aclose()
         await self._lane.aclose()
         await self.client.aclose()
 
@@ -322,8 +332,15 @@ class Store(Liveness, Records, Pausing):
         return bool(new)
 
     async def queue_names(self) -> list[str]:
-        """Every registered queue name, sorted."""
-        names = await self.client.smembers(self.keys.queues)
+        """Every registered queue name, sorted (none when the registry is a key of
+        another type: a co-tenant's, said each call)."""
+        try:
+            names = await self.client.smembers(self.keys.queues)
+        except redis.exceptions.ResponseError as exc:
+            if not _wrong_type(exc):
+                raise
+            log.warning("the set of queue names is unreadable: %s", exc)
+            return []
         return sorted(as_bytes(name).decode("utf-8", "replace") for name in names)
 
     # -- enqueue ---------------------------------------------------------------------
@@ -512,7 +529,8 @@ class Store(Liveness, Records, Pausing):
             return 0
         keys = [self.zset_key(queue, target), self.keys.queue(queue)]
         args: list[Any] = [self.keys.wake_channel, queue, self.record_prefix(queue),
-                           repr(time.time()), self.keep_status, LIVE_TTL]
+                           repr(time.time()), self.keep_status, LIVE_TTL,
+                           "1" if target == "dead" else "0"]
         for member, job in items:
             args += [member, job]
         return int(await self._run("promote", keys, args))
@@ -573,8 +591,12 @@ class Store(Liveness, Records, Pausing):
         async with self.client.pipeline(transaction=False) as pipe:
             for minute in minutes:
                 pipe.hgetall(self.keys.run_metrics(minute))
-            replies = await pipe.execute()
-        return [dict(reply or {}) for reply in replies]
+            replies = await pipe.execute(raise_on_error=False)
+        for reply in replies:  # an outage is no empty minute: raised as it would be
+            if isinstance(reply, Exception) and not _wrong_type(reply):
+                raise reply
+        # A minute's key of another type (a co-tenant's) reads as a minute without runs.
+        return [dict(reply) if isinstance(reply, dict) else {} for reply in replies]
 
     @asynccontextmanager
     async def wake_ups(self) -> AsyncIterator[AsyncIterator[None]]:
@@ -600,18 +622,27 @@ class Store(Liveness, Records, Pausing):
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def backlog(self, queues: Sequence[str]) -> int:
+    async def backlog(self, queues: Sequence[str]) -> tuple[int, list[str]]:
         """Jobs of ``queues`` waiting to run now: queued, plus due scheduled and retry
-        entries (``run --burst`` stops when it is 0). One pipeline; by Redis TIME."""
+        entries (``run --burst`` stops when it is 0), and the names of those keys that
+        hold another type (WRONGTYPE: nothing this worker can run is there, so they
+        count 0). One pipeline; by Redis TIME."""
         seconds, micros = await self.client.time()
         now = repr(int(seconds) + int(micros) / 1_000_000)
+        names = [name for queue in queues for name in (
+            self.keys.queue(queue), self.keys.schedule(queue), self.keys.retry(queue))]
         async with self.client.pipeline(transaction=False) as pipe:
             for queue in queues:
                 pipe.llen(self.keys.queue(queue))
                 pipe.zcount(self.keys.schedule(queue), "-inf", now)
                 pipe.zcount(self.keys.retry(queue), "-inf", now)
-            counts = await pipe.execute()
-        return sum(int(count) for count in counts)
+            counts = await pipe.execute(raise_on_error=False)
+        for count in counts:  # an outage is no empty queue: raised as it would be
+            if isinstance(count, Exception) and not _wrong_type(count):
+                raise count
+        damaged = [name for name, count in zip(names, counts, strict=True)
+                   if isinstance(count, Exception)]
+        return sum(int(count) for count in counts if not isinstance(count, Exception)), damaged
 
     # -- locks and claims: unique jobs, periodic ticks, running locks ------------------
 

@@ -22,7 +22,7 @@ from typing import Any, Final, cast
 
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition
-from cogworker_async.errors import Expired
+from cogworker_async.errors import Expired, ResultNotJSON
 from cogworker_async.limiter import RUNNER
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.redis.store import Store
@@ -90,7 +90,9 @@ class FakeWorker:
         error: BaseException | None = None
         try:
             if await processor.locks.before_run(payload):  # False: a periodic overlap
-                await processor.executor.run(definition, payload, entry.queue, Leftover())
+                leftover = Leftover()
+                await processor.executor.run(definition, payload, entry.queue, leftover)
+                self._check_result(definition.name, payload, leftover)
         except BaseException as exc:
             error = exc
             raise
@@ -100,6 +102,17 @@ class FakeWorker:
             ended = ACK if error is None else Filing("dead", payload, 0.0, terminal=True)
             await processor.locks.after_settle(payload, ended, ran=True)
             self._inline_end(entry, payload, error)
+
+    def _check_result(self, name: str, payload: job.Payload, leftover: Leftover) -> None:
+        """A result the job keeps must be one a worker can keep (``Processor._kept``):
+        raised here, where a worker would file the job in dead."""
+        if job.number(payload, "keep_result") is None:
+            return
+        try:
+            job.encode_result(leftover.result, self.processor.settings.max_payload_bytes)
+        except (TypeError, ValueError) as exc:
+            raise ResultNotJSON(f"{name} returned a result that cannot be kept: "
+                                f"{exc}") from None
 
     def _inline_end(self, entry: Entry, payload: job.Payload,
                     error: BaseException | None) -> None:

@@ -13,8 +13,9 @@ A faked enqueue is a real one up to the push: the client's own checks, payload a
 middleware run (``Client.sink``), and only the push lands here instead of Redis, with
 Redis' refusals: a unique job whose lock is held and a chosen jid that is alive return
 None. A drained run is the worker's own processor (``drain.py``). Nothing here reaches
-Redis; what still needs it (``status``, ``result``, ``cancel``, ``pause``, a limiter
-entered outside a job) is not faked — ``jobs.testing.status(jid)`` answers for faked jobs.
+Redis: inside a block ``jobs.status``, ``jobs.result`` and ``jobs.cancel`` answer from
+the fake (``jobs.testing.status(jid)`` too); what still needs Redis (``pause``, a
+limiter entered outside a job) is not faked.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from typing import Any, Final
 
 import anyio
 
+from cogworker_async import job
 from cogworker_async.client import Client, Push
 from cogworker_async.definition import JobDefinition
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
-from cogworker_async.status import JobStatus
+from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.testing.drain import FakeWorker
 from cogworker_async.testing.memory import MemoryStore
 from cogworker_async.testing.records import Enqueued, Run, TooManyRuns
@@ -162,10 +164,22 @@ class Testing:
         names = collections.Counter(entry.name for entry in self._world.enqueued())
         return ", ".join(f"{name} x{count}" for name, count in names.most_common(3))
 
+    def _cancel(self, jid: str, queue: str | None) -> CancelOutcome:
+        """``jobs.cancel`` in the fake: a waiting job dropped, its unique lock released
+        with it (as ``cancel.lua`` does)."""
+        waiting = [entry for entry in self._world.waiting
+                   if entry.jid == jid and queue in (None, entry.queue)]
+        outcome = self._world.cancel(jid, queue)
+        if outcome == "cancelled" and waiting:
+            digest = job.value(waiting[0].payload(), "unique_digest")
+            if isinstance(digest, str):
+                self._memory.drop_lock(self._memory.keys.unique(waiting[0].queue, digest), jid)
+        return outcome
+
     async def _push(self, push: Push, due: float | None, chosen: bool) -> bool:
         world, memory = self._world, self._memory
-        if chosen and world.alive(push.queue, push.jid):
-            return False  # enqueue.lua: a chosen jid is refused while alive
+        if chosen and world.alive(push.jid):
+            return False  # enqueue.lua: a chosen jid is refused while alive anywhere
         if push.unique is not None:
             digest, ttl = push.unique
             if not memory.take_new_lock(memory.keys.unique(push.queue, digest), push.jid, ttl):
@@ -222,6 +236,12 @@ class _Sink:
         caller may be inside one, or in a job's thread); the caller waits for it."""
         with ThreadPoolExecutor(max_workers=1) as pool:
             return pool.submit(anyio.run, enqueue).result()
+
+    def status(self, jid: str, queue: str | None) -> JobStatus:
+        return self._testing._world.status(jid, queue)
+
+    def cancel(self, jid: str, queue: str | None) -> CancelOutcome:
+        return self._testing._cancel(jid, queue)
 
 
 def _name_of(job: JobRef | None) -> str | None:

@@ -60,6 +60,11 @@ class MemoryStore:
         self._locks[key] = (owner, time.monotonic() + ttl)
         return True
 
+    def drop_lock(self, key: str, owner: str) -> None:
+        """A cancelled unique job's lock, released if ``owner`` holds it (``cancel.lua``)."""
+        if self.holder(key) == owner:
+            del self._locks[key]
+
     # -- what the worker calls (``Store``'s signatures) ----------------------------------
 
     async def take_lock(self, key: str, owner: str, ttl: float) -> bool:

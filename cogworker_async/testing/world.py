@@ -1,7 +1,7 @@
 """The fake's jobs: waiting (queued, scheduled, retrying), running, and how each ended.
 
 It stands where Redis' lists, sets and status records stand, with their rules: a
-chosen jid is refused while a job with it is alive in its queue (``enqueue.lua``), a
+chosen jid is refused while a job with it is alive in any queue (``enqueue.lua``), a
 job moved onto its queue when due gets the queue and a fresh ``enqueued_at`` (the
 poller's promotion), and a job's status reads as ``jobs.status(jid)`` would.
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from cogworker_async import job
 from cogworker_async.retries import attempt_of
-from cogworker_async.status import JobStatus, error_text, unknown
+from cogworker_async.status import CancelOutcome, JobStatus, error_text, unknown
 from cogworker_async.testing.records import Enqueued, Run, Waiting
 
 
@@ -53,10 +53,11 @@ class World:
         self.ended.clear()
         self.runs.clear()
 
-    def alive(self, queue: str, jid: str) -> bool:
-        """Queued, scheduled, running or retrying in ``queue`` (a chosen jid's test)."""
-        return (queue, jid) in self.running or any(
-            entry.queue == queue and entry.jid == jid for entry in self.waiting)
+    def alive(self, jid: str) -> bool:
+        """Queued, scheduled, running or retrying in any queue (a chosen jid's test: the
+        client looks in every queue, as ``Client._alive_elsewhere`` does)."""
+        return any(running == jid for _, running in self.running) or any(
+            entry.jid == jid for entry in self.waiting)
 
     def add(self, raw: bytes, queue: str, jid: str, *, due: float | None,
             state: Waiting) -> Entry:
@@ -111,6 +112,22 @@ class World:
                     kwargs=payload["kwargs"], queue=entry.queue, state=entry.state,
                     due_at=entry.due, payload=dict(payload)))
         return found
+
+    def cancel(self, jid: str, queue: str | None = None) -> CancelOutcome:
+        """What ``jobs.cancel(jid)`` does to a faked job (``cancel.lua``): a waiting one
+        is dropped unrun and ends cancelled."""
+        for entry in list(self.waiting):
+            if entry.jid == jid and queue in (None, entry.queue):
+                self.waiting.remove(entry)
+                self.end(entry.queue, jid, JobStatus(
+                    jid=jid, state="cancelled", queue=entry.queue,
+                    name=entry.payload()["class"], finished_at=time.time()))
+                return "cancelled"
+        found = self.status(jid, queue)
+        if found.state == "running":
+            raise RuntimeError(f"job {jid} is running in this drain: a faked run cannot be "
+                               "stopped from outside (test the job's own cancel_requested)")
+        return "unknown" if found.state == "unknown" else "finished"
 
     def status(self, jid: str, queue: str | None = None) -> JobStatus:
         """What ``jobs.status(jid)`` would say of a faked job."""

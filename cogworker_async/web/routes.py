@@ -80,8 +80,9 @@ def stats_json(site: Site) -> Endpoint:
 
 def queues(site: Site) -> Endpoint:
     async def view(request: Request) -> Response:
-        infos = await site.inspector.queues.infos()
-        return await site.render(request, "queues.html", tab="queues", queues=infos)
+        page = await site.inspector.queues.page(page_number(request))
+        return await site.render(request, "queues.html", tab="queues", queues=page.items,
+                                 page=page)
     return view
 
 

@@ -26,7 +26,7 @@ from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
 from cogworker_async.retries import attempt_of
-from cogworker_async.tracing import job_tracer
+from cogworker_async.tracing import TraceOptions, job_tracer
 
 _this_run: ContextVar[tuple[JobDefinition, payloads.Payload, Leftover]] = ContextVar(
     "cogworker_this_run")
@@ -72,13 +72,15 @@ class Executor:
         orphanings: Callable[[str, str], Awaitable[int]],
         *,
         tracing: bool | None = None,
+        trace_options: TraceOptions | None = None,
     ) -> None:
-        """``tracing``: ``Settings.tracing`` (the one import check for this worker)."""
+        """``tracing``: ``Settings.tracing`` (the one import check for this worker);
+        ``trace_options``: the other ``tracing_*`` settings."""
         self.counters = counters
         self.middleware = list(middleware)
         self.limiter = limiter
         self.orphanings = orphanings
-        self._tracer = job_tracer(tracing)
+        self._tracer = job_tracer(tracing, trace_options)
         # The chains are built once, not per run; each run finds its own parts in a
         # context variable (per task: concurrent runs never see each other's).
         self._chain = server_chain([counters.middleware, *self.middleware], self._innermost)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cogworker_async import environment, job
+from cogworker_async import environment, job, stored
 from cogworker_async.errors import why
 from cogworker_async.redis.beats import ALIVE, ZOMBIE, BeatWriter
 from cogworker_async.worker.fetch import Work
@@ -71,10 +71,10 @@ def workers_entries(works: Iterable[Work]) -> dict[str, str]:
     a job that cannot be read is left out."""
     entries = {}
     for work in works:
-        try:
-            payload: job.Payload = json.loads(work.raw)  # may be anything: str() below
-            jid, name = str(payload["jid"]), str(payload["class"])
-        except Exception:
+        payload = stored.json_value(work.raw, max_depth=None)  # may be anything
+        jid, name = (job.jid(payload), job.name(payload)) if isinstance(payload, dict) \
+            else (None, None)
+        if jid is None or name is None:
             continue
         entries[jid] = json.dumps({"queue": work.queue, "class": name,
                                    "run_at": work.fetched_at})

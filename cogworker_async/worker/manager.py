@@ -50,7 +50,7 @@ from cogworker_async.redis.store import (
     Unavailable,
 )
 from cogworker_async.run_metrics import Tally
-from cogworker_async.settings import Settings
+from cogworker_async.settings import Settings, unserved_limits
 from cogworker_async.version import __version__
 from cogworker_async.worker import handover
 from cogworker_async.worker.canceller import Canceller
@@ -133,7 +133,7 @@ class Manager:
         self._unconfirmed: StatsFlush | None = None
         """A stats flush not known to be applied: sent again, as it is, next time."""
         self.hooks = HookRunner(hooks) if hooks else None
-        self.metrics = process_metrics(settings, self.vitals)
+        self.metrics = process_metrics(settings, self.vitals, registry.keys())
         # The run metrics' tally is fed by the processor directly (always on, the
         # cheapest path); observers only when there are any.
         self.observers = Observers([o for o in (self.hooks, self.metrics) if o is not None])
@@ -261,6 +261,10 @@ class Manager:
         log.info("worker %s started: queues %s, concurrency %d, %s fetch", self.identity,
                  self.settings.queue_names, self.settings.concurrency,
                  "reliable" if reliable else "basic (running jobs are lost on a crash)")
+        for name in unserved_limits(self.settings):
+            log.warning("queue_limits names queue %r, which this worker does not serve "
+                        "(queues %s): a typo? Its limit does nothing here", name,
+                        self.settings.queue_names)
         try:
             async with anyio.create_task_group() as upkeep:
                 self._upkeep = upkeep

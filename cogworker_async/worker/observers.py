@@ -15,7 +15,7 @@ and skipped: what an observer does never changes how a job is settled.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
@@ -206,7 +206,8 @@ class ProcessMetrics(Protocol):
         """Listen (then report started), serve until cancelled, close."""
 
 
-def process_metrics(settings: Settings, vitals: Callable[[], Vitals]) -> ProcessMetrics | None:
+def process_metrics(settings: Settings, vitals: Callable[[], Vitals],
+                    registered: Collection[str] = ()) -> ProcessMetrics | None:
     """The process's Prometheus metrics if ``settings.metrics_port`` asks for them (the
     ``metrics`` extra: a clear error without it), else None — and nothing imported."""
     if settings.metrics_port is None:
@@ -217,4 +218,4 @@ def process_metrics(settings: Settings, vitals: Callable[[], Vitals]) -> Process
         raise ConfigurationError(
             "metrics_port needs the metrics extra: pip install 'cogworker-async[metrics]' "
             f"({exc})") from None
-    return WorkerMetrics(settings, vitals)
+    return WorkerMetrics(settings, vitals, registered)  # registered: series of their own

@@ -34,6 +34,7 @@ from cogworker_async.retries import attempt_of
 from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings
 from cogworker_async.status import Ended
+from cogworker_async.tracing import TraceOptions
 from cogworker_async.worker import outcome
 from cogworker_async.worker.canceller import Canceller
 from cogworker_async.worker.execute import Counters, Executor, Leftover
@@ -141,7 +142,8 @@ class Processor:
         """Whose name the limiters a job uses hold their slots in (``limiter.py``): this
         process's identity (the Manager's, which its canceller has too)."""
         self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
-                                 store.orphan_count, tracing=settings.tracing)
+                                 store.orphan_count, tracing=settings.tracing,
+                                 trace_options=TraceOptions.of(settings))
 
     async def process(self, work: Work) -> None:
         """Run ``work`` (admitted to the ledger) and settle it; on cancellation, settle

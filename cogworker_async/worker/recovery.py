@@ -20,7 +20,6 @@ and skipped; it never stops the others.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -30,7 +29,7 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async import job, status
+from cogworker_async import job, status, stored
 from cogworker_async.errors import UnparseablePayload, why
 from cogworker_async.limiter import Runner
 from cogworker_async.redis.store import ConnectionLost, Store, Unavailable
@@ -356,11 +355,15 @@ class Recovery:
         """File what stopping processes handed over for ``queue``, head first."""
         for record in await self.store.list_head(self.store.keys.unsettled(queue), HEAD_BATCH):
             try:
-                parsed = json.loads(record)
+                parsed = stored.json_object(record)
+                if parsed is None:
+                    raise ValueError("not a JSON object (or damaged: too deep, not UTF-8)")
                 target = parsed["set"]
                 if target not in ("retry", "dead"):
                     raise ValueError(f"unknown set {target!r}")
-                entry, delay = parsed["payload"].encode(), float(parsed.get("delay", 0.0))
+                entry, delay = parsed["payload"].encode(), stored.number(parsed.get("delay", 0))
+                if delay is None:
+                    raise ValueError("its delay is no finite number")
             except Exception as exc:  # unreadable: filed in dead as it is, never dropped
                 target, delay = "dead", 0.0
                 entry = job.encode(job.unparseable_entry(

@@ -38,7 +38,7 @@ async def stop_when_drained(worker: Stoppable) -> None:
     """Stop ``worker`` once it is idle and its queues hold nothing due, ``EMPTY_LOOKS``
     looks in a row (``idle_fetch_interval`` apart)."""
     store, ledger, queues = worker.store, worker.ledger, worker.settings.queue_names
-    empty = 0
+    empty, damaged = 0, set[str]()
     while not worker.stopping:
         await anyio.sleep(worker.settings.idle_fetch_interval)
         if not ledger.slots.idle or ledger.pending:
@@ -46,11 +46,15 @@ async def stop_when_drained(worker: Stoppable) -> None:
             continue
         try:  # a paused queue's jobs wait for a resume, not for this worker
             paused = await store.pauses(queues)
-            waiting = await store.backlog([queue for queue in queues if queue not in paused])
+            waiting, wrong = await store.backlog([q for q in queues if q not in paused])
         except Unavailable as exc:  # an outage is not an empty queue: look again
             log.debug("burst: couldn't read the backlog: %s", exc)
             empty = 0
             continue
+        if new := sorted(set(wrong) - damaged):  # nothing to do there: said once
+            log.warning("burst: %s hold(s) another type than a queue's (not written by "
+                        "cogworker: delete them): counted as empty", ", ".join(new))
+            damaged.update(new)
         empty = empty + 1 if waiting == 0 and ledger.slots.idle else 0
         if empty >= EMPTY_LOOKS:
             log.info("burst: nothing left to do (%d jobs run): stopping", ledger.finished)

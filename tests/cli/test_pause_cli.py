@@ -38,3 +38,16 @@ def test_pause_needs_a_queue_and_one_action_at_a_time(jobs: adminapp.Jobs) -> No
     assert both.exit_code == 2
     assert "one action at a time" in both.output
     assert invoke("queues", "no spaces", "--pause").exit_code == 2
+
+
+def test_pausing_a_queue_nobody_uses_asks_first(jobs: adminapp.Jobs) -> None:
+    # A pause has no TTL: a typo's ("defualt") would stay in Redis for good.
+    typo = invoke("queues", "defualt", "--pause")
+    assert typo.exit_code != 0
+    assert "no job was ever enqueued on it (a typo?)" in typo.output
+    assert "nothing done" in typo.output
+    assert {q["name"]: q for q in invoke_json("queues")["queues"]}.get("defualt") is None
+    # Asked for on purpose (a queue whose jobs are yet to come): --yes.
+    meant = invoke("queues", "later", "--pause", "--yes")
+    assert meant.exit_code == 0, meant.output
+    assert meant.stdout.strip() == "queue later: paused"

@@ -5,7 +5,9 @@ Redis and on a cluster."""
 from __future__ import annotations
 
 import time
+from typing import Any, Final
 
+import anyio
 import pytest
 import redis.asyncio
 
@@ -271,3 +273,63 @@ async def _ran_four(r: redis.asyncio.Redis, namespace: str) -> bool:
 
 async def _no_list_left(r: redis.asyncio.Redis, namespace: str) -> bool:
     return await in_progress(r, namespace) == []
+
+
+MANY_WAITS: Final = 200
+"""More concurrent ``result()`` waits than the pool has connections (100)."""
+
+
+async def test_many_concurrent_result_waits_share_one_subscription(
+    jobs: Jobs, r: redis.asyncio.Redis, namespace: str, start_worker: StartWorker
+) -> None:
+    jids = [await jobs.compute.enqueue(n) for n in range(MANY_WAITS)]
+    assert None not in jids
+    keys = Keys(namespace)
+    channels = [keys.finished_channel(str(jid)) for jid in jids]
+    async with anyio.create_task_group() as tg:
+        results: dict[int, Any] = {}
+
+        async def wait_for(n: int, jid: str) -> None:
+            results[n] = await jobs.app.result(jid, timeout=60)
+
+        for n, jid in enumerate(jids):
+            tg.start_soon(wait_for, n, str(jid))
+        # Every waiter is subscribed before any job runs...
+        await wait_until(lambda: _all_subscribed(r, channels), timeout=20)
+        if isinstance(r, redis.asyncio.Redis):  # one server: its connections are ours
+            subscribers = await r.client_list(_type="pubsub")
+            assert len(subscribers) <= 2  # this app's one, and the test's nothing else
+            assert len(await r.client_list()) <= 30  # the pool's 100 are not taken
+        worker = start_worker()
+        await wait_ready(r, namespace, worker)
+    assert results == {n: {"n": n, "double": 2 * n} for n in range(MANY_WAITS)}
+    assert jobs.app._client.store().finished_waits.channels == 0  # all unsubscribed
+
+
+async def _all_subscribed(r: redis.asyncio.Redis, channels: list[str]) -> bool:
+    counts = await r.pubsub_numsub(*channels)
+    return all(int(count) >= 1 for _, count in counts)
+
+
+async def test_result_waits_survive_a_lost_subscription(
+    jobs: Jobs, r: redis.asyncio.Redis, namespace: str, start_worker: StartWorker
+) -> None:
+    if not isinstance(r, redis.asyncio.Redis):
+        pytest.skip("CLIENT KILL of one server's subscribers")
+    jids = [str(await jobs.compute.enqueue(n)) for n in range(3)]
+    channels = [Keys(namespace).finished_channel(jid) for jid in jids]
+    async with anyio.create_task_group() as tg:
+        results: list[Any] = []
+
+        async def wait_for(jid: str) -> None:
+            results.append(await jobs.app.result(jid, timeout=30))
+
+        for jid in jids:
+            tg.start_soon(wait_for, jid)
+        await wait_until(lambda: _all_subscribed(r, channels), timeout=10)
+        await r.client_kill_filter(_type="pubsub")
+        # Subscribed again by the next reader; the records tell meanwhile.
+        await wait_until(lambda: _all_subscribed(r, channels), timeout=10)
+        worker = start_worker()
+        await wait_ready(r, namespace, worker)
+    assert sorted(result["n"] for result in results) == [0, 1, 2]

@@ -23,6 +23,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from cogworker_async.limiter import MIN_PERIOD
 from cogworker_async.redis import limits
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.limits import HOLDERS_IDLE_TTL, Decision, holder_member
@@ -191,6 +192,15 @@ async def test_a_window_key_expires_with_its_window(store: Store) -> None:
     pttl = await store.client.pttl(store.keys.limiter(NAME, "window"))
     assert decision.retry_after is not None
     assert 0 < pttl <= decision.retry_after * 1000 + 1000
+
+
+async def test_the_shortest_window_a_limiter_takes_works_and_expires(store: Store) -> None:
+    # limiter.MIN_PERIOD: one millisecond (shorter is refused at the call; 1e-300 used to
+    # fail in Redis at every acquisition and leave the key with no TTL).
+    decision = await window(store, capacity=1, seconds=MIN_PERIOD)
+
+    assert decision.admitted
+    assert await store.client.pttl(store.keys.limiter(NAME, "window")) > 0
 
 
 async def test_each_window_admits_n_and_the_next_one_starts_afresh(store: Store) -> None:

@@ -81,7 +81,7 @@ async def test_the_script_does_not_record_the_queue_name(store: Store, keys: Key
 
     moved = await run_raw(store, "promote", [keys.schedule("emails"), keys.queue("emails")],
                           [keys.wake_channel, "emails", keys.record_prefix("emails"),
-                           "1700000000.0", KEEP_STATUS, LIVE_TTL, member, member])
+                           "1700000000.0", KEEP_STATUS, LIVE_TTL, "0", member, member])
 
     assert moved == 1
     assert sorted(await store.client.keys(f"{keys.namespace}:*")) == sorted(

@@ -501,6 +501,29 @@ async def test_a_running_job_is_stopping_and_its_process_is_asked(
     assert "cancel" not in fields
 
 
+async def test_a_cancel_set_of_another_type_refuses_the_cancel_before_marking_anything(
+    store: Store, keys: Keys
+) -> None:
+    """A co-tenant's key where the process's cancel set goes: the cancel fails with an
+    error naming the key, and the record does not say "cancel asked" of a job whose
+    process was never told (issue 25, item 10)."""
+    raw = await running(store)
+    jid = jid_of(raw)
+    cancels = keys.cancels(QUEUE, IDENTITY)
+    await store.client.set(cancels, "a string, not a set")
+    before = await record(store, jid)
+
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE cancel set"):
+        await store.cancel_job(QUEUE, jid)
+
+    assert await record(store, jid) == before
+    assert await store.client.get(cancels) == b"a string, not a set"
+    # Once the key is gone, the cancel works.
+    await store.client.delete(cancels)
+    assert await store.cancel_job(QUEUE, jid) == "stopping"
+    assert await store.client.smembers(cancels) == {jid.encode()}
+
+
 @pytest.mark.parametrize("move", ["recover", "requeue", "give_back"])
 async def test_a_stopping_job_whose_process_goes_is_dropped_not_requeued(
     store: Store, keys: Keys, move: str

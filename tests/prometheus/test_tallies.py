@@ -111,3 +111,18 @@ def test_scrapes_in_another_thread_see_consistent_growing_counts() -> None:
     assert len(seen) >= 2  # scrapes ran while runs were counted
     scrape()
     assert seen[-1] == RUNS
+
+
+def test_registered_names_keep_their_series_past_a_flood_of_invented_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(process, "MAX_SERIES", 3)
+    m = WorkerMetrics(Settings(metrics_port=0), lambda: IDLE, registered=["send", "bill"])
+    for n in range(10):  # the cap is spent by names from payloads first...
+        m.finished(report(f"invented-{n}", outcome="dead"))
+    m.finished(report("send"))  # ...and the app's own jobs still get theirs
+    m.finished(report("bill", queue="mail"))
+    samples = parse(generate_latest(m.registry).decode())
+    jobs = {s.labels["job"] for s in samples if s.name == "cogworker_jobs_total"}
+    assert jobs == {"invented-0", "invented-1", "invented-2", OTHER, "send", "bill"}
+    assert value(samples, "cogworker_jobs_total", job="send", outcome="succeeded") == 1
+    assert value(samples, "cogworker_jobs_total", job=OTHER, outcome="dead") == 7

@@ -12,14 +12,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.urls import CLUSTER_SCHEMES, MASK, SCHEMES, SENTINEL_SCHEMES, check, mask
+from cogworker_async.urls import (
+    CLUSTER_SCHEMES,
+    MASK,
+    PLAIN_OPTIONS,
+    SCHEMES,
+    SENTINEL_SCHEMES,
+    check,
+    mask,
+)
 
 SECRET_KEYS: Final = ("password", "pass", "pwd", "auth")
 """Query parameters that carry a password (any letter case)."""
@@ -165,7 +173,27 @@ def test_check_accepts_the_three_schemes_in_any_case_and_lowers_them(url: Url) -
         assert all(s not in str(refused.value) for s in url.secrets
                    if s not in str(url.masked()))
         return
+    if _overrides_or_bad_db(text):  # issue 25: a query option may not override the
+        # client's own settings, and a database is a number; refused, password masked
+        with pytest.raises(ConfigurationError, match=r"unknown option|must be a number") \
+                as refused:
+            check(text)
+        # The URL it shows is the masked one (mask's own tests cover what it hides).
+        assert repr(mask(text)) in str(refused.value)
+        return
     assert check(text) == url.scheme.lower() + text[len(url.scheme):]
+
+
+def _overrides_or_bad_db(text: str) -> bool:
+    """Would ``check`` refuse a plain URL's query (a key outside ``PLAIN_OPTIONS``, a
+    ``db`` that is not a number) or its path's database?"""
+    parts = urlsplit(text)
+    options = parse_qs(parts.query, keep_blank_values=True)
+    dbs = list(options.get("db", [])[-1:])
+    if not text.lower().startswith("unix://") and parts.path.strip("/"):
+        dbs.append(unquote(parts.path).strip("/"))
+    return any(name not in PLAIN_OPTIONS for name in options) or any(
+        not (db.isascii() and db.isdigit()) for db in dbs)
 
 
 @given(url=urls(ANY_SCHEME, secret=True), tail=text_without("", min_size=0))

@@ -45,6 +45,9 @@ def test_each_kind_makes_its_spec() -> None:
     ({"per_window": (5, -1)}, ValueError, "per_window's seconds"),
     ({"bucket": (5, float("inf"))}, ValueError, "bucket's seconds"),
     ({"bucket": (5, float("nan"))}, ValueError, "bucket's seconds"),
+    # Shorter than the scripts' millisecond: it failed in Redis at every acquisition.
+    ({"per_window": (5, 1e-300)}, ValueError, r"per_window's seconds must be at least 0\.001"),
+    ({"bucket": (5, 0.0009)}, ValueError, r"bucket's seconds must be at least 0\.001"),
     ({"bucket": 5}, TypeError, r"bucket must be a pair \(N, seconds\)"),
     ({"bucket": (5, "1")}, TypeError, "bucket's seconds must be a number"),
 ])

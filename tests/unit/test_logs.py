@@ -225,3 +225,37 @@ def test_configure_leaves_a_logging_set_up_alone(monkeypatch: pytest.MonkeyPatch
         logging.getLogger("shop.orders").warning("plain")
     assert own.getvalue() == "plain\n"
     assert stderr.getvalue() == ""
+
+
+FORGED: Final = "send\n2026-01-01 00:00:00,000 INFO cogworker_async: all clear\x1b[2J\x07"
+"""A job class as a co-tenant could write it into a payload: a forged line, an ANSI
+erase-screen, a bell."""
+
+
+def test_the_worker_s_text_lines_escape_what_a_payload_holds() -> None:
+    logger = logging.Logger("cogworker_async.worker.processor", logging.DEBUG)
+    handler = Lines(TextFormatter())
+    logger.addHandler(handler)
+    job = JobContext(jid="j\r\n1", name=FORGED, queue="mail", attempt=1, enqueued_at=None,
+                     created_at=None, payload={}, _orphanings=a_job()._orphanings)
+    logger.warning("failed: %s jid=%s", FORGED, "x\u2028y")
+    with running(job):
+        logger.info("running")
+    assert len(handler.lines) == 2
+    for line in handler.lines:
+        assert "\n" not in line
+        assert "\r" not in line
+        assert "\x1b" not in line
+        assert "\x07" not in line
+        assert "\u2028" not in line
+    assert "failed: send\\n2026-01-01 00:00:00,000 INFO cogworker_async: all clear" \
+           "\\x1b[2J\\x07 jid=x\\u2028y" in handler.lines[0]
+    assert handler.lines[1].endswith("[jid=j\\r\\n1 job=send\\n2026-01-01 00:00:00,000 INFO "
+                                     "cogworker_async: all clear\\x1b[2J\\x07 queue=mail "
+                                     "attempt=1]")
+
+
+def test_an_application_s_own_text_lines_are_left_as_they_are() -> None:
+    log, lines = logger_to(TextFormatter())
+    log.info("two\nlines")
+    assert lines[0].endswith("shop.orders: two\nlines")

@@ -1,5 +1,6 @@
 -- cancel: cancel one job by its status record, whatever state it is in, in one step.
 -- KEYS[1] the job's status record (in its queue's slot)
+-- KEYS[2] (optional) the unique lock the record names (its ``lock`` field), same slot
 -- ARGV[1] the prefix of the cancel sets (``<prefix><identity>``: the jids a process is
 -- asked to stop, in the same slot)   ARGV[2] the caller's clock (epoch s)
 -- ARGV[3] a cancel set's TTL (s)      ARGV[4] the channel the job's waiters listen on
@@ -16,6 +17,8 @@
 --   "stopping"  it is running: its process finds the jid in its cancel set (it polls
 --               it) and stops the job; should the process die first, recovery drops the
 --               job instead of requeueing it (the record's ``cancel`` again).
+-- Errors (nothing written): "WRONGTYPE cancel set ..." when the running job's process's
+-- cancel set holds another type.
 local state = redis.pcall("HGET", KEYS[1], "state")
 if type(state) ~= "string" then return "unknown" end -- none, or not a record (wrong type)
 if redis.call("HGET", KEYS[1], "cancel") == "1" then
@@ -27,15 +30,30 @@ if state == "succeeded" or state == "dead" or state == "cancelled" then
 end
 local now = redis_now(ARGV[2])
 if state == "running" then
+  -- Destination first: the process's cancel set, then the record. A cancel set of
+  -- another type (not ours: a co-tenant's key) is refused before anything is written,
+  -- so the record never says "cancel asked" of a job its process was never told about.
   local by = redis.call("HGET", KEYS[1], "by")
-  redis.call("HSET", KEYS[1], "cancel", "1", "cancel_at", now)
   if by then
     local set = ARGV[1] .. by
+    local kind = redis.call("TYPE", set).ok
+    if kind ~= "set" and kind ~= "none" then
+      return redis.error_reply("WRONGTYPE cancel set " .. set .. " is a " .. kind ..
+                               ", not a set (not written by cogworker: delete it)")
+    end
     redis.call("SADD", set, ARGV[5])
     redis.call("EXPIRE", set, tonumber(ARGV[3]))
   end
+  redis.call("HSET", KEYS[1], "cancel", "1", "cancel_at", now)
   return "stopping"
 end
 redis.call("HSET", KEYS[1], "cancel", "1", "state", "cancelled", "finished_at", now)
+-- A unique job's lock goes with it (it will never run to release it): KEYS[2], the lock
+-- its record names (``lock``, written by enqueue_unique), deleted only while this jid
+-- holds it, so a later copy's lock is never taken from it.
+if KEYS[2] and redis.call("HGET", KEYS[1], "lock") == KEYS[2]
+    and redis.call("GET", KEYS[2]) == ARGV[5] then
+  redis.call("DEL", KEYS[2])
+end
 wake(ARGV[4], "cancelled")
 return "cancelled"

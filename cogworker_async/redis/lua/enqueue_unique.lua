@@ -10,6 +10,8 @@
 -- ARGV[11] "1": the caller chose the jid: refused while it is alive (as enqueue.lua)
 -- Returns 1 if pushed, 0 if another jid holds the lock or the chosen jid is alive (a
 -- duplicate: nothing written); {1, error} if pushed but the wake-up could not be published.
+-- The record names the lock (``lock``): a cancel of the job, which never runs to release
+-- it, releases it (cancel.lua).
 -- One step: a crash can never leave a lock without its job, nor a job without its lock.
 if ARGV[11] == "1" and KEYS[3] then
   local state = redis.pcall("HGET", KEYS[3], "state")
@@ -26,7 +28,8 @@ local now = redis_now(ARGV[7])
 if ARGV[3] == "now" then
   redis.call("LPUSH", KEYS[2], ARGV[8])
   if KEYS[3] then
-    mark_record(KEYS[3], ARGV[9], "state", "queued", "name", ARGV[10], "enqueued_at", ARGV[7])
+    mark_record(KEYS[3], ARGV[9], "state", "queued", "name", ARGV[10], "enqueued_at", ARGV[7],
+                "lock", KEYS[1])
   end
   local refused = wake(ARGV[6], ARGV[5])
   if refused then return {1, refused} end
@@ -39,6 +42,6 @@ end
 redis.call("ZADD", KEYS[2], score, ARGV[8])
 if KEYS[3] then
   mark_record(KEYS[3], tonumber(ARGV[9]) + math.max(0, score - now), "state", "scheduled",
-            "name", ARGV[10], "enqueued_at", ARGV[7])
+            "name", ARGV[10], "enqueued_at", ARGV[7], "lock", KEYS[1])
 end
 return 1

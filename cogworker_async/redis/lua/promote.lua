@@ -5,7 +5,11 @@
 -- ARGV[4] the caller's clock (epoch s)   ARGV[5] a cancelled job's record TTL (s)
 -- ARGV[6] a live record's TTL (s): a job retried by hand from dead, whose record had
 -- expired, gets one again
--- ARGV[2i + 5], ARGV[2i + 6]: the i-th member as it stands in the zset, and the job to
+-- ARGV[7] "1": the zset is the dead set (a retry by hand): a member whose record says
+-- its jid is alive again (enqueued anew with that jid since it died, or already retried)
+-- stays in the dead set, not counted: two live copies of one jid would make cancel(jid)
+-- stop one and leave the other to run.
+-- ARGV[2i + 6], ARGV[2i + 7]: the i-th member as it stands in the zset, and the job to
 -- push (the same job with enqueued_at renewed).
 -- Returns how many were moved. A member no longer in the zset (moved by another
 -- process, deleted by an admin) is skipped, so two pollers never both move one job.
@@ -15,7 +19,13 @@
 -- counted: they are looked at again on the next poll.
 local moved = 0
 local prefix = ARGV[3]
-for i = 7, #ARGV - 1, 2 do
+local from_dead = ARGV[7] == "1"
+local function alive(record)
+  local state = redis.pcall("HGET", record, "state")
+  return state == "queued" or state == "scheduled" or state == "running"
+    or state == "retrying"
+end
+for i = 8, #ARGV - 1, 2 do
   local member, job = ARGV[i], ARGV[i + 1]
   if redis.call("ZSCORE", KEYS[1], member) then
     local jid = prefix ~= "" and jid_in(job)
@@ -23,6 +33,8 @@ for i = 7, #ARGV - 1, 2 do
     if record and cancel_pending(record) then
       redis.call("ZREM", KEYS[1], member)
       drop_cancelled(record, redis_now(ARGV[4]), ARGV[5])
+    elseif from_dead and record and alive(record) then
+      -- left in the dead set: the jid lives on elsewhere in this queue
     elseif type(redis.pcall("LPUSH", KEYS[2], job)) == "number" then
       redis.call("ZREM", KEYS[1], member)
       if record then mark_record(record, ARGV[6], "state", "queued") end
