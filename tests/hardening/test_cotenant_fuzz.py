@@ -93,7 +93,8 @@ def report(failures: list[str], checked: int) -> None:
 
 async def fresh(store: Store) -> None:
     """Every key of the namespace gone, then the base state (a dead process with a job)."""
-    names = [key async for key in store.client.scan_iter(match=f"{store.keys.namespace}:*")]
+    names = [key async for key in store.client.scan_iter(match=f"{store.keys.namespace}:*",
+                                                         count=1000)]
     if names:
         await store.client.delete(*names)
     await base(store, ghost_job(JID))

@@ -27,7 +27,7 @@ from cogworker_async import App
 from cogworker_async.redis.store import Store
 from tests.property.conftest import examples
 from tests.property.strategies import ANY_TEXT, BIG, MAX_INT_DIGITS, json_values
-from tests.property.workbench import Bench, build_bench, wipe
+from tests.property.workbench import SCAN_STEP, Bench, build_bench, wipe
 from tests.waiting import wait_until
 
 RUN_EXAMPLES: Final = examples(25)
@@ -123,7 +123,11 @@ async def assert_refused_and_nothing_written(bench: Bench, store: Store, args: l
         await bench.record.enqueue_in(3600, *args, **kwargs)
     with pytest.raises((TypeError, ValueError)):
         await bench.record.enqueue_many([(args, kwargs)])
-    written = [key async for key in store.client.scan_iter(match=f"{store.keys.namespace}:*")]
+    # count: a SCAN step walks the whole keyspace of the session's server, which earlier
+    # tests have filled; 10 keys a step made each example thousands of round trips (CI:
+    # the test went past its 60 s timeout once the suite had grown).
+    written = [key async for key in store.client.scan_iter(
+        match=f"{store.keys.namespace}:*", count=SCAN_STEP)]
     assert written == []
 
 

@@ -14,6 +14,9 @@ from cogworker_async import App, current_job
 from cogworker_async.redis.store import Store
 from cogworker_async.registry import JobFunction
 
+SCAN_STEP: Final = 1000
+"""Keys a SCAN step asks for: the session server holds every earlier test's keys, and a
+namespace's few are found in a few round trips, not thousands."""
 RECORD: Final = "prop.record"
 """The registered name of the recording job (what a stored payload's ``class`` says)."""
 
@@ -48,6 +51,6 @@ def build_bench(app: App) -> Bench:
 async def wipe(store: Store) -> None:
     """Delete every key of the store's namespace: the next example starts empty."""
     keys = [key async for key in store.client.scan_iter(match=f"{store.keys.namespace}:*",
-                                                         count=1000)]
+                                                         count=SCAN_STEP)]
     if keys:
         await store.client.delete(*keys)
