@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Annotated, Any, Final, NoReturn, cast
 
 import anyio
-import redis.exceptions
 import typer
 
 from cogworker_async import environment, logs, urls
@@ -52,6 +51,7 @@ from cogworker_async.app import App, Worker
 from cogworker_async.errors import CogworkerError, why
 from cogworker_async.prometheus import exporter as metrics_exporter
 from cogworker_async.redis.connection import connect, server_info
+from cogworker_async.redis.errors import REFUSING, UNREACHABLE, NoPermissionError, RedisError
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
 from cogworker_async.worker import stopper
@@ -72,14 +72,6 @@ WAIT_FOR_REDIS: Final = 30.0
 """Default seconds ``run`` waits at start for a Redis that is not reachable yet."""
 REDIS_RETRY_PAUSE: Final = (0.1, 2.0)
 """First and longest pause (seconds) between tries to reach Redis at start (doubling)."""
-
-# Redis saying no to this client: waiting would not change the answer.
-REFUSING: Final = (redis.exceptions.AuthenticationError,
-                   redis.exceptions.AuthorizationError,
-                   redis.exceptions.NoPermissionError)
-# Nobody answering (yet): refused, timed out, still loading its data.
-UNREACHABLE: Final = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                      OSError)
 
 cli = typer.Typer(
     name="cogworker-async",
@@ -143,7 +135,7 @@ def explain(exc: BaseException, url: str | None = None) -> tuple[int, str] | Non
     """``(exit code, message)`` for an error a person can act on; None for a bug."""
     where = f"Redis at {urls.mask(url)}" if url else "Redis"
     for leaf in _leaves(exc):
-        if isinstance(leaf, redis.exceptions.NoPermissionError):
+        if isinstance(leaf, NoPermissionError):
             return EXIT_REDIS, (f"{where}: the user lacks a permission the worker needs "
                                 f"({why(leaf)}); grant it (ACL SETUSER) or use another user")
         if isinstance(leaf, REFUSING):
@@ -152,7 +144,7 @@ def explain(exc: BaseException, url: str | None = None) -> tuple[int, str] | Non
         if isinstance(leaf, UNREACHABLE):
             return EXIT_REDIS, (f"cannot reach {where} ({why(leaf)}); is it running, and "
                                 "is the URL right?")
-        if isinstance(leaf, redis.exceptions.RedisError):
+        if isinstance(leaf, RedisError):
             return EXIT_REDIS, f"{where} refused: {why(leaf)}"
         if isinstance(leaf, CogworkerError):
             return EXIT_USAGE, str(leaf)

@@ -37,7 +37,8 @@ from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 from cogworker_async.errors import UNTRACKED, ConfigurationError
 from cogworker_async.lookup import QueueHints
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
-from cogworker_async.redis.store import RedisError, Store, dead_limits_of, durability_of
+from cogworker_async.redis.errors import RedisError
+from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.settings import Settings
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ from cogworker_async.admin.records import (
 from cogworker_async.admin.sets import JobSet
 from cogworker_async.app import App
 from cogworker_async.errors import CogworkerError
-from cogworker_async.redis.store import AuthenticationError, ConnectionLost, RedisError
+from cogworker_async.redis.errors import AuthenticationError, ConnectionLost, RedisError
 from cogworker_async.settings import check_queue_name
 from cogworker_async.urls import mask
 

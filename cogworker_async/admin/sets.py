@@ -33,7 +33,8 @@ from cogworker_async.admin.records import (
     split_token,
 )
 from cogworker_async.redis.admin import Admin, SetEntry
-from cogworker_async.redis.store import RedisError, SetName
+from cogworker_async.redis.errors import RedisError
+from cogworker_async.redis.store import SetName
 
 if TYPE_CHECKING:
     from cogworker_async.admin.api import Inspector

@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from cogworker_async.admin.api import MAX_QUEUES_READ
 from cogworker_async.admin.records import QueueInfo
-from cogworker_async.redis.store import ClusterUnreachable, ConnectionLost, RedisError
+from cogworker_async.redis.errors import ClusterUnreachable, ConnectionLost, RedisError
 from cogworker_async.worker.streak import Streak
 
 if TYPE_CHECKING:

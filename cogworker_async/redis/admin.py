@@ -26,7 +26,7 @@ from cogworker_async import stored
 from cogworker_async.redis.admin_sets import SetEntry as SetEntry  # callers import it here
 from cogworker_async.redis.admin_sets import SetReads
 from cogworker_async.redis.liveness import as_bytes
-from cogworker_async.redis.store import ConnectionLost, Store
+from cogworker_async.redis.store import Store
 from cogworker_async.settings import check_queue_name
 
 log = logging.getLogger(__name__)
@@ -37,14 +37,6 @@ MAXMEMORY_POLICY: Final = "maxmemory-policy"
 
 def _text(value: Any) -> str:
     return as_bytes(value).decode("utf-8", "replace")
-
-
-def unreachable(exc: BaseException) -> bool:
-    """Is ``exc`` Redis out of reach (down, a lost link, a timeout) rather than Redis
-    answering no (a wrong password, NOPERM, OOM)? What an admin should look at differs."""
-    if isinstance(exc, redis.exceptions.AuthenticationError):  # a ConnectionError, but
-        return False  # Redis answered: it is the password that is wrong
-    return isinstance(exc, ConnectionLost)
 
 
 def _json_object(raw: Any) -> dict[str, Any] | None:

@@ -36,13 +36,21 @@ from cogworker_async.redis.connection import (
     maxmemory_policy,
 )
 from cogworker_async.redis.durability import Durability
+from cogworker_async.redis.errors import (  # noqa: F401  (the names callers used to import from here)
+    AuthenticationError,
+    ClusterUnreachable,
+    ConnectionLost,
+    LostReply,
+    NoMaster,
+    RedisError,
+    Unavailable,
+)
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.liveness import HISTORY_TTL, Liveness, as_bytes
 from cogworker_async.redis.pausing import Pausing
 from cogworker_async.redis.records import Records
 from cogworker_async.redis.scripts import SCRIPT_NAMES, source
-from cogworker_async.redis.sentinel import MasterNotFound
 from cogworker_async.redis.waits import FinishedWaits
 from cogworker_async.settings import DEAD_MAX_AGE, DEAD_MAX_JOBS, KEEP_STATUS, Settings
 from cogworker_async.status import LIVE_TTL, SUCCEEDED, Ended
@@ -93,23 +101,6 @@ REGISTER_EVERY: Final = 60.0
 FLUSH_NUMBER_TTL: Final = 3600
 """Seconds a process's last applied stats flush number is kept: far longer than a
 flush is ever retried (a worker retries its unconfirmed flush every second)."""
-
-RedisError = redis.exceptions.RedisError
-ConnectionLost = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
-ClusterUnreachable = redis.exceptions.RedisClusterException
-"""A blocking cluster client that found no node to read the slot map from."""
-Unavailable = (RedisError, OSError, ClusterUnreachable)
-"""Redis away or failing over, as a call may raise it: a redis-py error, a socket's own
-(``OSError``: a refused or reset connection not wrapped by redis-py), or a cluster
-client without a slot map. What a worker's loops wait out and try again."""
-NoMaster = MasterNotFound
-"""No sentinel named a master: the call was never sent."""
-LostReply = redis.exceptions.ConnectionError
-AuthenticationError = redis.exceptions.AuthenticationError
-"""A wrong password (redis-py makes it a ConnectionError: say it as what it is)."""
-"""A call whose reply never came: it may or may not have run (retry only what is safe
-to run twice)."""
-
 
 @dataclass(slots=True)
 class Fetched:

@@ -23,7 +23,7 @@ from starlette.types import Lifespan
 
 from cogworker_async import environment
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.redis.store import RedisError
+from cogworker_async.redis.errors import RedisError
 from cogworker_async.web import routes
 from cogworker_async.web.security import AuthHook, Guard
 from cogworker_async.web.site import Site

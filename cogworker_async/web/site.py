@@ -26,7 +26,7 @@ from starlette.routing import Router
 from cogworker_async.admin.api import Inspector
 from cogworker_async.admin.records import Done, printable
 from cogworker_async.errors import CogworkerError
-from cogworker_async.redis.admin import unreachable as redis_unreachable
+from cogworker_async.redis.errors import unreachable as redis_unreachable
 from cogworker_async.urls import mask
 from cogworker_async.web import format
 from cogworker_async.web.security import CSRF_FIELD, csrf_token, set_csrf_cookie

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-from cogworker_async.redis.store import LostReply, Store
+from cogworker_async.redis.errors import LostReply
+from cogworker_async.redis.store import Store
 from cogworker_async.status import SUCCEEDED, Ended
 
 MAX_BATCH: Final = 500

@@ -25,7 +25,8 @@ import anyio
 
 from cogworker_async.context import RunControl
 from cogworker_async.errors import why
-from cogworker_async.redis.store import Store, Unavailable
+from cogworker_async.redis.errors import Unavailable
+from cogworker_async.redis.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ import anyio
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition
 from cogworker_async.periodic import Periodic, tick_to_claim
-from cogworker_async.redis.store import Store, Unavailable
+from cogworker_async.redis.errors import Unavailable
+from cogworker_async.redis.store import Store
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ import anyio
 
 from cogworker_async import job
 from cogworker_async.errors import why
-from cogworker_async.redis.store import Store, Unavailable
+from cogworker_async.redis.errors import Unavailable
+from cogworker_async.redis.store import Store
 from cogworker_async.status import SUCCEEDED, Ended
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger, Pending

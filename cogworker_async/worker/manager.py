@@ -41,14 +41,13 @@ from cogworker_async.periodic import Periodic
 from cogworker_async.redis import limits
 from cogworker_async.redis.beats import BeatWriter
 from cogworker_async.redis.connection import SOCKET_TIMEOUT
-from cogworker_async.redis.store import (
+from cogworker_async.redis.errors import (
     AuthenticationError,
     ClusterUnreachable,
     ConnectionLost,
-    StatsFlush,
-    Store,
     Unavailable,
 )
+from cogworker_async.redis.store import StatsFlush, Store
 from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings, unserved_limits
 from cogworker_async.version import __version__

@@ -21,7 +21,8 @@ import anyio
 
 from cogworker_async import job
 from cogworker_async.errors import UnparseablePayload
-from cogworker_async.redis.store import SetName, Store, Unavailable
+from cogworker_async.redis.errors import Unavailable
+from cogworker_async.redis.store import SetName, Store
 from cogworker_async.settings import Settings
 from cogworker_async.worker.streak import Streak
 

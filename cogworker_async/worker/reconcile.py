@@ -13,10 +13,11 @@ from collections.abc import Sequence
 
 from cogworker_async import job
 from cogworker_async.errors import why
-from cogworker_async.redis.store import Store, Unavailable
+from cogworker_async.redis.errors import Unavailable, maybe_ran
+from cogworker_async.redis.store import Store
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
-from cogworker_async.worker.settlement import Settler, maybe_ran
+from cogworker_async.worker.settlement import Settler
 
 log = logging.getLogger(__name__)
 

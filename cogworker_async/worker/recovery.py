@@ -32,7 +32,8 @@ import anyio
 from cogworker_async import job, status, stored
 from cogworker_async.errors import UnparseablePayload, why
 from cogworker_async.limiter import Runner
-from cogworker_async.redis.store import ConnectionLost, Store, Unavailable
+from cogworker_async.redis.errors import ConnectionLost, Unavailable
+from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.worker.locks import release_for_dead
 from cogworker_async.worker.observers import Death, Observers

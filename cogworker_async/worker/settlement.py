@@ -39,15 +39,8 @@ import anyio
 
 from cogworker_async import job, retries, status
 from cogworker_async.errors import CogworkerError, why
-from cogworker_async.redis.store import (
-    ConnectionLost,
-    Failure,
-    NoMaster,
-    RedisError,
-    SetName,
-    Store,
-    Unavailable,
-)
+from cogworker_async.redis.errors import RedisError, Unavailable, maybe_ran
+from cogworker_async.redis.store import Failure, SetName, Store
 from cogworker_async.worker import outcome
 from cogworker_async.worker.acks import AckBatcher
 from cogworker_async.worker.fetch import Work
@@ -84,15 +77,6 @@ def failure_of(disposition: Filing, target: SetName) -> Failure | None:
                    # reschedule keeps retry_count (it is not a retry).
                    attempt=retries.attempt_of(entry) if target == "retry" else runs,
                    keep=job.number(entry, "keep_result"))
-
-
-def maybe_ran(exc: Exception) -> bool:
-    """Whether a failed call may have run in Redis: a lost connection may have lost the
-    reply, unless the connection could not even be made (redis-py says "connecting
-    to" then, and no sentinel naming a master is the same: nothing was sent); an error
-    reply means the script did not run. ``NotDurable`` (a ConnectionError) did run."""
-    return (isinstance(exc, ConnectionLost) and not isinstance(exc, NoMaster)
-            and "connecting to" not in str(exc))
 
 
 class Settler:

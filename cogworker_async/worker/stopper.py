@@ -11,7 +11,8 @@ from typing import Final, Protocol
 
 import anyio
 
-from cogworker_async.redis.store import Store, Unavailable
+from cogworker_async.redis.errors import Unavailable
+from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings
 from cogworker_async.worker.ledger import Ledger
 

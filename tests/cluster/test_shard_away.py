@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from cogworker_async.redis.beats import BeatWriter
+from cogworker_async.redis.errors import ConnectionLost
 from cogworker_async.redis.keys import Keys
-from cogworker_async.redis.store import ConnectionLost, Store
+from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings
 from cogworker_async.worker.heartbeat import Heartbeat
 from cogworker_async.worker.recovery import Recovery

@@ -19,7 +19,8 @@ import pytest
 import redis.asyncio
 
 from cogworker_async import App
-from cogworker_async.redis.store import LostReply, SetName, Store
+from cogworker_async.redis.errors import LostReply
+from cogworker_async.redis.store import SetName, Store
 from cogworker_async.worker import handover
 from cogworker_async.worker.fencing import Fence
 from cogworker_async.worker.fetch import Work

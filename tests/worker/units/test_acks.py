@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator, Sequence
 import anyio
 import pytest
 
-from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.redis.errors import RedisError
+from cogworker_async.redis.store import Store
 from cogworker_async.worker.acks import AckBatcher
 from tests.worker.units.conftest import (
     IDENTITY,

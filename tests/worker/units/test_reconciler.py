@@ -9,7 +9,8 @@ import logging
 
 import pytest
 
-from cogworker_async.redis.store import RedisError, Store
+from cogworker_async.redis.errors import RedisError
+from cogworker_async.redis.store import Store
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.outcome import Ack, Filing
