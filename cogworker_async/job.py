@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, Required, TypedDict
 
 from cogworker_async.errors import PayloadTooLarge, SerializationError, UnparseablePayload
-from cogworker_async.settings import check_queue_name
+from cogworker_async.names import check_queue_name
 from cogworker_async.unique import UniquePolicy
 
 Payload = TypedDict("Payload", {

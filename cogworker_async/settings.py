@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from cogworker_async.names import check_queue_name as check_queue_name  # re-exported
 from cogworker_async.retries import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
 
 MAX_PAYLOAD_BYTES: Final = 512 * 1024
@@ -32,11 +32,6 @@ MAX_PAYLOAD_LIMIT: Final = 512 * 1024 * 1024
 """Largest ``max_payload_bytes``: Redis' own limit on one string (512 MiB)."""
 MAX_DEAD_JOBS: Final = 10_000_000
 """Largest ``dead_max_jobs``: a bound meant to protect Redis' memory must be one."""
-
-# Queue names end up inside key names; braces would break a Cluster hash tag and
-# whitespace or control characters make keys that no admin can type.
-# Matched whole (fullmatch): "$" alone also matches before a trailing newline.
-_QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,128}", re.ASCII)
 
 FetchMode = Literal["reliable", "basic"]
 
@@ -60,17 +55,6 @@ BEATS_PER_THRESHOLD: Final = 2
 """``orphan_threshold`` spans at least this many beats: one beat may be late (a busy
 host, a slow Redis round trip: a beat gives up after up to one interval) without the
 process being taken for dead."""
-
-
-def check_queue_name(name: object) -> str:
-    """Return ``name`` if it can be a queue name, else raise a clear error."""
-    if not isinstance(name, str):
-        raise TypeError(f"a queue name must be a str, not {type(name).__name__}")
-    if not _QUEUE_NAME.fullmatch(name):
-        raise ValueError(
-            f"invalid queue name {name!r}: use 1-128 letters, digits, '_', '-', '.', ':'"
-        )
-    return name
 
 
 def _number(name: str, value: object) -> float:
