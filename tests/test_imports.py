@@ -37,4 +37,4 @@ def test_the_library_imports_neither_rich_nor_typer(modules: str) -> None:
 
 def test_the_admin_commands_do() -> None:
     """The check above can fail: the CLI's modules load both."""
-    assert loaded_after("cogworker_async.admin.cli") == set(CLI_LIBRARIES)
+    assert loaded_after("cogworker_async.cli.admin") == set(CLI_LIBRARIES)

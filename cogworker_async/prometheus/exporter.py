@@ -13,7 +13,7 @@ SIGTERM or SIGINT: stop listening (the port is freed), close the App's pools, ex
 A port in use or an address the machine lacks: ``error: ...``, exit 2.
 
 This module imports ``prometheus_client`` only when the command runs: the CLI registers
-the command whether or not the extra is installed.
+the command (``cli/metrics.py``) whether or not the extra is installed.
 """
 
 from __future__ import annotations
@@ -21,17 +21,13 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
-import typer
 from anyio.from_thread import BlockingPortal
 
-from cogworker_async import logs
 from cogworker_async.admin.api import Inspector
-from cogworker_async.admin.cli import EXIT_USAGE, RedisUrl, Target, fail, open_app
 from cogworker_async.app import App
-from cogworker_async.errors import CogworkerError
 from cogworker_async.urls import mask
 from cogworker_async.worker.streak import Streak
 
@@ -41,54 +37,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LoadApp = Callable[[str], App]
-
 DEFAULT_HOST: Final = "127.0.0.1"
 """Loopback unless told: the gauges name queues and jobs."""
 MAX_PORT: Final = 65535
 STOPPING: Final = (signal.SIGTERM, signal.SIGINT)
 
-Port = Annotated[int, typer.Option(min=0, max=MAX_PORT,
-                                   help="Port to serve /metrics on (0: any free one).")]
-Host = Annotated[str, typer.Option(help="Address to listen on (loopback unless told).")]
-LogLevel = Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")]
-LogFormat = Annotated[str, typer.Option(help="text, or json: one object per line.")]
-
-
-def register(cli: typer.Typer, load_app: LoadApp) -> None:
-    """Add ``metrics`` to ``cli`` (``load_app`` resolves MODULE:ATTRIBUTE)."""
-    cli.command(name="metrics")(_metrics_command(load_app))
-
-
-def _metrics_command(load_app: LoadApp) -> Callable[..., None]:
-    def metrics(target: Target, port: Port, host: Host = DEFAULT_HOST,
-                redis_url: RedisUrl = None, log_level: LogLevel = "INFO",
-                log_format: LogFormat = "text") -> None:
-        """Serve the system-wide Prometheus gauges (queues, sets, processes) until
-        SIGTERM/SIGINT: an exporter for those who run no dashboard (the metrics extra)."""
-        try:
-            import prometheus_client  # noqa: F401  (only: is the extra there?)
-        except ImportError as exc:
-            fail("the metrics command needs the metrics extra "
-                 f"(pip install 'cogworker-async[metrics]'): {exc}")
-        level = logging.getLevelName(log_level.upper())
-        if not isinstance(level, int):
-            fail(f"unknown log level {log_level!r}: use DEBUG, INFO, WARNING or ERROR")
-        try:
-            logs.configure(level, log_format)
-        except ValueError as exc:
-            fail(str(exc))
-        app = open_app(load_app, target, redis_url)
-        try:
-            url = app.redis_url()
-            anyio.run(_export, app, url, host, port)
-        except CogworkerError as exc:  # a port in use, an unusable URL: usage
-            fail(str(exc), EXIT_USAGE)
-
-    return metrics
-
-
-async def _export(app: App, url: str, host: str, port: int) -> None:
+async def export(app: App, url: str, host: str, port: int) -> None:
     """Serve until a signal; then free the port and close the App's pools."""
     try:
         with anyio.open_signal_receiver(*STOPPING) as signals:

@@ -16,7 +16,7 @@ import pytest
 
 from cogworker_async import current_job
 from cogworker_async.admin import Inspector
-from cogworker_async.admin.job_cli import EXIT_UNKNOWN
+from cogworker_async.cli.job import EXIT_UNKNOWN
 from cogworker_async.registry import JobFunction
 from tests.cli import adminapp
 from tests.cli.conftest import THREAD_JOIN, eventually, in_loop, invoke, invoke_json, work_until

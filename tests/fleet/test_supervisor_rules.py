@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cogworker_async import supervisor
-from cogworker_async.supervisor import exit_code, next_backoff, parse_size, verdict
+from cogworker_async.cli import supervisor
+from cogworker_async.cli.supervisor import exit_code, next_backoff, parse_size, verdict
 
 
 @pytest.mark.parametrize(("text", "size"), [

@@ -1,5 +1,5 @@
 """``cogworker-async migrate-keys``: the one-off move of an App's keys from the 0.1 layout
-(``admin/migrate.py``), with the admin commands' conventions (``admin/cli.py``): errors at
+(``admin/migrate.py``), with the admin commands' conventions (``cli/common.py``): errors at
 one boundary, ``--json`` for a script, and its exit codes — 0 done; 1 refused (a 0.1
 worker looks alive) or some 0.1 key left in place; 2 bad usage; 3 Redis out of reach.
 """
@@ -10,11 +10,12 @@ from typing import Annotated, Any
 
 import typer
 
-# The admin CLI imports this module as it loads (to register the command), so its names
-# are read when the command runs: annotations are strings, resolved by typer later.
-from cogworker_async.admin import cli as admin_cli
 from cogworker_async.admin.api import Inspector
 from cogworker_async.admin.migrate import MigrationReport, OldWorkersAlive, migrate
+
+# The admin CLI imports this module as it loads (to register the command), so its names
+# are read when the command runs: annotations are strings, resolved by typer later.
+from cogworker_async.cli import common
 
 OldNamespace = Annotated[str | None, typer.Option(
     help="The namespace 0.1 used (default: the App's). It may hold braces, as 0.1 "
@@ -42,21 +43,21 @@ SHOWN: tuple[tuple[str, str], ...] = (
 )
 
 
-def register(cli: typer.Typer, load_app: admin_cli.LoadApp) -> None:
+def register(cli: typer.Typer, load_app: common.LoadApp) -> None:
     cli.command(name="migrate-keys")(_command(load_app))
 
 
-def _command(load_app: admin_cli.LoadApp) -> Any:
+def _command(load_app: common.LoadApp) -> Any:
     def migrate_keys(
-        target: admin_cli.Target, old_namespace: OldNamespace = None,
+        target: common.Target, old_namespace: OldNamespace = None,
         dry_run: DryRun = False, force: Force = False,
-        redis_url: admin_cli.RedisUrl = None, as_json: admin_cli.AsJson = False,
+        redis_url: common.RedisUrl = None, as_json: common.AsJson = False,
     ) -> None:
         """Move the App's keys from the 0.1 layout to this version's, once, after every
         0.1 worker stopped (safe to run again: it finishes what an interrupted run left)."""
         if old_namespace is not None and not old_namespace:
-            admin_cli.fail("--old-namespace must not be empty")
-        app = admin_cli.open_app(load_app, target, redis_url)
+            common.fail("--old-namespace must not be empty")
+        app = common.open_app(load_app, target, redis_url)
         periodic_queues = {name: app.registry[name].options.queue
                            for name in app.periodics if name in app.registry}
 
@@ -69,19 +70,19 @@ def _command(load_app: admin_cli.LoadApp) -> Any:
             except OldWorkersAlive as exc:  # refused: not bad usage (exit 1, not 2)
                 return exc
 
-        result = admin_cli._run(app, work)
+        result = common.run_in_loop(app, work)
         if isinstance(result, OldWorkersAlive):
-            admin_cli.fail(str(result), admin_cli.EXIT_PARTIAL)
+            common.fail(str(result), common.EXIT_PARTIAL)
         _print(result, as_json)
         if result.skipped:
-            raise typer.Exit(admin_cli.EXIT_PARTIAL)
+            raise typer.Exit(common.EXIT_PARTIAL)
 
     return migrate_keys
 
 
 def _print(report: MigrationReport, as_json: bool) -> None:
     if as_json:
-        admin_cli.emit_json(report.as_dict())
+        common.emit_json(report.as_dict())
         return
     done = "would move (dry run: nothing changed)" if report.dry_run else "moved"
     typer.echo(f"0.1 keys of {report.old_namespace!r} -> {report.namespace!r}: {done}")

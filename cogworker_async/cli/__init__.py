@@ -22,7 +22,7 @@ password of any Redis URL masked (``urls.mask``). Exit codes, for every command:
 
 The translation lives in two places: ``run`` knows its URL and says which server failed;
 ``main`` is the boundary for everything else that escapes a command (the admin
-commands, registered from ``admin.cli``, included).
+commands, registered from ``cli/admin.py`` and its siblings, included).
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ import anyio
 import typer
 
 from cogworker_async import environment, logs, urls
-from cogworker_async import supervisor as supervising
-from cogworker_async.admin import cli as admin_cli
 from cogworker_async.app import App, Worker
+from cogworker_async.cli import admin as admin_commands
+from cogworker_async.cli import job as job_command
+from cogworker_async.cli import metrics as metrics_commands
+from cogworker_async.cli import migrate as migrate_command
+from cogworker_async.cli import supervisor as supervising
 from cogworker_async.errors import CogworkerError, why
-from cogworker_async.prometheus import exporter as metrics_exporter
 from cogworker_async.redis.connection import connect, server_info
 from cogworker_async.redis.errors import REFUSING, UNREACHABLE, NoPermissionError, RedisError
 from cogworker_async.settings import Settings
@@ -511,8 +513,11 @@ def web(
         fail(str(exc), EXIT_USAGE)
 
 
-admin_cli.register(cli, load_app)  # stats, queues, scheduled, retries, dead, ...
-metrics_exporter.register(cli, load_app)  # metrics: the system-wide Prometheus gauges
+admin_commands.register(cli, load_app)  # stats, queues, scheduled, retries, dead, ...
+migrate_command.register(cli, load_app)  # migrate-keys (from the 0.1 key layout)
+metrics_commands.register(cli, load_app)  # metrics-summary (runs per job class)
+job_command.register(cli, load_app)  # job JID [--cancel]: one job's status record
+metrics_commands.register_exporter(cli, load_app)  # metrics: the system-wide gauges
 
 
 @cli.command()

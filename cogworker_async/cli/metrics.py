@@ -3,15 +3,18 @@ the last hour (or ``--window`` minutes, up to 8 hours): runs, failures, total an
 run time, p50 and p95; or with ``--job NAME`` one class's histogram and minutes.
 
 Read through the same model as the tab (``admin/run_metrics.py``), with the admin
-commands' conventions (``admin/cli.py``): a table for a person, ``--json`` for a script,
+commands' conventions (``cli/common.py``): a table for a person, ``--json`` for a script,
 errors at one boundary; exit 2 for a bad window, 3 when Redis is out of reach.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, Final
 
+import anyio
 import typer
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -19,7 +22,7 @@ from rich.text import Text
 
 # The admin CLI imports this module as it loads (to register the command), so its names
 # are read when the command runs: annotations are strings, resolved by typer later.
-from cogworker_async.admin import cli as admin_cli
+from cogworker_async import logs
 from cogworker_async.admin.run_metrics import (
     DEFAULT_WINDOW_MINUTES,
     JobMetrics,
@@ -29,6 +32,9 @@ from cogworker_async.admin.run_metrics import (
     check_window,
     run_time,
 )
+from cogworker_async.cli import common
+from cogworker_async.errors import CogworkerError
+from cogworker_async.prometheus import exporter
 from cogworker_async.run_metrics import MAX_WINDOW_MINUTES
 
 Window = Annotated[int, typer.Option(
@@ -43,35 +49,35 @@ BAR: Final = "█"
 MINUTES_PER_HOUR: Final = 60
 
 
-def register(cli: typer.Typer, load_app: admin_cli.LoadApp) -> None:
+def register(cli: typer.Typer, load_app: common.LoadApp) -> None:
     cli.command(name="metrics-summary")(_command(load_app))
 
 
-def _command(load_app: admin_cli.LoadApp) -> Any:
+def _command(load_app: common.LoadApp) -> Any:
     def metrics_summary(
-        target: admin_cli.Target, window: Window = DEFAULT_WINDOW_MINUTES, job: JobName = None,
-        redis_url: admin_cli.RedisUrl = None, as_json: admin_cli.AsJson = False,
+        target: common.Target, window: Window = DEFAULT_WINDOW_MINUTES, job: JobName = None,
+        redis_url: common.RedisUrl = None, as_json: common.AsJson = False,
     ) -> None:
         """Runs per job class over the last hour (or --window): runs, failures, total
         and mean run time, p50/p95; --job NAME for one class's histogram and minutes."""
         try:
             check_window(window)  # before Redis is asked anything
         except ValueError as exc:
-            admin_cli.fail(f"--window: {exc}")
-        app = admin_cli.open_app(load_app, target, redis_url)
+            common.fail(f"--window: {exc}")
+        app = common.open_app(load_app, target, redis_url)
         if job is not None:
             name = job
-            found = admin_cli._run(app, lambda insp: insp.metrics.job(name, window))
+            found = common.run_in_loop(app, lambda insp: insp.metrics.job(name, window))
             if as_json:
-                admin_cli.emit_json(found.as_dict())
+                common.emit_json(found.as_dict())
             else:
-                admin_cli.show(job_view(found))
+                common.show(job_view(found))
             return
-        summary = admin_cli._run(app, lambda insp: insp.metrics.summary(window))
+        summary = common.run_in_loop(app, lambda insp: insp.metrics.summary(window))
         if as_json:
-            admin_cli.emit_json(summary.as_dict())
+            common.emit_json(summary.as_dict())
         else:
-            admin_cli.show(summary_table(summary))
+            common.show(summary_table(summary))
 
     return metrics_summary
 
@@ -146,3 +152,46 @@ def minutes_table(found: JobMetrics) -> RenderableType:
         if minute.totals.runs:
             table.add_row(clock(minute.at), *_figures(minute.totals))
     return table
+
+
+# -- metrics: the Prometheus exporter (prometheus/exporter.py) --------------------------
+
+
+Port = Annotated[int, typer.Option(min=0, max=exporter.MAX_PORT,
+                                   help="Port to serve /metrics on (0: any free one).")]
+Host = Annotated[str, typer.Option(help="Address to listen on (loopback unless told).")]
+LogLevel = Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")]
+LogFormat = Annotated[str, typer.Option(help="text, or json: one object per line.")]
+
+
+def register_exporter(cli: typer.Typer, load_app: common.LoadApp) -> None:
+    """Add ``metrics`` to ``cli`` (``load_app`` resolves MODULE:ATTRIBUTE)."""
+    cli.command(name="metrics")(_metrics_command(load_app))
+
+
+def _metrics_command(load_app: common.LoadApp) -> Callable[..., None]:
+    def metrics(target: common.Target, port: Port, host: Host = exporter.DEFAULT_HOST,
+                redis_url: common.RedisUrl = None, log_level: LogLevel = "INFO",
+                log_format: LogFormat = "text") -> None:
+        """Serve the system-wide Prometheus gauges (queues, sets, processes) until
+        SIGTERM/SIGINT: an exporter for those who run no dashboard (the metrics extra)."""
+        try:
+            import prometheus_client  # noqa: F401  (only: is the extra there?)
+        except ImportError as exc:
+            common.fail("the metrics command needs the metrics extra "
+                        f"(pip install 'cogworker-async[metrics]'): {exc}")
+        level = logging.getLevelName(log_level.upper())
+        if not isinstance(level, int):
+            common.fail(f"unknown log level {log_level!r}: use DEBUG, INFO, WARNING or ERROR")
+        try:
+            logs.configure(level, log_format)
+        except ValueError as exc:
+            common.fail(str(exc))
+        app = common.open_app(load_app, target, redis_url)
+        try:
+            url = app.redis_url()
+            anyio.run(exporter.export, app, url, host, port)
+        except CogworkerError as exc:  # a port in use, an unusable URL: usage
+            common.fail(str(exc), common.EXIT_USAGE)
+
+    return metrics

@@ -5,7 +5,7 @@ tokens; pause and resume a queue).
 
 Every read and action goes through ``Inspector``, the dashboard's model: an action finds
 exactly the entry the user saw, or reports it gone, and never touches another one.
-Errors are translated at one boundary, ``_run``: nothing leaves as a traceback.
+Errors are translated at one boundary, ``common.run_in_loop``: nothing leaves as a traceback.
 
 Exit codes: 0 done; 1 some named entry was gone (it ran, another process moved it) or
 was refused; 2 bad usage (a malformed token, a bad page, an unknown App); 3 Redis out of
@@ -15,207 +15,53 @@ reach or refusing (a wrong password, a missing permission); with ``error: ...`` 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import time
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Final, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import Annotated, Any, Final
 
-import anyio
 import typer
-from rich.console import Console, RenderableType
 
-from cogworker_async.admin import job_cli, metrics_cli, migrate_cli, tables
 from cogworker_async.admin.api import Inspector
 from cogworker_async.admin.records import (
-    MAX_PAGE_SIZE,
     PAGE_SIZE,
-    TOKEN_DIGEST_LENGTH,
     DayTotals,
     Done,
     JobRecord,
     Page,
-    printable,
 )
 from cogworker_async.admin.sets import JobSet
 from cogworker_async.app import App
-from cogworker_async.errors import CogworkerError
-from cogworker_async.redis.errors import AuthenticationError, ConnectionLost, RedisError
+from cogworker_async.cli import tables
+from cogworker_async.cli.common import (
+    SETS,
+    AsJson,
+    Clear,
+    DeleteAll,
+    DeleteTokens,
+    KillAll,
+    KillTokens,
+    LoadApp,
+    PageNumber,
+    PageSize,
+    PauseQueue,
+    RedisUrl,
+    ResumeQueue,
+    RetryAll,
+    RetryTokens,
+    Search,
+    Target,
+    Yes,
+    check_tokens,
+    confirm,
+    emit_json,
+    fail,
+    one_action,
+    open_app,
+    report,
+    run_in_loop,
+    show,
+)
 from cogworker_async.settings import check_queue_name
-from cogworker_async.urls import mask
-
-T = TypeVar("T")
-LoadApp = Callable[[str], App]
-
-EXIT_PARTIAL: Final = 1
-"""Some named entry was gone or refused; the rest was done."""
-EXIT_USAGE: Final = 2
-"""Nothing was done: bad usage."""
-EXIT_REDIS: Final = 3
-"""Nothing was done: Redis could not be reached, or refused (as for ``run``)."""
-SETS: Final = ("scheduled", "retries", "dead")
-
-Target = Annotated[str, typer.Argument(help="The App, as MODULE:ATTRIBUTE.")]
-RedisUrl = Annotated[str | None, typer.Option(help="Redis URL (else the App's).")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON (and nothing else).")]
-PageNumber = Annotated[int, typer.Option("--page", help="Page to show (from 1).")]
-PageSize = Annotated[int, typer.Option("--size", help=f"Entries a page (1..{MAX_PAGE_SIZE}).")]
-RetryTokens = Annotated[list[str] | None, typer.Option(
-    "--retry", metavar="TOKEN", help="Put this entry on its queue now (repeatable).")]
-DeleteTokens = Annotated[list[str] | None, typer.Option(
-    "--delete", metavar="TOKEN", help="Delete this entry (repeatable).")]
-KillTokens = Annotated[list[str] | None, typer.Option(
-    "--kill", metavar="TOKEN", help="Move this entry to dead (repeatable; not for dead).")]
-RetryAll = Annotated[bool, typer.Option("--retry-all", help="Put every entry on its queue now.")]
-DeleteAll = Annotated[bool, typer.Option("--delete-all", help="Delete every entry.")]
-KillAll = Annotated[bool, typer.Option("--kill-all",
-                                       help="Move every entry to dead (not for dead).")]
-Clear = Annotated[bool, typer.Option("--clear", help="Delete every job on queue NAME.")]
-PauseQueue = Annotated[bool, typer.Option(
-    "--pause", help="Pause queue NAME: no worker starts its jobs until --resume.")]
-ResumeQueue = Annotated[bool, typer.Option("--resume", help="Resume queue NAME.")]
-Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-Search = Annotated[str | None, typer.Option(help="Only entries whose JSON holds TERM.")]
-
-
-# Everything this module prints goes through ``printable``: stored text may hold lone
-# surrogates (a JSON "\ud800" escape decodes to one), which UTF-8 output cannot encode;
-# the command would die with a traceback halfway through its output.
-
-
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    typer.echo(printable(f"error: {message}"), err=True)
-    raise typer.Exit(code)
-
-
-def emit_json(value: Any) -> None:
-    # Python's JSON reads and writes NaN and Infinity (a payload holding them, a score
-    # of +inf), but they are not JSON: a script's parser would refuse the whole output.
-    # Written as null (a round trip through the C codec: no recursion of ours).
-    finite = json.loads(json.dumps(value), parse_constant=lambda _: None)
-    typer.echo(printable(json.dumps(finite, indent=2, ensure_ascii=False, allow_nan=False)))
-
-
-PIPE_WIDTH: Final = 160
-"""Columns for tables written to a pipe or file (rich would assume 80 and crop them)."""
-
-
-def show(renderable: RenderableType) -> None:
-    # No markup and no emoji codes: the tables hold stored text (arguments, errors,
-    # class names), which prints as it is — ``[/x]`` is not markup, ``:thumbs_up:`` not
-    # an emoji (tests/cli/test_bad_data.py).
-    console = Console(markup=False, emoji=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=PIPE_WIDTH, markup=False, emoji=False)
-    with console.capture() as captured:  # rendered whole, then made printable
-        console.print(renderable)
-    # The colours rich chose (a terminal, FORCE_COLOR) are kept: echo would strip them
-    # on a pipe, where rich was told to colour all the same.
-    typer.echo(printable(captured.get()), nl=False, color=console.color_system is not None)
-
-
-# -- the boundary: App, event loop, errors ----------------------------------------------
-
-
-def open_app(load_app: LoadApp, target: str, redis_url: str | None) -> App:
-    """The App ``target`` names, for a command (a bad target: ``fail``); on another
-    server if ``redis_url`` says. Shared by every command that reads an App."""
-    try:
-        app = load_app(target)
-    except typer.BadParameter as exc:
-        fail(exc.format_message())
-    if not redis_url:
-        return app
-    # Same namespace and jobs on another server: a copy, so that the module's App stays
-    # as its code made it.
-    moved = App(redis_url, settings=app.settings)
-    moved.registry.update(app.registry)
-    moved.periodics.update(app.periodics)
-    return moved
-
-
-def _run(app: App, work: Callable[[Inspector], Awaitable[T]]) -> T:
-    """Run ``work`` in a fresh event loop, close the App's pools, translate errors."""
-    try:
-        url = app.redis_url()  # resolved now, to name it if it cannot be reached
-    except CogworkerError as exc:
-        fail(str(exc))
-    try:
-        return anyio.run(_within, app, work)
-    except AuthenticationError as exc:  # a ConnectionError to redis-py, not to a person
-        fail(f"Redis at {mask(url)} refused the credentials: {exc}", EXIT_REDIS)
-    except ConnectionLost as exc:
-        fail(f"cannot reach Redis at {mask(url)}: {exc}", EXIT_REDIS)
-    except RedisError as exc:
-        fail(f"Redis at {mask(url)} refused: {type(exc).__name__}: {exc}", EXIT_REDIS)
-    except (CogworkerError, ValueError) as exc:
-        # The read model's answer to bad input (page bounds, queue names, tokens,
-        # search terms) and the App's to bad settings: usage, not a crash.
-        fail(str(exc))
-
-
-async def _within(app: App, work: Callable[[Inspector], Awaitable[T]]) -> T:
-    try:
-        return await work(Inspector(app))
-    finally:
-        await app.close()
-
-
-def _confirm(question: str, yes: bool) -> None:
-    """Ask on stderr (stdout may be JSON for a script); no answer (EOF) means no."""
-    if yes:
-        return
-    try:
-        agreed = typer.confirm(question, default=False, err=True)
-    except typer.Abort:
-        agreed = False
-    if not agreed:
-        typer.echo("nothing done (pass --yes to skip the question)", err=True)
-        raise typer.Exit(EXIT_PARTIAL)
-
-
-def check_tokens(tokens: list[str], *, position: bool) -> list[str]:
-    """Every token well formed, before anything is done: a typo in the third token must
-    not leave the first two acted on and the rest not. ``position``: queue tokens
-    (``position:digest``); else set tokens (``score:digest``)."""
-    for token in tokens:
-        if not _well_formed(token, position=position):
-            fail(f"not an entry token: {token!r} (copy one from the token column)")
-    return tokens
-
-
-def _well_formed(token: str, *, position: bool) -> bool:
-    where, _, hashed = token.rpartition(":")
-    try:
-        int(where) if position else float(where)
-        int(hashed, 16)
-    except ValueError:
-        return False
-    return len(hashed) == TOKEN_DIGEST_LENGTH
-
-
-def _one_action(**chosen: object) -> str | None:
-    named = [name for name, value in chosen.items() if value]
-    if len(named) > 1:
-        fail("one action at a time: " + ", ".join(f"--{n.replace('_', '-')}" for n in named))
-    return named[0] if named else None
-
-
-def report(action: str, done: Done, as_json: bool) -> None:
-    """What an action did; exit 1 if some named entry was gone or refused."""
-    if as_json:
-        emit_json({"action": action, "done": done.done, "gone": done.missing,
-                   "refused": done.refused})
-    else:
-        typer.echo(f"{action}: {done.done} done")
-        if done.missing:
-            typer.echo(f"{done.missing} gone: nothing there by that token any more "
-                       "(it ran, or another process moved it)")
-        for reason in done.refused:
-            typer.echo(f"refused {reason}")
-    if done.missing or done.refused:
-        raise typer.Exit(EXIT_PARTIAL)
-
 
 # -- commands -----------------------------------------------------------------------------
 
@@ -232,9 +78,6 @@ def register(cli: typer.Typer, load_app: LoadApp) -> None:
     cli.command(name="processes")(_processes_command(load_app))
     cli.command(name="periodic")(_periodic_command(load_app))
     cli.command(name="limits")(_limits_command(load_app))
-    migrate_cli.register(cli, load_app)  # migrate-keys (from the 0.1 key layout)
-    metrics_cli.register(cli, load_app)  # metrics-summary (runs per job class)
-    job_cli.register(cli, load_app)  # job JID [--cancel]: one job's status record
 
 
 def _stats_command(load_app: LoadApp) -> Callable[..., None]:
@@ -253,7 +96,7 @@ def _stats_command(load_app: LoadApp) -> Callable[..., None]:
             history = await insp.stats.history(days) if days else []
             return await insp.summary(), await insp.server(), history
 
-        summary, server, history = _run(open_app(load_app, target, redis_url), read)
+        summary, server, history = run_in_loop(open_app(load_app, target, redis_url), read)
         if as_json:
             extra = {"history": [dataclasses.asdict(day) for day in history]} if days else {}
             emit_json({**summary, "server": server, **extra})
@@ -274,7 +117,7 @@ def _queues_command(load_app: LoadApp) -> Callable[..., None]:
     ) -> None:
         """Queues (size, latency, paused), or a page of one queue's jobs; delete, clear,
         pause or resume."""
-        action = _one_action(delete=delete, clear=clear, pause=pause, resume=resume)
+        action = one_action(delete=delete, clear=clear, pause=pause, resume=resume)
         if name is None:
             if action:
                 fail(f"--{action} needs a queue NAME")
@@ -285,18 +128,19 @@ def _queues_command(load_app: LoadApp) -> Callable[..., None]:
         except ValueError as exc:
             fail(str(exc))
         if action == "clear":
-            _confirm(f"Delete every job on queue {queue!r}?", yes)
+            confirm(f"Delete every job on queue {queue!r}?", yes)
         app = open_app(load_app, target, redis_url)
         if delete:
             tokens = check_tokens(delete, position=True)
-            report("delete", _run(app, lambda insp: insp.queue(queue).delete(tokens)), as_json)
+            done = run_in_loop(app, lambda insp: insp.queue(queue).delete(tokens))
+            report("delete", done, as_json)
         elif clear:
-            count = _run(app, lambda insp: insp.queue(queue).clear())
+            count = run_in_loop(app, lambda insp: insp.queue(queue).clear())
             report("clear", Done(count), as_json)
         elif pause or resume:
-            if pause and not _run(app, lambda insp: _in_use(insp, queue)):
+            if pause and not run_in_loop(app, lambda insp: _in_use(insp, queue)):
                 # A pause has no TTL: a typo's would sit in Redis for good, doing nothing.
-                _confirm(f"No worker of this App serves queue {queue!r} and no job was "
+                confirm(f"No worker of this App serves queue {queue!r} and no job was "
                          "ever enqueued on it (a typo?): pause it anyway?", yes)
             _pause_or_resume(app, queue, "pause" if pause else "resume", as_json)
         else:
@@ -313,7 +157,7 @@ async def _in_use(insp: Inspector, queue: str) -> bool:
 def _pause_or_resume(app: App, queue: str, action: str, as_json: bool) -> None:
     """Pause or resume; saying so when it already was (exit 0: the state asked for
     holds either way)."""
-    changed = _run(app, lambda insp: getattr(insp.queues, action)(queue))
+    changed = run_in_loop(app, lambda insp: getattr(insp.queues, action)(queue))
     state = "paused" if action == "pause" else "running"
     if as_json:
         emit_json({"action": action, "queue": queue, "changed": changed, "state": state})
@@ -332,7 +176,7 @@ def _processes_command(load_app: LoadApp) -> Callable[..., None]:
 def _periodic_command(load_app: LoadApp) -> Callable[..., None]:
     def periodic(target: Target, redis_url: RedisUrl = None, as_json: AsJson = False) -> None:
         """Periodic jobs: schedule, timezone, next and last run, running now."""
-        found = _run(open_app(load_app, target, redis_url), lambda insp: insp.periodic.all())
+        found = run_in_loop(open_app(load_app, target, redis_url), lambda insp: insp.periodic.all())
         if as_json:
             emit_json({"periodic": [dataclasses.asdict(p) for p in found]})
         else:
@@ -344,7 +188,7 @@ def _periodic_command(load_app: LoadApp) -> Callable[..., None]:
 def _limits_command(load_app: LoadApp) -> Callable[..., None]:
     def limits(target: Target, redis_url: RedisUrl = None, as_json: AsJson = False) -> None:
         """Rate limiters: kind, what each allows, in use now, recent refusals."""
-        found = _run(open_app(load_app, target, redis_url), lambda insp: insp.limits.all())
+        found = run_in_loop(open_app(load_app, target, redis_url), lambda insp: insp.limits.all())
         if as_json:
             emit_json({"limits": [dataclasses.asdict(usage) for usage in found]})
         else:
@@ -378,7 +222,7 @@ def _set_command(load_app: LoadApp, which: str) -> Callable[..., None]:
         redis_url: RedisUrl = None, as_json: AsJson = False,
     ) -> None:
         tokens = {"retry": retry, "delete": delete, "kill": kill}
-        action = _one_action(**tokens, retry_all=retry_all, delete_all=delete_all,
+        action = one_action(**tokens, retry_all=retry_all, delete_all=delete_all,
                              kill_all=kill_all)
         if action is None:
             _show_set(open_app(load_app, target, redis_url), which, page, size, search, as_json)
@@ -388,11 +232,11 @@ def _set_command(load_app: LoadApp, which: str) -> Callable[..., None]:
         named = tokens.get(action)
         if named is not None:
             checked = check_tokens(named, position=False)
-            done = _run(open_app(load_app, target, redis_url),
+            done = run_in_loop(open_app(load_app, target, redis_url),
                         lambda insp: _act(insp.job_set(which), action, checked))
         else:
-            _confirm(_BULK_QUESTION[action].format(which=which), yes)
-            done = _run(open_app(load_app, target, redis_url),
+            confirm(_BULK_QUESTION[action].format(which=which), yes)
+            done = run_in_loop(open_app(load_app, target, redis_url),
                         lambda insp: _act_on_all(insp.job_set(which), action))
         report(action.replace("_", "-"), done, as_json)
 
@@ -414,7 +258,7 @@ async def _act_on_all(job_set: JobSet, action: str) -> Done:
 
 
 def _show_queues(app: App, as_json: bool) -> None:
-    infos = _run(app, lambda insp: insp.queues.infos())
+    infos = run_in_loop(app, lambda insp: insp.queues.infos())
     if as_json:
         emit_json({"queues": [dataclasses.asdict(q) for q in infos]})
     else:
@@ -422,7 +266,7 @@ def _show_queues(app: App, as_json: bool) -> None:
 
 
 def _show_queue_page(app: App, name: str, number: int, size: int, as_json: bool) -> None:
-    page = _run(app, lambda insp: insp.queue(name).page(number, size))
+    page = run_in_loop(app, lambda insp: insp.queue(name).page(number, size))
     if as_json:
         emit_json(_page_json(page, queue=name))
     else:
@@ -437,7 +281,7 @@ def _page_json(page: Page[JobRecord], **head: str) -> dict[str, Any]:
 def _show_set(app: App, which: str, number: int, size: int, search: str | None,
               as_json: bool) -> None:
     if search is not None:
-        found = _run(app, lambda insp: insp.job_set(which).search(search))
+        found = run_in_loop(app, lambda insp: insp.job_set(which).search(search))
         if as_json:
             emit_json({"set": which, "search": search, "complete": found.complete,
                        "items": [r.as_dict() for r in found.items]})
@@ -446,7 +290,7 @@ def _show_set(app: App, which: str, number: int, size: int, search: str | None,
         title = f"{which}: {len(found.items)} matching {search!r}{more}"
         show(tables.set_table(which, found.items, title, time.time()))
         return
-    page = _run(app, lambda insp: insp.job_set(which).page(number, size))
+    page = run_in_loop(app, lambda insp: insp.job_set(which).page(number, size))
     if as_json:
         emit_json(_page_json(page, set=which))
     else:
@@ -458,7 +302,7 @@ def _show_processes(app: App, as_json: bool) -> None:
         return (await insp.processes.all(), await insp.processes.recoveries(),
                 await insp.processes.burials())
 
-    found, recoveries, burials = _run(app, read)
+    found, recoveries, burials = run_in_loop(app, read)
     if as_json:
         emit_json({"processes": [p.as_dict() for p in found], "recoveries": recoveries,
                    "burials": [r.as_dict() for r in burials]})

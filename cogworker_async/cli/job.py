@@ -3,7 +3,7 @@ queue, attempt, times, progress, result or error, and the process running it; wi
 ``--cancel``, cancel it first and say what that did.
 
 Read through the dashboard's model (``Inspector.jobs``, ``admin/job_status.py``), with
-the admin commands' conventions (``admin/cli.py``): a table for a person, ``--json``
+the admin commands' conventions (``cli/common.py``): a table for a person, ``--json``
 (``JobStatus.as_dict()``, plus ``"cancel"``) for a script, errors at one boundary.
 Exit codes: 0 the job is known; 4 (``EXIT_UNKNOWN``) no record of it (never enqueued,
 or its record expired); 2 not a jid; 3 Redis out of reach.
@@ -20,11 +20,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cogworker_async.admin.api import Inspector
+
 # The admin CLI imports this module as it loads (to register the command), so its names
 # are read when the command runs: annotations are strings, resolved by typer later.
-from cogworker_async.admin import cli as admin_cli
-from cogworker_async.admin import tables
-from cogworker_async.admin.api import Inspector
+from cogworker_async.cli import common, tables
 from cogworker_async.status import CancelOutcome, JobStatus
 
 EXIT_UNKNOWN: Final = 4
@@ -45,24 +45,24 @@ Jid = Annotated[str, typer.Argument(help="The job's jid (what enqueue returned).
 Cancel = Annotated[bool, typer.Option("--cancel", help="Cancel the job first.")]
 
 
-def register(cli: typer.Typer, load_app: admin_cli.LoadApp) -> None:
+def register(cli: typer.Typer, load_app: common.LoadApp) -> None:
     cli.command(name="job")(_command(load_app))
 
 
-def _command(load_app: admin_cli.LoadApp) -> Any:
-    def job(target: admin_cli.Target, jid: Jid, cancel: Cancel = False,
-            redis_url: admin_cli.RedisUrl = None, as_json: admin_cli.AsJson = False) -> None:
+def _command(load_app: common.LoadApp) -> Any:
+    def job(target: common.Target, jid: Jid, cancel: Cancel = False,
+            redis_url: common.RedisUrl = None, as_json: common.AsJson = False) -> None:
         """What became of one job, by its jid: state, queue, attempt, times, progress,
         result or error, the process running it. --cancel cancels it first."""
-        app = admin_cli.open_app(load_app, target, redis_url)
-        outcome, found = admin_cli._run(app, lambda insp: _look(insp, jid, cancel=cancel))
+        app = common.open_app(load_app, target, redis_url)
+        outcome, found = common.run_in_loop(app, lambda insp: _look(insp, jid, cancel=cancel))
         if as_json:
-            admin_cli.emit_json({**found.as_dict(),
+            common.emit_json({**found.as_dict(),
                                  **({"cancel": outcome} if outcome is not None else {})})
         else:
             if outcome is not None:
                 typer.echo(SAID[outcome])
-            admin_cli.show(status_view(found, time.time()))
+            common.show(status_view(found, time.time()))
         if found.state == "unknown" or outcome == "unknown":
             raise typer.Exit(EXIT_UNKNOWN)
 
