@@ -70,6 +70,28 @@ def unreachable(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionLost)
 
 
+CLOSED_TRANSPORT: Final = "the handler is closed"
+"""What uvloop says (as a ``RuntimeError``) when a write finds the connection's transport
+already closed by a reset from the server, where asyncio's own loop drops the write and
+the read then fails as a lost connection. redis-py does not wrap it, so a worker on
+uvloop whose node died under it saw a ``RuntimeError`` as a bug, and its settle loop
+ended the process (the cluster master-kill test's "a worker died with the master")."""
+
+
+def closed_transport(exc: BaseException) -> bool:
+    """Is ``exc`` uvloop's write on a transport the server's reset already closed?"""
+    return isinstance(exc, RuntimeError) and CLOSED_TRANSPORT in str(exc)
+
+
+def as_lost(exc: RuntimeError, *, connecting: bool) -> redis.exceptions.ConnectionError:
+    """``closed_transport(exc)`` as the lost connection it is; ``connecting``: it came
+    during the handshake, before any command of the caller's was sent (so ``maybe_ran``
+    says no, as it does for a refused connection)."""
+    where = "connecting to the server" if connecting else "sending a command"
+    return redis.exceptions.ConnectionError(f"Error {where}: the connection was closed "
+                                            f"under the call ({exc})")
+
+
 def maybe_ran(exc: BaseException) -> bool:
     """Whether a failed call may have run in Redis: a lost connection may have lost the
     reply, unless the connection could not even be made (redis-py says "connecting

@@ -28,6 +28,8 @@ from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as LostConnection
 from redis.exceptions import ResponseError
 
+from cogworker_async.redis.errors import as_lost, closed_transport
+
 MAX_IDLE: Final = 128
 """Idle connections kept; more are closed as they come back (a burst of concurrent
 calls may open many)."""
@@ -88,6 +90,11 @@ class Lane:
                     answers.append(await conn.read_response())
                 except ResponseError as exc:
                     answers.append(exc)
+        except RuntimeError as exc:
+            await self._close(conn)
+            if closed_transport(exc):  # uvloop: the server reset it (errors.py)
+                raise as_lost(exc, connecting=False) from exc
+            raise
         except BaseException:
             await self._close(conn)
             raise
@@ -116,6 +123,11 @@ class Lane:
         fresh: AbstractConnection = self._pool.make_connection()  # type: ignore[no-untyped-call]
         try:
             await fresh.connect()  # type: ignore[no-untyped-call]
+        except RuntimeError as exc:
+            await self._close(fresh)
+            if closed_transport(exc):  # uvloop: reset during the handshake (errors.py)
+                raise as_lost(exc, connecting=True) from exc
+            raise
         except BaseException:  # refused, timed out, or cancelled mid-handshake
             await self._close(fresh)
             raise

@@ -10,8 +10,12 @@ from collections.abc import Iterator
 import anyio
 import pytest
 import redis.asyncio
+import redis.exceptions
 
+from cogworker_async.redis.connection import connect
+from cogworker_async.redis.errors import classify, closed_transport, maybe_ran
 from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.store import Store
 from tests.servers import ServerProcess
 
@@ -88,3 +92,33 @@ async def _cancel_one_fetch_then_fetch(store: Store) -> None:
     in_progress = await store.client.lrange(store.keys.in_progress("q", "lane-test"), 0, -1)
     assert fetched.jobs[0][1] in in_progress
     assert await store.client.llen(store.keys.queue("q")) + len(in_progress) == 2
+
+
+def test_on_uvloop_a_connection_the_server_reset_is_a_lost_connection(
+    redis_server: ServerProcess,
+) -> None:
+    """uvloop raises ``RuntimeError`` ("the handler is closed") for a write on a transport
+    a reset already closed; redis-py passes it on. Seen as a bug, it ended a worker on a
+    cluster whose master was killed. The lane says it as what it is: a lost connection,
+    one that may have run (it was being sent), so the settle is retried, not the job."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> BaseException:
+        client = connect(redis_server.url)
+        lane = Lane(client)
+        try:
+            assert await lane.call(b"PING") == b"PONG"
+            lane._idle[0]._writer.transport.close()  # type: ignore[attr-defined]
+            with pytest.raises(redis.exceptions.ConnectionError) as lost:
+                await lane.call(b"PING")
+            assert await lane.call(b"PING") == b"PONG"  # the next call connects afresh
+            return lost.value
+        finally:
+            await lane.aclose()
+            await client.aclose()
+
+    lost = uvloop.run(main())
+    assert isinstance(lost.__cause__, RuntimeError)
+    assert closed_transport(lost.__cause__)
+    assert classify(lost) == "unreachable"
+    assert maybe_ran(lost)
