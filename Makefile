@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-matrix check lint typecheck docs chaos install clean bench
+.PHONY: run test test-fast test-matrix check lint typecheck docs chaos install clean bench
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,9 +18,21 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python examples/demo.py
 
-## The tests (private redis-server processes; no Redis needs to be running).
+## The tests (private redis-server processes; no Redis needs to be running), spread over
+## TEST_WORKERS processes (pytest-xdist): most of a test's time is spent waiting on a worker,
+## a server or a timeout, so more processes than cores pays. --dist loadfile keeps a module's
+## tests (and its module-scoped servers) on one process. Each process has its own session
+## server and its own range of ports (tests/servers.py).
+TEST_WORKERS ?= 4
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not chaos"
+	$(BIN)/python -m pytest -q -m "not chaos" $(PARALLEL) --durations=20
+
+## The edit loop: no worker processes, no topologies, no browser (markers set by
+## tests/conftest.py from what each test needs; tests/README.md has the map).
+FAST := not chaos and not processes and not cluster and not sentinel and not root and not browser
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "$(FAST)" $(PARALLEL)
 
 ## The server matrix: the e2e and short chaos scenarios again on every other server this
 ## machine has (make test takes redis-server from PATH, else the embedded Valkey; this
@@ -31,7 +43,7 @@ test-matrix: $(STAMP)
 	if [ -z "$$others" ]; then echo "test-matrix: only one server on this machine"; fi; \
 	for server in $$others; do \
 		echo "test-matrix: $$server"; \
-		COGWORKER_TEST_REDIS_SERVER=$$server $(BIN)/python -m pytest -q -m "not chaos" \
+		COGWORKER_TEST_REDIS_SERVER=$$server $(BIN)/python -m pytest -q -m "not chaos" $(PARALLEL) \
 			$(wildcard $(MATRIX_TESTS)) || exit 1; \
 	done
 

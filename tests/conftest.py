@@ -1,8 +1,19 @@
+"""The session's servers and fixtures, and the tiers: every test is marked from what it
+needs (``TIERS``), so that ``make test-fast`` can leave out what is slow to start.
+
+A test's needs are read from its fixtures (the whole closure: a fixture that needs the
+session server makes its users ``redis`` tests) and from its module: where it lives and
+what its source names (a module that starts processes or its own servers). Reading them
+rather than listing tests keeps the marks right as tests are added.
+"""
+
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from functools import cache
+from pathlib import Path
+from typing import Any, Final
 
 import pytest
 
@@ -11,6 +22,54 @@ from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
 from tests.cluster_harness import ClusterProcess
 from tests.servers import ServerProcess
+
+TESTS: Final = Path(__file__).resolve().parent
+
+REDIS_FIXTURES: Final = frozenset({"redis_server", "redis_url", "store", "make_app", "keys",
+                                   "redis_cluster"})
+"""Fixtures that reach a server: their users are ``redis`` tests."""
+# Each tier: the directories (under tests/) whose tests all need it, and words whose
+# presence in a test module's source means the module does.
+TIERS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
+    "lua": (("lua",), ()),
+    "cluster": (("cluster",), ("ClusterProcess", "redis_cluster", "cluster_harness")),
+    "sentinel": (("sentinel",), ("SentinelProcess", "sentinel_harness")),
+    "root": (("netns",), ("netlab",)),
+    "browser": (("browser",), ("playwright",)),
+    "processes": (("e2e", "chaos", "fleet", "deploy", "netns", "browser"),
+                  ("subprocess", "Popen", "workerproc", "WorkerProcess",
+                   "create_subprocess", "multiprocessing")),
+    "redis": (("lua", "redis", "cluster", "sentinel", "chaos", "deploy", "netns"),
+              ("ServerProcess", "Store.from_url", "redis_url", "servers import")),
+}
+
+
+@cache
+def _needs_of_module(path: Path) -> frozenset[str]:
+    """The tiers a test module needs by where it lives and what it names."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+        source = path.read_text()
+    except (ValueError, OSError):
+        return frozenset()
+    return frozenset(tier for tier, (directories, words) in TIERS.items()
+                     if parts[0] in directories or any(word in source for word in words))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the tiers it needs, ``pure`` when it needs none."""
+    for item in items:
+        needs = set(_needs_of_module(Path(item.path)))
+        if REDIS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            needs.add("redis")
+        callspec = getattr(item, "callspec", None)  # url_of_topology's "cluster" param
+        if callspec is not None and any(value == "cluster" for value in callspec.params.values()):
+            needs.add("cluster")
+        if needs & {"cluster", "sentinel", "root", "lua"}:
+            needs.add("redis")
+        for tier in sorted(needs) or ["pure"]:
+            item.add_marker(tier)
+
 
 # Settings that make a worker react within tens of milliseconds in tests.
 FAST: dict[str, Any] = {

@@ -7,7 +7,9 @@ test that kills, pauses or restarts Redis starts its own.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -57,10 +59,28 @@ def other_binaries() -> list[str]:
     return [binary for binary in every_binary() if binary != default]
 
 
+PORT_BASE: Final = 20000
+PORT_SPAN: Final = 700
+"""Each xdist worker (``PYTEST_XDIST_WORKER``: gw0, gw1...) takes its ports from its own
+range of PORT_SPAN ports from PORT_BASE: below the kernel's ephemeral range (32768 and
+up), so that neither another worker nor any outgoing connection's local port can take a
+port between our check and the server's bind. 16 workers fit below 32768."""
+_next_port = itertools.count(random.randrange(PORT_SPAN))
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on, from this test process's own range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = PORT_BASE + (int(worker) % 16 if worker.isdigit() else 0) * PORT_SPAN
+    for _ in range(PORT_SPAN):
+        port = base + next(_next_port) % PORT_SPAN
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken: by a server of ours, or another test session's
+            return port
+    raise RuntimeError(f"no free port in {base}..{base + PORT_SPAN - 1}")
 
 
 class ServerProcess:
