@@ -29,10 +29,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not chaos" $(PARALLEL) --durations=20
 
 ## The edit loop: no worker processes, no topologies, no browser (markers set by
-## tests/conftest.py from what each test needs; tests/README.md has the map).
+## tests/conftest.py from what each test needs; tests/README.md has the map), and a
+## fifth of the property tests' examples (make test draws them all).
 FAST := not chaos and not processes and not cluster and not sentinel and not root and not browser
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "$(FAST)" $(PARALLEL)
+	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -m "$(FAST)" $(PARALLEL)
 
 ## The server matrix: the e2e and short chaos scenarios again on every other server this
 ## machine has (make test takes redis-server from PATH, else the embedded Valkey; this

@@ -4,8 +4,10 @@ The ``ci`` profile (the default) keeps the whole directory well under a minute o
 shared 2-core machine and draws the same examples on every run (``derandomize``), so a
 failure in CI is a failure on a laptop too. ``HYPOTHESIS_PROFILE=thorough`` draws ten
 times as many random examples for a hunt by hand; ``HYPOTHESIS_PROFILE=unshrunk`` reports
-a failure as drawn, at once, without minimising it. No example database: a run never
-replays examples saved by an earlier one, so every machine draws the same.
+a failure as drawn, at once, without minimising it; ``quick`` (``make test-fast``, the edit
+loop) draws a fifth of ``ci``'s examples, the same ones on every run. No example
+database: a run never replays examples saved by an earlier one, so every machine draws
+the same.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from hypothesis import HealthCheck, Phase, settings
 PROFILE_ENV: Final = "HYPOTHESIS_PROFILE"
 PROFILE: Final = os.environ.get(PROFILE_ENV, "ci")
 THOROUGH_FACTOR: Final = 10
+QUICK_DIVISOR: Final = 5
 
 # Fixtures (the App, its namespace, the HTTP client) are built once per test and shared
 # by its examples on purpose: each example clears what it wrote. Example data can be
@@ -29,6 +32,8 @@ _SHARED: Final = settings(
 
 settings.register_profile("ci", _SHARED, max_examples=100, derandomize=True)
 settings.register_profile("thorough", _SHARED, max_examples=100 * THOROUGH_FACTOR)
+settings.register_profile("quick", _SHARED, max_examples=100 // QUICK_DIVISOR,
+                          derandomize=True)
 settings.register_profile("unshrunk", _SHARED, max_examples=100, derandomize=True,
                           phases=[Phase.explicit, Phase.generate])
 settings.load_profile(PROFILE)
@@ -36,5 +41,9 @@ settings.load_profile(PROFILE)
 
 def examples(count: int) -> int:
     """``count`` examples for a slow property (one that starts a worker or renders
-    pages), scaled up with the ``thorough`` profile like every other property."""
-    return count * THOROUGH_FACTOR if PROFILE == "thorough" else count
+    pages), scaled with the ``thorough`` and ``quick`` profiles like every other property."""
+    if PROFILE == "thorough":
+        return count * THOROUGH_FACTOR
+    if PROFILE == "quick":
+        return max(1, count // QUICK_DIVISOR)
+    return count
