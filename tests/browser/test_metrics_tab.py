@@ -40,8 +40,12 @@ async def test_the_metrics_tab_shows_runs_and_opens_a_job_class(stack: Stack) ->
     await expect(page).to_have_url(re.compile(r"/metrics/jobs$"))
     await expect(page.get_by_role("heading", name=re.compile("^Metrics"))).to_be_visible()
     table = page.locator("table.metrics")
-    # Most total run time first: the two slow runs.
-    await expect(table.locator("tbody tr").first).to_contain_text("slow")
+    # Most total run time first. Usually the two slow runs, but a loaded machine (the
+    # suite runs in parallel) has made six quick runs take longer in all (964 ms against
+    # 2 x 300 ms, in a fresh-clone CI): the order is checked against what was recorded.
+    summary = await stack.inspector.metrics.summary()
+    longest = max(summary.jobs, key=lambda row: row.total_ms).name
+    await expect(table.locator("tbody tr").first).to_contain_text(longest)
     await expect(table.get_by_role("row", name=re.compile(r"^flaky\s+1\s+1\s"))).to_be_visible()
     await expect(table.get_by_role("row", name=re.compile(r"^record\s+6\s+0\s"))).to_be_visible()
     chart = page.locator("[data-metrics-chart] svg")
