@@ -235,6 +235,10 @@ async def test_sigkill_storm_loses_nothing_and_reruns_only_what_the_dead_held(
 
     await _storm(storm, size, tags)
     took = storm.clock()
+    # The last replacement may still be starting Python when the jobs are done, before
+    # it has a SIGTERM handler (the signal's default then ends it, -15): the stop is
+    # checked on workers that are up.
+    await wait_ready(r, namespace, storm.workers)
     await _stop_all(storm.workers)
 
     starts = await chaosapp.counts(r, chaosapp.started_key(namespace))
