@@ -40,7 +40,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
@@ -48,6 +48,8 @@ from cogworker_async.context import CURRENT
 from cogworker_async.errors import OverLimit, why
 from cogworker_async.redis import limits
 from cogworker_async.redis.limits import Decision, LimiterUsage, limiter_usage
+from cogworker_async.redis.limits import Kind as Kind  # where a limit is described
+from cogworker_async.redis.limits import LimitSpec as LimitSpec
 
 if TYPE_CHECKING:
     from cogworker_async.redis.store import Store
@@ -57,7 +59,6 @@ __all__ = ["RUNNER", "LimitSpec", "Limiter", "LimiterUsage", "Runner", "limiter_
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["concurrent", "window", "bucket"]
 
 MAX_CAPACITY: Final = 1_000_000
 """Largest N: a concurrent limiter's script may look at every holder when it is full."""
@@ -80,17 +81,6 @@ RELEASE_PAUSE: Final = 0.1
 """Seconds before a release is tried again (then twice that)."""
 
 _NAME: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,128}", re.ASCII)
-
-
-@dataclass(frozen=True, slots=True)
-class LimitSpec:
-    """What a limiter allows: ``capacity`` holders at once (concurrent), acquisitions
-    per window of ``seconds`` (window), or a bucket of ``capacity`` tokens refilled
-    over ``seconds`` (bucket)."""
-
-    kind: Kind
-    capacity: int
-    seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

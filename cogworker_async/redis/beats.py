@@ -6,7 +6,6 @@ work, a C call) never makes a live process look dead; it therefore has its own c
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -18,7 +17,7 @@ import redis
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.redis.connection import SOCKET_TIMEOUT, connect_sync
 from cogworker_async.redis.keys import Keys
-from cogworker_async.redis.scripts import source
+from cogworker_async.redis.scripts import SyncScript
 
 ALIVE: Final = 1
 ZOMBIE: Final = 2
@@ -48,8 +47,8 @@ class BeatWriter:
         self.keys = keys
         self.identity = identity
         self.queues = list(dict.fromkeys(queues))
-        self._beat = Script(source("beat"))
-        self._forget = Script(source("forget"))
+        self._beat = SyncScript.named("beat")
+        self._forget = SyncScript.named("forget")
         self._pool: ThreadPoolExecutor | None = None
         self.forgotten: frozenset[str | None] = frozenset()
         """The slots whose keys the last beat found lost (a queue; None: the namespace's)."""
@@ -160,18 +159,3 @@ class BeatWriter:
             self._pool.shutdown(wait=False)
         if self._client is not None:
             self._client.close()
-
-
-class Script:
-    """A script run by EVALSHA on a blocking client, sent whole (EVAL) where the node has
-    not cached it: the async Store's rule (``Store._run``), for the heartbeat's thread."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.sha = hashlib.sha1(text.encode()).hexdigest()
-
-    def run(self, client: redis.Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:  # nothing ran
-            return client.eval(self.text, len(keys), *keys, *args)

@@ -28,18 +28,30 @@ import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import redis.exceptions
 
 from cogworker_async import stored
-from cogworker_async.redis.liveness import as_bytes
+from cogworker_async.redis.part import as_bytes
 
 if TYPE_CHECKING:
-    from cogworker_async.limiter import LimitSpec
     from cogworker_async.redis.store import Store
 
 log = logging.getLogger(__name__)
+
+Kind = Literal["concurrent", "window", "bucket"]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSpec:
+    """What a limiter allows: ``capacity`` holders at once (concurrent), acquisitions
+    per window of ``seconds`` (window), or a bucket of ``capacity`` tokens refilled
+    over ``seconds`` (bucket)."""
+
+    kind: Kind
+    capacity: int
+    seconds: float | None = None
 
 HOLDERS_IDLE_TTL: Final = 7 * 24 * 3600
 """Seconds a concurrent limiter's holders key lives after the last call that took or
@@ -123,7 +135,7 @@ async def take_slot(store: Store, name: str, capacity: int, member: str) -> Deci
     """Take a slot of concurrent limiter ``name`` for ``member`` if fewer than
     ``capacity`` hold one (``lua/limit_concurrent.lua``)."""
     keys = store.keys
-    reply = await store._run("limit_concurrent", [keys.limiter(name, "holders")], [
+    reply = await store.scripts.run("limit_concurrent", [keys.limiter(name, "holders")], [
         capacity, member, keys.process(""), repr(time.time()), HOLDERS_IDLE_TTL])
     return _decision(reply, timed=False)
 
@@ -135,14 +147,14 @@ async def release_slot(store: Store, name: str, member: str) -> None:
 
 async def take_window(store: Store, name: str, capacity: int, seconds: float) -> Decision:
     """Count one acquisition in window limiter ``name`` if its window has room."""
-    reply = await store._run("limit_window", [store.keys.limiter(name, "window")],
+    reply = await store.scripts.run("limit_window", [store.keys.limiter(name, "window")],
                              [capacity, repr(float(seconds)), repr(time.time())])
     return _decision(reply, timed=True)
 
 
 async def take_token(store: Store, name: str, capacity: int, seconds: float) -> Decision:
     """Take a token of bucket limiter ``name`` if it has one."""
-    reply = await store._run("limit_bucket", [store.keys.limiter(name, "bucket")],
+    reply = await store.scripts.run("limit_bucket", [store.keys.limiter(name, "bucket")],
                              [capacity, repr(float(seconds)), repr(time.time())])
     return _decision(reply, timed=True)
 

@@ -1,7 +1,6 @@
-"""Liveness: the Store's operations on processes and their in-progress lists — orphan
+"""Liveness: the Store's part for processes and their in-progress lists — orphan
 recovery, the shutdown requeue and hand-over, relisting after Redis lost keys, the
-registries, and burials of jobs orphaned too often. Mixed into ``Store`` (one object for
-callers), kept apart so that each file reads in one sitting.
+registries, and burials of jobs orphaned too often.
 """
 
 from __future__ import annotations
@@ -11,17 +10,15 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
-
-import redis
-import redis.asyncio
+from typing import Any, Final
 
 from cogworker_async import stored
-from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.errors import RedisError, ResponseError
+from cogworker_async.redis.part import Part, SetName, Shared
+from cogworker_async.redis.part import as_bytes as as_bytes  # its callers import it here
+from cogworker_async.redis.stats import HISTORY_TTL as HISTORY_TTL
+from cogworker_async.redis.stats import Stats
 from cogworker_async.status import LIVE_TTL
-
-if TYPE_CHECKING:
-    from cogworker_async.redis.store import SetName
 
 log = logging.getLogger(__name__)
 
@@ -45,32 +42,10 @@ class Requeued:
     """Jobs dropped instead: a cancel was waiting for them (``cancel.lua``)."""
 
 
-HISTORY_TTL: Final = 366 * 24 * 3600
-"""Seconds a day's processed/failed counts are kept (a year of history)."""
-
-
-def as_bytes(value: bytes | str) -> bytes:
-    """A reply's member or key as bytes (decoded replies come back as ``str``)."""
-    return value.encode() if isinstance(value, str) else bytes(value)
-
-
-class Liveness:
-    """Mixed into ``Store``: what it provides is declared here for the type checker."""
-
-    client: redis.asyncio.Redis
-    keys: Keys
-    keep_status: float
-    track_jobs: bool
-
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
-                   durable: bool = False) -> Any:
-        raise NotImplementedError
-
-    def _trim(self, target: SetName) -> list[str]:
-        raise NotImplementedError
-
-    def zset_key(self, queue: str, target: SetName) -> str:
-        raise NotImplementedError
+class Liveness(Part):
+    def __init__(self, shared: Shared, stats: Stats) -> None:
+        super().__init__(shared)
+        self.stats = stats
 
     async def requeue(
         self,
@@ -106,7 +81,7 @@ class Liveness:
         key = keys.in_progress(queue, identity)
         try:
             budget = int(await self.client.llen(key))
-        except redis.exceptions.ResponseError:
+        except ResponseError:
             # A list of the wrong type: the script still says whether its owner is
             # alive (then nothing is wrong here), and fails only for a dead owner.
             budget = REQUEUE_BATCH
@@ -132,7 +107,7 @@ class Liveness:
                            keys.queue_declared_dead(queue)]
             args = [json.dumps(opts), len(drop), *drop, *keep]
             # Durable when it acks (drop) at a hand-over: a lost ack would run it again.
-            reply = await self._run("requeue", script_keys, args, durable=bool(drop))
+            reply = await self.scripts.run("requeue", script_keys, args, durable=bool(drop))
             moved, looked, parked, *cancelled = (int(x) for x in reply)
             if moved < 0:
                 return None
@@ -147,7 +122,7 @@ class Liveness:
         """Put ``raws`` back on ``identity``'s in-progress list for ``queue`` where
         missing; None (nothing listed) while ``identity`` is marked declared dead there."""
         keys = [self.keys.in_progress(queue, identity), self.keys.queue_declared_dead(queue)]
-        listed = int(await self._run("relist", keys, [identity, *raws]))
+        listed = int(await self.scripts.run("relist", keys, [identity, *raws]))
         return None if listed < 0 else listed
 
     async def clear_declared_dead(self, identity: str, queues: Sequence[str]) -> None:
@@ -157,7 +132,7 @@ class Liveness:
         for queue in queues:
             try:
                 await self.client.srem(self.keys.queue_declared_dead(queue), identity)
-            except redis.exceptions.ResponseError:
+            except ResponseError:
                 pass
 
     async def in_progress(self, identity: str, queue: str) -> list[bytes]:
@@ -166,9 +141,6 @@ class Liveness:
         return [as_bytes(raw) for raw in await self.client.lrange(key, 0, -1)]
 
     # -- liveness, recovery and hand-over --------------------------------------------
-
-    async def take_lock(self, key: str, owner: str, ttl: float) -> bool:
-        return int(await self._run("take_lock", [key], [owner, int(ttl * 1000)])) == 1
 
     async def registered_identities(self) -> set[str]:
         """Identities in the namespace's registry (every process that has beaten)."""
@@ -196,7 +168,7 @@ class Liveness:
         """What ``identity`` last said about itself (host, pid, queues, memory, loop lag)."""
         try:
             raw = await self.client.hget(self.keys.beats, identity)
-        except redis.exceptions.ResponseError:  # the hash of another type: nothing said
+        except ResponseError:  # the hash of another type: nothing said
             return None
         # Damaged (too deep, not UTF-8, not an object): nothing said either. Recovery of
         # a dead process must never wait on what it said about itself.
@@ -220,7 +192,8 @@ class Liveness:
             script_keys = [keys.in_progress(queue, identity), keys.queue_identities(queue),
                            keys.queue_last_beat(queue), keys.queue_process(queue, identity),
                            keys.queue_declared_dead(queue)]
-        reply = await self._run("forget", script_keys, [identity, "1" if declared_dead else "0"])
+        reply = await self.scripts.run("forget", script_keys,
+                                       [identity, "1" if declared_dead else "0"])
         return int(reply) == 1
 
     async def list_head(self, key: str, count: int) -> list[bytes]:
@@ -235,25 +208,22 @@ class Liveness:
                        keys.orphanings(queue, jid or "-")]
         if jid is not None and self.track_jobs:
             script_keys.append(keys.record(queue, jid))
-        reply = await self._run(
+        reply = await self.scripts.run(
             "bury_orphan", script_keys,
-            [raw, entry, repr(time.time()), *self._trim("dead"), self.keep_status, error],
+            [raw, entry, repr(time.time()), *self.trim("dead"), self.keep_status, error],
         )
         buried = int(reply) == 1
         if buried:
             try:
-                await self.add_stats(0, 1)
-            except redis.exceptions.RedisError as exc:  # another slot: the burial is done
+                await self.stats.add_stats(0, 1)
+            except RedisError as exc:  # another slot: the burial is done
                 log.warning("a repeat orphan was buried, but counting it failed: %s", exc)
         return buried
-
-    async def add_stats(self, processed: int, failed: int) -> None:
-        raise NotImplementedError
 
     async def park_unsettled(self, identity: str, queue: str, raw: bytes,
                              record: bytes) -> bool:
         keys = [self.keys.in_progress(queue, identity), self.keys.unsettled(queue)]
-        return int(await self._run("park_unsettled", keys, [raw, record], durable=True)) == 1
+        return int(await self.scripts.run("park_unsettled", keys, [raw, record], durable=True)) == 1
 
     async def file_unsettled(
         self, queue: str, record: bytes, target: SetName, entry: bytes, delay: float
@@ -261,11 +231,11 @@ class Liveness:
         keys = [self.keys.unsettled(queue), self.zset_key(queue, target)]
         dead = target == "dead"
         args: list[Any] = [record, entry, repr(float(delay)), repr(time.time()),
-                           *self._trim(target)]
+                           *self.trim(target)]
         if self.track_jobs:
             args += [self.keys.record_prefix(queue), "dead" if dead else "retrying",
                      self.keep_status if dead else LIVE_TTL]
-        return int(await self._run("file_unsettled", keys, args)) == 1
+        return int(await self.scripts.run("file_unsettled", keys, args)) == 1
 
     async def orphan_counts(self, queue: str, jids: Sequence[str | None]) -> list[int]:
         """``orphan_count`` of each jid of ``queue`` (0 for None or an unreadable one)."""
@@ -287,6 +257,6 @@ class Liveness:
         """How often ``jid`` was recovered from a dead process (0 if never)."""
         try:
             return int(await self.client.get(self.keys.orphanings(queue, jid)) or 0)
-        except (ValueError, redis.exceptions.ResponseError):
+        except (ValueError, ResponseError):
             return 0
 

@@ -4,7 +4,7 @@ The flag is a plain key in the queue's own slot (``Keys.paused``), so ``fetch.lu
 reads it in the same step that would take a job: no worker takes a job from a paused
 queue once the flag is set, whatever it had in memory. Enqueues still land. The flag
 has no TTL: a pause lasts until someone resumes, through restarts of every process.
-Mixed into ``Store``.
+A part of the Store.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis.asyncio
-
 from cogworker_async import stored
-from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.part import Part
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +40,7 @@ class Pause:
         return cls(queue, since, by if isinstance(by, str) else "")
 
 
-class Pausing:
-    """Mixed into ``Store``: what it provides is declared here for the type checker."""
-
-    client: redis.asyncio.Redis
-    keys: Keys
-
+class Pausing(Part):
     async def pause(self, queue: str, by: str = "") -> bool:
         """Pause ``queue``; False if it was paused already (its first pause is kept)."""
         flag = json.dumps({"since": time.time(), "by": by or socket.gethostname()})

@@ -1,20 +1,19 @@
-"""Records: the Store's operations on jobs' status records — reading them, cancelling,
-progress, and the cancel sets a process polls. Mixed into ``Store`` (one object for
-callers), kept apart so that each file reads in one sitting. What a record holds is in
-``status.py``; how each move writes it, in ``lua/_record.lua``.
+"""Records: the Store's part for jobs' status records — reading them, cancelling,
+progress, and the cancel sets a process polls. What a record holds is in ``status.py``;
+how each move writes it, in ``lua/_record.lua``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, cast
-
-import redis
-import redis.asyncio
+from typing import cast
 
 from cogworker_async.job import jid_of
-from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.errors import ResponseError
+from cogworker_async.redis.part import Part, Shared
+from cogworker_async.redis.queues import Queues
+from cogworker_async.redis.scripts import Call
 from cogworker_async.status import ALIVE, CANCELS_TTL, CancelOutcome, JobStatus, newest, read
 
 
@@ -22,26 +21,16 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-class Records:
-    """Mixed into ``Store``: what it provides is declared here for the type checker."""
-
-    client: redis.asyncio.Redis
-    keys: Keys
-    keep_status: float
-    track_jobs: bool
-
-    async def _run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
-                   durable: bool = False) -> Any:
-        raise NotImplementedError
-
-    async def queue_names(self) -> list[str]:
-        raise NotImplementedError
+class Records(Part):
+    def __init__(self, shared: Shared, queues: Queues) -> None:
+        super().__init__(shared)
+        self.queues = queues
 
     async def job_status(self, jid: str, queues: Sequence[str] | None = None) -> JobStatus | None:
         """The status of ``jid``, from its record in one of ``queues`` (default: every
         registered queue; one HGETALL each, in one round trip per node — no scan of
         any queue or set); None when no queue has a record of it."""
-        names = list(queues) if queues is not None else await self.queue_names()
+        names = list(queues) if queues is not None else await self.queues.queue_names()
         if not names:
             return None
         async with self.client.pipeline(transaction=False) as pipe:
@@ -57,7 +46,7 @@ class Records:
         ``jid`` says it is queued, scheduled, running or retrying, or that hold a
         cancelled copy not dropped yet: where a chosen jid is still alive. One HMGET per
         queue, pipelined (one round trip per node)."""
-        names = list(queues) if queues is not None else await self.queue_names()
+        names = list(queues) if queues is not None else await self.queues.queue_names()
         if not names:
             return []
         async with self.client.pipeline(transaction=False) as pipe:
@@ -90,11 +79,11 @@ class Records:
         names = [record]
         try:  # a unique job's lock, which the cancel releases (its record names it)
             lock = await self.client.hget(record, "lock")
-        except redis.exceptions.ResponseError:  # not a record: cancel.lua says "unknown"
+        except ResponseError:  # not a record: cancel.lua says "unknown"
             lock = None
         if isinstance(lock, bytes | str) and _text(lock).startswith(keys.unique(queue, "")):
             names.append(_text(lock))
-        reply = await self._run("cancel", names, [
+        reply = await self.scripts.run("cancel", names, [
             keys.cancels_prefix(queue), repr(time.time()), CANCELS_TTL,
             keys.finished_channel(jid), jid], durable=True)
         return cast(CancelOutcome, _text(reply))
@@ -108,7 +97,7 @@ class Records:
         for queue, raw in removed:
             jid = jid_of(raw)
             if jid is not None:
-                await self._run("close_record", [self.keys.record(queue, jid)],
+                await self.scripts.run("close_record", [self.keys.record(queue, jid)],
                                 [now, self.keep_status])
 
     async def set_progress(self, identity: str,
@@ -116,16 +105,10 @@ class Records:
         """Write ``(queue, jid, fraction, info as JSON)`` progress of jobs this process
         runs, in one round trip per node (``lua/progress.lua``: only while the record
         says this process runs it)."""
-        scripts = cast(Any, self)._scripts  # the Store's
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue, jid, fraction, info in updates:
-                pipe.evalsha(scripts["progress"].sha, 1, self.keys.record(queue, jid),
-                             identity, repr(float(fraction)), info or b"")
-            replies = await pipe.execute(raise_on_error=False)
-        if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
-            for queue, jid, fraction, info in updates:  # not loaded yet (a restart): again
-                await self._run("progress", [self.keys.record(queue, jid)],
-                                [identity, repr(float(fraction)), info or b""])
+        await self.scripts.pipelined([
+            Call("progress", [self.keys.record(queue, jid)],
+                 [identity, repr(float(fraction)), info or b""])
+            for queue, jid, fraction, info in updates])
 
     async def take_cancels(self, identity: str, queues: Sequence[str]) -> list[tuple[str, str]]:
         """``(queue, jid)`` of the jobs this process is asked to cancel, taken off its

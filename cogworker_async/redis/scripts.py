@@ -1,57 +1,65 @@
-"""The Lua scripts: loaded once from ``lua/*.lua``, run by EVALSHA (reloaded on NOSCRIPT).
+"""The Lua scripts and the one way they run.
 
-Each move of a job between Redis structures is one script; its contract (KEYS, ARGV,
-reply, invariants) is the header of its file. Nothing outside this package runs Lua.
+Each move of a job between Redis structures is one script, ``lua/<name>.lua``; its
+contract (KEYS, ARGV, reply, invariants) is the header of its file. The scripts are
+found in that directory (a new move is a new file: nothing lists them), files whose
+name starts with ``_`` are shared helpers put before each script that calls them (a
+script runs alone in Redis and can import nothing).
+
+``Scripts`` runs them for the async side — alone, in a batch on one connection, or
+pipelined across slots — and ``SyncScript`` for the heartbeat's thread; both keep one
+rule: EVALSHA, and where the node has not cached the script (NOSCRIPT: nothing ran) the
+same call sent whole with EVAL, which caches it on the node that serves those keys
+(SCRIPT LOAD could go to another: on a cluster each node has its cache, and a reshard or
+failover brings a node that never saw it). Nothing outside this package runs Lua.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Final
+from typing import Any, Final
 
-SCRIPT_NAMES: Final = (
-    "ack",
-    "add_stats",
-    "beat",
-    "bury_orphan",
-    "cancel",
-    "close_record",
-    "cron_claim",
-    "due",
-    "enqueue",
-    "enqueue_unique",
-    "extend_lock",
-    "fetch",
-    "file_failure",
-    "file_unsettled",
-    "forget",
-    "give_back",
-    "limit_bucket",
-    "limit_concurrent",
-    "limit_window",
-    "move_member",
-    "park_unsettled",
-    "progress",
-    "promote",
-    "release_lock",
-    "relist",
-    "requeue",
-    "schedule",
-    "take_lock",
-)
+import anyio
+import redis
+import redis.asyncio
+
+from cogworker_async.errors import ConfigurationError
+from cogworker_async.redis.cluster import ClusterClient, ClusterLane, redirect_of
+from cogworker_async.redis.durability import Durability
+from cogworker_async.redis.errors import NoScriptError, ResponseError
+from cogworker_async.redis.lane import Lane
+
+RERUNS: Final = 4
+"""Tries of a batch's redirected call, alone (``Scripts.run_many``)."""
+RERUN_PAUSE: Final = 0.1
+"""Seconds before the second try; the next ones wait 2, 3 times as long."""
 
 
-PRELUDES: Final = {"redis_now": "_clock", "trim_dead": "_dead", "wake": "_wake",
-                   "jid_in": "_record", "mark_record": "_record", "cancel_pending": "_record",
-                   "drop_cancelled": "_record"}
-"""Shared helpers (function name -> ``lua/<file>.lua``), put before each script that
-calls them: a script runs alone in Redis and can import nothing."""
+def _lua_files() -> list[str]:
+    return sorted(entry.name[:-len(".lua")]
+                  for entry in resources.files(__package__).joinpath("lua").iterdir()
+                  if entry.name.endswith(".lua"))
+
+
+SCRIPT_NAMES: Final = tuple(name for name in _lua_files() if not name.startswith("_"))
+"""Every script, by file name."""
 
 
 def file_text(name: str) -> str:
     """``lua/<name>.lua`` as written (without the helpers ``source`` adds)."""
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+_DEFINED: Final = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+
+PRELUDES: Final = {function: name for name in _lua_files() if name.startswith("_")
+                   for function in _DEFINED.findall(file_text(name))}
+"""Shared helpers: function name -> the ``lua/_<file>.lua`` that defines it."""
 
 
 @cache
@@ -62,3 +70,164 @@ def source(name: str) -> str:
     text = file_text(name)
     files = dict.fromkeys(file for function, file in PRELUDES.items() if f"{function}(" in text)
     return "".join(file_text(file) for file in files) + text
+
+
+@cache
+def sha_of(name: str) -> str:
+    return hashlib.sha1(source(name).encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One script call: the script's name, its KEYS and its ARGV."""
+
+    name: str
+    keys: Sequence[str]
+    args: Sequence[Any]
+
+    def evalsha(self) -> tuple[Any, ...]:
+        return (b"EVALSHA", sha_of(self.name), len(self.keys), *self.keys, *self.args)
+
+    def eval(self) -> tuple[Any, ...]:
+        return (b"EVAL", source(self.name), len(self.keys), *self.keys, *self.args)
+
+
+def _not_run(reply: Any) -> bool:
+    """A batched call's reply that says it did not run: not cached on its node, or its
+    slot moved on in the middle of the batch (MOVED, ASK, TRYAGAIN)."""
+    return isinstance(reply, NoScriptError) or (
+        isinstance(reply, ResponseError) and redirect_of(reply) is not None)
+
+
+class Scripts:
+    """The async runner: every script the Store's parts run goes through it, on the
+    hot-path lanes (``lane.py``; one per node on a cluster) or, across slots, a pipeline.
+    ``durability`` (``durability.py``): what a durable call (an enqueue or a settle)
+    waits for after it ran, in the same round trip."""
+
+    def __init__(self, client: redis.asyncio.Redis,
+                 durability: Durability | None = None) -> None:
+        self.client = client
+        self.durability = durability
+        self.lane: Lane | ClusterLane = (
+            ClusterLane(client) if isinstance(client, ClusterClient) else Lane(client))
+        self._durability_checked = False
+
+    async def aclose(self) -> None:
+        await self.lane.aclose()
+
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
+                  durable: bool = False) -> Any:
+        """Run script ``name``; raises what Redis replies as an error."""
+        call = Call(name, keys, args)
+        if durable and self.durability is not None:
+            await self.check_durability()
+            return await self._durably(call, self.durability)
+        try:
+            return await self.lane.call(*call.evalsha())
+        except NoScriptError:  # nothing ran
+            return await self.lane.call(*call.eval())
+
+    async def run_many(self, calls: Sequence[Call], *, durable: bool = False) -> list[Any]:
+        """``calls``, all in one slot, in one round trip on one connection — and, when
+        ``durable``, the durability's ``WAIT``/``WAITAOF`` after them, which covers them
+        all (a WAIT waits for its own connection's writes): ``NotDurable`` when not
+        confirmed. A call that did not run (NOSCRIPT; or redirected, its slot moved on
+        mid-batch) is run again alone, loaded and routed where the slot now is; any
+        other error is raised, as the call's would be."""
+        durability = self.durability if durable else None
+        if durability is not None:
+            await self.check_durability()
+        commands = [call.evalsha() for call in calls]
+        if durability is not None:
+            commands.append(durability.command)
+        replies = await self.lane.call_many(commands)
+        confirmed = replies.pop() if durability is not None else None
+        results = []
+        for call, reply in zip(calls, replies, strict=True):
+            if _not_run(reply):
+                reply = await self._alone(call, durable=durable)
+            elif isinstance(reply, Exception):
+                raise reply
+            results.append(reply)
+        if durability is not None:  # a rerun waited on its own connection
+            durability.check(confirmed)
+        return results
+
+    async def pipelined(self, calls: Sequence[Call]) -> list[Any]:
+        """``calls`` in any slots, in one pipeline (one round trip per node); a reply
+        that is an error is returned as such, one that did not run is run again alone."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.execute_command(*call.evalsha())
+            replies = await pipe.execute(raise_on_error=False)
+        results = []
+        for call, reply in zip(calls, replies, strict=True):
+            if _not_run(reply):
+                try:
+                    reply = await self._alone(call, durable=False)
+                except ResponseError as exc:
+                    reply = exc
+            results.append(reply)
+        return results
+
+    async def _alone(self, call: Call, *, durable: bool) -> Any:
+        """A batch's call that did not run, run alone. A slot still migrating may
+        redirect it past the lane's bound (MOVED, ASK, TRYAGAIN: it did not run either):
+        tried again, a few times, on a map read afresh."""
+        for attempt in range(1, RERUNS + 1):
+            try:
+                if durable and self.durability is not None:
+                    return await self._durably(call, self.durability)
+                return await self.run(call.name, call.keys, call.args)
+            except ResponseError as exc:
+                if redirect_of(exc) is None or attempt == RERUNS:
+                    raise
+                if isinstance(self.client, ClusterClient):
+                    self.client.mark_stale()
+                await anyio.sleep(RERUN_PAUSE * attempt)
+        raise AssertionError("unreachable")
+
+    async def _durably(self, call: Call, durability: Durability) -> Any:
+        """One call and the durability's WAIT, on one connection."""
+        reply, confirmed = await self.lane.call_many([call.evalsha(), durability.command])
+        if isinstance(reply, NoScriptError):  # nothing ran: sent whole
+            reply, confirmed = await self.lane.call_many([call.eval(), durability.command])
+        if isinstance(reply, Exception):
+            raise reply
+        durability.check(confirmed)
+        return reply
+
+    async def check_durability(self) -> None:
+        """Before the first durable write: can this server confirm at all? A server
+        without WAITAOF, or without its AOF on, would run every write and then refuse
+        the confirmation — each enqueue raising as if its reply were lost, and its
+        caller's retry pushing the job again. Asked once, with nothing written yet."""
+        durability = self.durability
+        if self._durability_checked or durability is None:
+            return
+        probe = durability.probe
+        if probe is not None:
+            try:
+                await self.lane.call(*probe)
+            except ResponseError as exc:
+                raise ConfigurationError(durability.unusable(exc)) from None
+        self._durability_checked = True
+
+
+class SyncScript:
+    """One script for a blocking client (the heartbeat's thread), by the same rule."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    @classmethod
+    def named(cls, name: str) -> SyncScript:
+        return cls(source(name))
+
+    def run(self, client: redis.Redis, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:  # nothing ran
+            return client.eval(self.text, len(keys), *keys, *args)

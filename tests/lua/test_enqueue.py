@@ -148,6 +148,6 @@ async def test_a_queue_name_redis_lost_is_registered_again(
     await store.client.delete(store.keys.queues)
     await store.enqueue("mail", [b"{}"])
     assert await store.client.smembers(store.keys.queues) == set()  # within the minute
-    monkeypatch.setattr("cogworker_async.redis.store.REGISTER_EVERY", 0.0)
+    monkeypatch.setattr("cogworker_async.redis.queues.REGISTER_EVERY", 0.0)
     await store.enqueue("mail", [b"{}"])
     assert await store.client.smembers(store.keys.queues) == {b"mail"}

@@ -3,7 +3,7 @@
 Each script is called the way the code calls it — through the Store, and beat and forget
 as the heartbeat's ``BeatWriter`` does — against the real server, and the KEYS of every
 call are recorded on the way out (a ``Lane`` that records each EVALSHA/EVAL before it
-sends it, a pipeline's ``evalsha`` likewise, and a beats ``Script`` that records before it
+sends it, a pipeline's EVALSHA likewise, and a ``SyncScript`` that records before it
 runs). All the keys of one call must map to one slot (CRC16 of the hash tag), and that
 slot must be the namespace's or one of the queues': a script spanning two slots would be
 refused by a cluster (CROSSSLOT). The Store is told it is on a cluster, so it takes its
@@ -27,7 +27,7 @@ from cogworker_async.redis.beats import BeatWriter
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.liveness import Requeued
-from cogworker_async.redis.scripts import SCRIPT_NAMES, source
+from cogworker_async.redis.scripts import SCRIPT_NAMES, SyncScript, source
 from cogworker_async.redis.store import Failure, StatsFlush, Store
 from tests.lua.helpers import fetched, jid_of, make_job
 from tests.lua.test_limits import limit_bucket, limit_concurrent, limit_window
@@ -84,7 +84,7 @@ class RecordingLane(Lane):
             self.recorder.record(command[1], command[3:3 + int(command[2])])
 
 
-class RecordingScript(beats.Script):
+class RecordingScript(SyncScript):
     """BeatWriter's script runner, recording each call's KEYS before it runs it."""
 
     def __init__(self, text: str, recorder: Recorder) -> None:
@@ -120,13 +120,14 @@ def record_pipelines(client: redis.asyncio.Redis, recorder: Recorder) -> None:
 
     def pipeline(*args: Any, **kwargs: Any) -> Any:
         pipe = original(*args, **kwargs)
-        evalsha = pipe.evalsha
+        execute_command = pipe.execute_command
 
-        def recording(sha: str, numkeys: int, *keys_and_args: Any) -> Any:
-            recorder.record(sha, keys_and_args[:numkeys])
-            return evalsha(sha, numkeys, *keys_and_args)
+        def recording(*command: Any, **options: Any) -> Any:
+            if command[0] in (b"EVALSHA", b"EVAL"):
+                recorder.record(command[1], command[3:3 + int(command[2])])
+            return execute_command(*command, **options)
 
-        pipe.evalsha = recording  # type: ignore[method-assign]
+        pipe.execute_command = recording  # type: ignore[method-assign]
         return pipe
 
     client.pipeline = pipeline  # type: ignore[method-assign]
@@ -136,7 +137,7 @@ def record_pipelines(client: redis.asyncio.Redis, recorder: Recorder) -> None:
 def setup(store: Store, keys: Keys, redis_url: str) -> Iterator[Setup]:
     recorder = Recorder()
     store.cluster = True  # the cluster paths: one call per slot
-    store._lane = RecordingLane(store.client, recorder)
+    store.scripts.lane = RecordingLane(store.client, recorder)
     record_pipelines(store.client, recorder)
     made = Setup(store, keys, recorder, redis_url)
     yield made

@@ -1,0 +1,126 @@
+"""Queues: the namespace's registry of queue names, the wake-up channel idle workers
+listen on, and how much waits to run (``run --burst``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Final
+
+import redis.asyncio
+
+from cogworker_async.redis import sentinel
+from cogworker_async.redis.cluster import ClusterClient
+from cogworker_async.redis.errors import LostReply, RedisError, ResponseError
+from cogworker_async.redis.part import Part, Shared, as_bytes, wrong_type
+
+log = logging.getLogger(__name__)
+
+REGISTER_EVERY: Final = 60.0
+"""Seconds after which a Store registers a queue name again on its next enqueue."""
+
+
+async def _wake_messages(client: redis.asyncio.Redis,
+                         pubsub: redis.asyncio.client.PubSub) -> AsyncIterator[None]:
+    """One item per wake-up message on ``pubsub`` (subscribed already)."""
+    if not sentinel.follows(client):
+        async for message in pubsub.listen():
+            if message.get("type") == "message":
+                yield None
+        return
+    # Behind sentinels, a subscriber stays on a replaced master until Sentinel demotes
+    # it (seconds, hearing no wake-up): looked at every FOLLOW_EVERY, and given up as a
+    # lost connection once the master moved (the caller subscribes again).
+    while True:
+        message = await pubsub.get_message(timeout=sentinel.FOLLOW_EVERY)
+        if message is not None and message.get("type") == "message":
+            yield None
+        if await sentinel.replaced(client, pubsub.connection):
+            raise LostReply("the wake-up channel's node is no longer the master "
+                            "(a Sentinel failover)")
+
+
+
+class Queues(Part):
+    def __init__(self, shared: Shared) -> None:
+        super().__init__(shared)
+        self._registered: dict[str, float] = {}
+        """Queue name -> when this Store last registered it (``time.monotonic``)."""
+
+    async def register_queues(self, queues: Sequence[str]) -> bool:
+        """Record queue names in the namespace's registry (the dashboard and recovery
+        find each queue's slot through it). It is another slot than the queue's, so never
+        in the enqueue script itself: written before the first push, so a queue with jobs
+        is registered, then again every ``REGISTER_EVERY`` seconds at most (Redis may
+        have lost the set: a restart without persistence, a failover). True if it sent."""
+        now = time.monotonic()
+        new = [queue for queue in dict.fromkeys(queues)
+               if now - self._registered.get(queue, -REGISTER_EVERY) >= REGISTER_EVERY]
+        if new:
+            # Through the lane: it replaces a dead idle connection before sending (an
+            # enqueue right after a Redis restart must not fail on the pool's).
+            await self.scripts.lane.call(b"SADD", self.keys.queues, *new)
+            self._registered.update(dict.fromkeys(new, now))
+        return bool(new)
+
+    async def queue_names(self) -> list[str]:
+        """Every registered queue name, sorted (none when the registry is a key of
+        another type: a co-tenant's, said each call)."""
+        try:
+            names = await self.client.smembers(self.keys.queues)
+        except ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            log.warning("the set of queue names is unreadable: %s", exc)
+            return []
+        return sorted(as_bytes(name).decode("utf-8", "replace") for name in names)
+
+    @asynccontextmanager
+    async def wake_ups(self) -> AsyncIterator[AsyncIterator[None]]:
+        """Subscribe to the wake channel; iterate to wait for each enqueue's wake-up.
+        Entered once the server confirmed the subscription: a stale pooled connection
+        after a restart fails here, not after the caller counted the channel as back."""
+        if isinstance(self.client, ClusterClient):  # its pub/sub node is from the slot map
+            await self.client.initialize()
+        pubsub = self.client.pubsub()
+        try:
+            await pubsub.subscribe(self.keys.wake_channel)
+            async for confirmation in pubsub.listen():
+                if confirmation.get("type") == "subscribe":
+                    break
+
+            yield _wake_messages(self.client, pubsub)
+        except (RedisError, OSError):
+            if isinstance(self.client, ClusterClient):
+                # Its node may be gone (a failover): the map is read again before the
+                # next try, or every try would go to the dead node.
+                self.client.mark_stale()
+            raise
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def backlog(self, queues: Sequence[str]) -> tuple[int, list[str]]:
+        """Jobs of ``queues`` waiting to run now: queued, plus due scheduled and retry
+        entries (``run --burst`` stops when it is 0), and the names of those keys that
+        hold another type (WRONGTYPE: nothing this worker can run is there, so they
+        count 0). One pipeline; by Redis TIME."""
+        seconds, micros = await self.client.time()
+        now = repr(int(seconds) + int(micros) / 1_000_000)
+        names = [name for queue in queues for name in (
+            self.keys.queue(queue), self.keys.schedule(queue), self.keys.retry(queue))]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.llen(self.keys.queue(queue))
+                pipe.zcount(self.keys.schedule(queue), "-inf", now)
+                pipe.zcount(self.keys.retry(queue), "-inf", now)
+            counts = await pipe.execute(raise_on_error=False)
+        for count in counts:  # an outage is no empty queue: raised as it would be
+            if isinstance(count, Exception) and not wrong_type(count):
+                raise count
+        damaged = [name for name, count in zip(names, counts, strict=True)
+                   if isinstance(count, Exception)]
+        return sum(int(count) for count in counts if not isinstance(count, Exception)), damaged
+
