@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from cogworker_async.admin.job_status import JobStatuses
 from cogworker_async.admin.limits import Limits
+from cogworker_async.admin.periodic import periodic_infos
 from cogworker_async.admin.records import (
     PAGE_SIZE,
     SERVER_FIELDS,
@@ -252,26 +253,7 @@ class PeriodicJobs:
         self._inspector = inspector
 
     async def all(self) -> list[PeriodicInfo]:
-        app = self._inspector.app
-        periodics = list(app.periodics.values())
-        # Its claims and running lock are in the slot of the queue it is enqueued on.
-        queues = {p.name: self._queue_of(p.name) for p in periodics}
-        state = await self._inspector.admin().periodic_state(
-            [(p.name, queues[p.name] or self._inspector.default_queue) for p in periodics])
-        now = time.time()
-        infos = []
-        for p in periodics:
-            last, running = state[p.name]
-            queue = queues[p.name] or "?"
-            infos.append(PeriodicInfo(name=p.name, schedule=p.schedule, tz=str(p.tz),
-                                      queue=queue, next_run=p.next_tick(now), last_run=last,
-                                      running=running))
-        return infos
-
-
-    def _queue_of(self, name: str) -> str | None:
-        definition = self._inspector.app.registry.get(name)
-        return definition.options.queue if definition is not None else None
+        return await periodic_infos(self._inspector.app)  # App.periodic_jobs reads them too
 
 
 class Inspector:

@@ -20,7 +20,7 @@ from cogworker_async.admin.records import ProcessInfo
 from cogworker_async.status import CancelOutcome, JobStatus
 
 if TYPE_CHECKING:
-    from cogworker_async.admin.api import Inspector
+    from cogworker_async.admin.base import InspectorView
 
 MAX_RUNNING_READ: Final = 200
 """Running jobs whose records the Busy tab reads (its first rows): a fleet running
@@ -33,7 +33,7 @@ RUNNING_FIELDS: Final = ("state", "by", "progress", "info", "cancel")
 class JobStatuses:
     """One App's jobs by jid (``Inspector.jobs``)."""
 
-    def __init__(self, inspector: Inspector) -> None:
+    def __init__(self, inspector: InspectorView) -> None:
         self._inspector = inspector
 
     async def status(self, jid: str, *, queue: str | None = None) -> JobStatus:

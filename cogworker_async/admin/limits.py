@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from cogworker_async.redis.limits import LimiterUsage, limiter_usage
 
 if TYPE_CHECKING:
-    from cogworker_async.admin.api import Inspector
+    from cogworker_async.admin.base import InspectorView
 
 
 def capacity_text(usage: LimiterUsage) -> str:
@@ -27,7 +27,7 @@ def capacity_text(usage: LimiterUsage) -> str:
 class Limits:
     """Every registered limiter's usage, by name."""
 
-    def __init__(self, inspector: Inspector) -> None:
+    def __init__(self, inspector: InspectorView) -> None:
         self._inspector = inspector
 
     async def all(self) -> list[LimiterUsage]:

@@ -39,7 +39,7 @@ from cogworker_async.run_metrics import (
 )
 
 if TYPE_CHECKING:
-    from cogworker_async.admin.api import Inspector
+    from cogworker_async.admin.base import InspectorView
 
 DEFAULT_WINDOW_MINUTES: Final = 60
 """The window shown unless another is asked for: the last hour."""
@@ -223,7 +223,7 @@ def _number(value: float) -> str:
 class RunMetrics:
     """What the workers recorded of each run, per job class and minute (``insp.metrics``)."""
 
-    def __init__(self, inspector: Inspector) -> None:
+    def __init__(self, inspector: InspectorView) -> None:
         self._inspector = inspector
 
     async def _read(self, window_minutes: int,

@@ -37,7 +37,7 @@ from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.store import SetName
 
 if TYPE_CHECKING:
-    from cogworker_async.admin.api import Inspector
+    from cogworker_async.admin.base import InspectorView
 
 SEARCH_LIMIT: Final = 100
 """Matches one search returns at most."""
@@ -61,7 +61,7 @@ class JobSet:
     target: SetName
     newest_first = False
 
-    def __init__(self, inspector: Inspector) -> None:
+    def __init__(self, inspector: InspectorView) -> None:
         self._inspector = inspector
 
     async def size(self) -> int:

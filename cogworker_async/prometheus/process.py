@@ -42,6 +42,12 @@ each counter starts at 0 (``rate()`` and ``increase()`` see the first failure). 
 ``WorkerMetrics`` has its own ``CollectorRegistry``, never the global one: several
 workers may run in one process (tests, an app embedding two), and the global registry
 refuses a second metric of the same name.
+
+This module imports nothing of the worker's: the worker imports it (``observers.
+process_metrics``, only when ``metrics_port`` is set), so it names what it reads of a
+report and of the vitals as protocols (``Report``, ``Gauges``), which
+``worker/observers.py``'s ``RunReport`` and ``Vitals`` are, and takes the list of
+outcomes from the worker (``outcomes``) instead of importing it.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import anyio
 from anyio.abc import TaskStatus
@@ -65,7 +71,6 @@ from prometheus_client.utils import floatToGoString
 
 from cogworker_async.prometheus.server import listen
 from cogworker_async.settings import Settings
-from cogworker_async.worker.observers import OUTCOMES, Outcome, RunReport, Vitals
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +93,42 @@ OTHER: Final = "(other)"
 """The job label of runs of unregistered names past ``MAX_SERIES`` (job, queue) pairs."""
 
 
+class Report(Protocol):
+    """What the tallies read of a finished run (``worker.observers.RunReport``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def duration(self) -> float: ...
+    @property
+    def wait(self) -> float | None: ...
+
+
+class Gauges(Protocol):
+    """What a scrape reads of the process at one moment (``worker.observers.Vitals``)."""
+
+    @property
+    def busy(self) -> int: ...
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def loop_lag(self) -> float: ...
+
+
 class Tally:
     """One (job, queue)'s counts. Written on the event loop only; read by scrapes."""
 
     __slots__ = ("duration", "duration_sum", "outcomes", "wait", "wait_sum")
 
-    def __init__(self) -> None:
-        self.outcomes: dict[Outcome, int] = dict.fromkeys(OUTCOMES, 0)
+    def __init__(self, outcomes: Collection[str] = ()) -> None:
+        self.outcomes: dict[str, int] = dict.fromkeys(outcomes, 0)
+        """Runs per outcome: each of ``outcomes`` from 0, any other from its first run."""
         self.duration = [0] * (len(DURATION_BUCKETS) + 1)
         """Runs per bucket (not cumulative); the last is past every bound (+Inf)."""
         self.duration_sum = 0.0
@@ -145,7 +179,7 @@ def run_families(tallies: dict[tuple[str, str], Tally], recovered: dict[str, int
     return [runs, taken_back, duration, wait]
 
 
-def vitals_families(now: Vitals) -> list[Metric]:
+def vitals_families(now: Gauges) -> list[Metric]:
     """The process gauges at one moment."""
     return [
         GaugeMetricFamily("cogworker_busy_slots", "Jobs whose run is in progress.",
@@ -164,7 +198,7 @@ def vitals_families(now: Vitals) -> list[Metric]:
 class _Exposition(Collector):
     """What a scrape of one worker shows (called in the server's thread)."""
 
-    def __init__(self, metrics: WorkerMetrics, vitals: Callable[[], Vitals]) -> None:
+    def __init__(self, metrics: WorkerMetrics, vitals: Callable[[], Gauges]) -> None:
         self._metrics = metrics
         self._vitals = vitals
 
@@ -180,8 +214,8 @@ class _Exposition(Collector):
 class WorkerMetrics:
     """One worker process's metrics: an observer of its runs, and their server."""
 
-    def __init__(self, settings: Settings, vitals: Callable[[], Vitals],
-                 registered: Collection[str] = ()) -> None:
+    def __init__(self, settings: Settings, vitals: Callable[[], Gauges],
+                 registered: Collection[str] = (), outcomes: Collection[str] = ()) -> None:
         if settings.metrics_port is None:
             raise ValueError("WorkerMetrics needs settings.metrics_port")
         self.host = settings.metrics_host
@@ -189,6 +223,9 @@ class WorkerMetrics:
         self.tallies: dict[tuple[str, str], Tally] = {}
         self.registered = frozenset(registered)
         """The app's job names: never counted against ``MAX_SERIES``."""
+        self.outcomes = tuple(outcomes)
+        """Every outcome a run may have (``observers.OUTCOMES``, given by the worker):
+        each (job, queue)'s counter of each starts at 0."""
         self._strangers = 0
         """Tallies of names not in ``registered`` (``OTHER``'s own included)."""
         self.recovered_jobs: dict[str, int] = dict.fromkeys(settings.queue_names, 0)
@@ -198,11 +235,14 @@ class WorkerMetrics:
 
     # -- observer (on the event loop) ---------------------------------------------------
 
-    def finished(self, report: RunReport) -> None:
+    def finished(self, report: Report) -> None:
         tally = self.tallies.get((report.name, report.queue))
         if tally is None:
             tally = self._add(report.name, report.queue)
-        tally.outcomes[report.outcome] += 1
+        try:
+            tally.outcomes[report.outcome] += 1
+        except KeyError:  # an outcome not in ``outcomes`` (none given): from its first run
+            tally.outcomes[report.outcome] = 1
         duration = report.duration
         tally.duration[bisect_left(DURATION_BUCKETS, duration)] += 1
         tally.duration_sum += duration
@@ -227,7 +267,7 @@ class WorkerMetrics:
             name = OTHER
         tally = self.tallies.get((name, queue))
         if tally is None:
-            tally = self.tallies[(name, queue)] = Tally()
+            tally = self.tallies[(name, queue)] = Tally(self.outcomes)
             self._strangers += stranger
         return tally
 

@@ -218,4 +218,6 @@ def process_metrics(settings: Settings, vitals: Callable[[], Vitals],
         raise ConfigurationError(
             "metrics_port needs the metrics extra: pip install 'cogworker-async[metrics]' "
             f"({exc})") from None
-    return WorkerMetrics(settings, vitals, registered)  # registered: series of their own
+    # registered: series of their own; the outcomes passed, since the metrics do not
+    # import this module (that would be an import cycle): each counter starts at 0.
+    return WorkerMetrics(settings, vitals, registered, outcomes=OUTCOMES)
