@@ -1,6 +1,7 @@
 """Admin: the reads and the admin writes behind the dashboard and the admin CLI.
 
-Only this module (with ``admin_sets.py``) and ``store.py`` speak Redis. Every read is
+The tools' side of the Redis layer, as the Store (``store.py`` and its parts) is the
+worker's and the client's: nothing outside ``redis/`` speaks Redis. Every read is
 bounded — a page, a window, one scan step — so that no view ever loads a whole queue or
 set, however large. Every write that moves a job goes through the worker's own scripts
 (``promote``, ``move_member``): written before removed, and a member that another process

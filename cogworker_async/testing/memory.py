@@ -38,6 +38,7 @@ class MemoryStore:
         self.refusing: set[str] = set()
         """Names of limiters that refuse every acquisition (``Testing.refuse``)."""
         self.client = _Client()
+        self.scripts = _Scripts(self)
 
     def clear(self) -> None:
         self._locks.clear()
@@ -91,12 +92,21 @@ class MemoryStore:
         """No process dies in a test's drain: no job was ever recovered."""
         return 0
 
-    async def _run(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """A limiter's decision: admitted, unless the test made it refuse."""
+
+class _Scripts:
+    """The script runner's twin (``redis/scripts.py``): a limiter's decision is the only
+    script a run calls directly — admitted, unless the test made it refuse."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    async def run(self, script: str, keys: Sequence[str], args: Sequence[Any], *,
+                  durable: bool = False) -> list[Any]:
         if script not in LIMITER_SCRIPTS:
             raise NotImplementedError(f"script {script!r} has no in-memory twin in "
                                       "cogworker_async.testing")
-        if any(keys[0] == self.keys.limiter(name, part) for name in self.refusing
+        store = self.store
+        if any(keys[0] == store.keys.limiter(name, part) for name in store.refusing
                for part in LIMITER_PARTS):
             return [0, int(args[0]), 0, time.time()]
         return [1, 1, 0, time.time()]

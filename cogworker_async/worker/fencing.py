@@ -60,7 +60,7 @@ class Fence:
         self._loop = asyncio.get_running_loop()  # the worker's: made in it
         self._declared = anyio.Event()
         self._forgotten = anyio.Event()
-        ledger.on_relist = self._want_relist
+        ledger.on_relist_wanted(self._wake_relist)
 
     def declared_dead_from_thread(self) -> None:
         """Called by the heartbeat thread when a beat reports this process a zombie."""
@@ -90,10 +90,10 @@ class Fence:
             return
         self.lost_queues.update(queues)
         self.ledger.keys_lost(queues)
-        self._want_relist()
+        self.ledger.want_relist()  # wakes this fence (``_wake_relist``)
 
-    def _want_relist(self) -> None:
-        self.ledger.relist_wanted = True
+    def _wake_relist(self) -> None:
+        """The ledger wants a relist (``Ledger.want_relist``): ``run`` does it."""
         self._forgotten.set()
 
     async def run(self) -> None:
@@ -126,7 +126,7 @@ class Fence:
         need a list entry: ``Ledger.in_flight``). No settle that needs the list runs
         meanwhile (``Ledger.relisting``), so nothing it lists is settled already."""
         ledger = self.ledger
-        ledger.relist_wanted = False
+        ledger.relist_began()
         listed, refused = 0, False
         try:
             async with ledger.relisting():
@@ -139,10 +139,10 @@ class Fence:
                     listed += some
                     self.lost_queues.discard(queue)
         except BaseException:
-            ledger.relist_wanted = True
+            ledger.relist_failed()
             raise
         if refused:
-            ledger.relist_wanted = True
+            ledger.relist_failed()
             raise RelistRefused("this process is marked declared dead: fencing first")
         log.warning("worker %s: Redis had lost this process's keys (restarted without "
                     "persistence?); registered again, %d running or unsettled job(s) "

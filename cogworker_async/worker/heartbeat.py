@@ -104,7 +104,7 @@ class Heartbeat:
         self._on_forgotten = on_forgotten
         self._on_alive = on_alive
         self.beats_started = 0
-        """Beats begun (each beat's number): read from the loop (``Ledger.beats``)."""
+        """Beats begun (each beat's number): read from the loop (``Ledger.follow_beats``)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._beaten = False

@@ -18,6 +18,13 @@ fencing found recovered elsewhere (``disowned``). A settle that finds its job mi
 asks for a relist (``want_relist``); so does a reconcile pass that finds an entry missing
 on two passes in a row (``strays``), in case the beat's FORGOTTEN reply was lost.
 
+Those marks are the ledger's own: others read them (read-only views) and report what
+happened through its transitions, which keep the rules here — ``acked`` and
+``left_list`` (needless), ``settle_began``/``settle_ended`` (settling), ``reply_lost``
+(unsure), ``disown``, ``fetch_began``/``fetch_ended`` (``fetching``),
+``relist_began``/``relist_failed`` (``relist_wanted``), ``on_relist_wanted`` and
+``follow_beats`` (the fence's wake-up and the heartbeat's count, wired once).
+
 Reconcile trusts this memory, never Redis: a listed job in neither place is a stray (a
 ghost of a lost fetch reply) and is requeued once seen on two passes in a row
 (``strays``). Fencing asks the opposite question (``not_ours``): what this process
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import Set as AbstractSet
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Final
@@ -101,7 +109,7 @@ class Ledger:
         """Jobs this process has fetched to run since it started (``max_jobs``)."""
         self.scopes: dict[bytes, anyio.CancelScope] = {}
         """Cancel scopes of the jobs whose run is in progress (for fencing)."""
-        self.fetching = False
+        self._fetching = False
         """A fetch is in flight: its jobs may be listed in Redis but not yet admitted,
         so a stray pass must not look. False while the dispatcher pauses after a failed
         fetch, so that strays are still requeued through a flapping link
@@ -112,25 +120,25 @@ class Ledger:
         """Strays seen on the last pass: requeued if seen again on the next."""
         self._missing: set[bytes] = set()
         """In-flight jobs missing from the list on the last pass: relisted if again."""
-        self.needless: set[bytes] = set()
+        self._needless: set[bytes] = set()
         """Need no list entry: acked (from the decision on), or settled while running."""
-        self.settling: set[bytes] = set()
+        self._settling: set[bytes] = set()
         """Their Filing or GiveBack script is on its way (not relisted meanwhile)."""
-        self.unsure: set[bytes] = set()
+        self._unsure: set[bytes] = set()
         """A settle of theirs lost its reply: it may have run (a 0 then means settled)."""
-        self.disowned: set[bytes] = set()
+        self._disowned: set[bytes] = set()
         """Found recovered elsewhere by fencing: never relisted, their settle dropped."""
         self.queues: dict[bytes, str] = {}
         """The queue of each pending outcome (the queue's slot holds its list entry)."""
         self.doubtful: dict[bytes, tuple[Pending, str, int]] = {}
         """Settles that found their job missing after an attempt lost its reply, with
-        the number of beats begun by then (``beats``): settled by that attempt if a beat
+        the number of beats begun by then (``follow_beats``): settled by that attempt if a beat
         begun later says ALIVE (``beat_alive``), not if one says Redis lost the keys
         (``keys_lost``: settled again, after a relist)."""
-        self.beats: Callable[[], int] = lambda: 0
+        self._beats: Callable[[], int] = lambda: 0
         """How many beats the heartbeat has begun (read from any thread)."""
-        self.relist_wanted = False
-        self.on_relist: Callable[[], None] = lambda: None
+        self._relist_wanted = False
+        self._on_relist: Callable[[], None] = lambda: None
         """Called on ``want_relist`` (the fence's wake-up)."""
         self._relisting: anyio.Event | None = None
         self._lock = threading.Lock()
@@ -165,10 +173,10 @@ class Ledger:
             self.running.pop(raw, None)
         finally:
             self._lock.release()
-        self.needless.discard(raw)
+        self._needless.discard(raw)
         if raw not in self.pending:
-            self.unsure.discard(raw)
-            self.disowned.discard(raw)
+            self._unsure.discard(raw)
+            self._disowned.discard(raw)
 
     # -- outcomes not yet settled in Redis ---------------------------------------------
 
@@ -205,14 +213,75 @@ class Ledger:
     def _drop_marks(self, raw: bytes) -> None:
         self.queues.pop(raw, None)
         if raw not in self.running:
-            self.needless.discard(raw)
-            self.unsure.discard(raw)
-            self.disowned.discard(raw)
+            self._needless.discard(raw)
+            self._unsure.discard(raw)
+            self._disowned.discard(raw)
 
     @property
     def backpressure(self) -> bool:
         """Too many outcomes not yet settled in Redis: fetch nothing until they are."""
         return len(self.pending) >= self._max_pending
+
+    # -- what a settle tells of a job's list entry (the marks ``in_flight`` skips) ------
+
+    def acked(self, raw: bytes) -> None:
+        """Its Ack is decided (before its script is sent): it needs no list entry from
+        now on, so a relist racing the ack never lists a finished job."""
+        self._needless.add(raw)
+
+    def settle_began(self, raw: bytes) -> None:
+        """Its Filing or GiveBack script is on its way (it took its ``settle_turn``): not
+        relisted meanwhile, since the script removes the entry."""
+        self._settling.add(raw)
+
+    def settle_ended(self, raw: bytes) -> None:
+        """That script is over (replied, failed or cancelled)."""
+        self._settling.discard(raw)
+
+    def left_list(self, raw: bytes) -> None:
+        """Its settle is over and its entry is gone (removed by the script; or found
+        missing, and not to be put back: disowned, or in doubt): never relisted."""
+        self._needless.add(raw)
+
+    def reply_lost(self, raw: bytes) -> None:
+        """A settle of it lost its reply (``maybe_ran``): it may have run, so a 0 from
+        a later try is no sign of a lost list."""
+        self._unsure.add(raw)
+
+    @property
+    def needless(self) -> AbstractSet[bytes]:
+        """Read-only: acked, or off the list after its settle (``acked``, ``left_list``)."""
+        return self._needless
+
+    @property
+    def settling(self) -> AbstractSet[bytes]:
+        """Read-only: their settle script is on its way (``settle_began``)."""
+        return self._settling
+
+    @property
+    def unsure(self) -> AbstractSet[bytes]:
+        """Read-only: a settle of theirs lost its reply (``reply_lost``)."""
+        return self._unsure
+
+    @property
+    def disowned(self) -> AbstractSet[bytes]:
+        """Read-only: found recovered elsewhere by fencing (``disown``)."""
+        return self._disowned
+
+    # -- the dispatcher's fetches ------------------------------------------------------
+
+    def fetch_began(self) -> None:
+        """A fetch is sent: its jobs may be listed before they are admitted."""
+        self._fetching = True
+
+    def fetch_ended(self) -> None:
+        """The fetch replied, or failed: its jobs are admitted, or strays to requeue."""
+        self._fetching = False
+
+    @property
+    def fetching(self) -> bool:
+        """A fetch is in flight: a stray pass must not look (see ``__init__``)."""
+        return self._fetching
 
     # -- what the list in Redis should hold ----------------------------------------------
 
@@ -220,7 +289,7 @@ class Ledger:
         """The raws that need an entry on this process's list (relisted after Redis
         lost it; see the module's docstring): running or pending, but not acked, not
         settling, not settled, not unsure, not disowned."""
-        skip = self.needless | self.settling | self.unsure | self.disowned
+        skip = self._needless | self._settling | self._unsure | self._disowned
         held = {raw for raw in self.running if raw not in skip}
         held.update(raw for raw, disposition in self.pending.items()
                     if not isinstance(disposition, Ack) and raw not in skip)
@@ -248,8 +317,32 @@ class Ledger:
 
     def want_relist(self) -> None:
         """An in-flight job is missing from the list: ask the fence to list them again."""
-        self.relist_wanted = True
-        self.on_relist()
+        self._relist_wanted = True
+        self._on_relist()
+
+    def relist_began(self) -> None:
+        """A relist is on its way: it answers every want so far (one asked for from now
+        on asks again)."""
+        self._relist_wanted = False
+
+    def relist_failed(self) -> None:
+        """A relist did not list everything (it failed, was cancelled or refused): still
+        wanted."""
+        self._relist_wanted = True
+
+    @property
+    def relist_wanted(self) -> bool:
+        """A relist was asked for and has not yet been done."""
+        return self._relist_wanted
+
+    def on_relist_wanted(self, wake: Callable[[], None]) -> None:
+        """The fence relists from now on: ``want_relist`` calls ``wake``."""
+        self._on_relist = wake
+
+    def follow_beats(self, begun: Callable[[], int]) -> None:
+        """The heartbeat is wired: ``begun()`` says how many beats it has begun (read
+        from any thread), the number a doubt waits past (``doubt``)."""
+        self._beats = begun
 
     @asynccontextmanager
     async def relisting(self) -> AsyncIterator[None]:
@@ -270,7 +363,7 @@ class Ledger:
 
     def doubt(self, raw: bytes, disposition: Pending, queue: str) -> None:
         """A 0 after a lost reply: settled, unless Redis lost the keys meanwhile."""
-        self.doubtful[raw] = (disposition, queue, self.beats())
+        self.doubtful[raw] = (disposition, queue, self._beats())
 
     def beat_alive(self, beat: int) -> None:
         """Beat number ``beat`` found the keys in place: the doubts of before it began
@@ -284,8 +377,8 @@ class Ledger:
         longer tells that a settle of theirs ran (its effect may be gone with the
         rest), so their doubts are settled again. Other queues' slots kept theirs: a
         doubt there stays a doubt (settled again, it could be filed twice)."""
-        self.unsure.difference_update(
-            [raw for raw in self.unsure if self.queue_of(raw) in queues])
+        self._unsure.difference_update(
+            [raw for raw in self._unsure if self.queue_of(raw) in queues])
         for raw, (disposition, queue, _) in list(self.doubtful.items()):
             if queue in queues:
                 self.remember(raw, disposition, queue=queue)
@@ -293,7 +386,7 @@ class Ledger:
 
     def disown(self, raws: list[bytes]) -> None:
         """Fencing found these recovered elsewhere: never relisted, nor settled here."""
-        self.disowned.update(raws)
+        self._disowned.update(raws)
 
     def not_ours(self, listed: set[bytes], among: Collection[bytes] | None = None) -> NotOurs:
         """What this process holds that is no longer on its lists (another process

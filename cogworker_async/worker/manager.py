@@ -1,25 +1,20 @@
 """Manager: one worker process's task group and lifecycle.
 
 It builds the worker's parts around one ``Ledger`` (what runs, outcomes not yet settled
-in Redis, free slots: see ``ledger.py``) and owns the tasks: the dispatcher that
-fetches while slots are free, the processors that run what it fetched, the poller, the
-cron ticker, the wake-up listener, orphan recovery and reconcile
-(``recovery.run_upkeep``), fencing, the loop-lag probe and the counters' flusher; plus
-the heartbeat on its own thread. The first beat is written before the first fetch.
+in Redis, free slots: see ``ledger.py``), wiring them to each other late (through
+lambdas and the ledger's ``on_relist_wanted``/``follow_beats``), and owns the tasks: the
+dispatcher that fetches while slots are free and the processors that run what it fetched
+(``dispatch.py``), the poller, the cron ticker, the wake-up listener, orphan recovery and
+reconcile (``recovery.run_upkeep``), fencing, the loop-lag probe and the counters'
+flusher (``stats_flush.py``); plus the heartbeat on its own thread. The first beat is
+written before the first fetch.
 
-Shutdown, in Sidekiq's phases:
-1. quiet — ``stop()``: fetch nothing more (a job fetched meanwhile is given back);
-2. stop — wait up to ``shutdown_timeout`` for running jobs;
-3. hard stop — cancel what still runs: each job that never finished is given back, a
-   job that did finish is settled from its outcome (shielded, bounded);
-4. hand-over (``handover.py``) — pending acks are dropped from the list (their ack),
-   unfiled failures handed over to ``unsettled``, everything else back on its queue;
-5. retire — the heartbeat stops and the process leaves the registries.
+Shutdown, in Sidekiq's phases (quiet, stop, hard stop, hand-over, retire), is
+``shutdown.py``'s; ``stop()`` and ``hard_stop()`` here are its.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
@@ -27,7 +22,7 @@ import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import partial
 from typing import Final
 
 import anyio
@@ -51,31 +46,27 @@ from cogworker_async.redis.store import StatsFlush, Store
 from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings, unserved_limits
 from cogworker_async.version import __version__
-from cogworker_async.worker import handover
 from cogworker_async.worker.canceller import Canceller
 from cogworker_async.worker.cron import CronTicker, periodic_job
+from cogworker_async.worker.dispatch import Dispatcher
 from cogworker_async.worker.execute import Counters
 from cogworker_async.worker.fencing import Fence
-from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch, Work
+from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch
 from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
-from cogworker_async.worker.hooks import HOOK_DRAIN, HookRunner, Hooks
+from cogworker_async.worker.hooks import HookRunner, Hooks
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.observers import Observers, Vitals, process_metrics
-from cogworker_async.worker.outcome import GiveBack
 from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor
 from cogworker_async.worker.reconcile import Reconciler
 from cogworker_async.worker.recovery import Recovery, run_upkeep
 from cogworker_async.worker.settlement import Settler
+from cogworker_async.worker.shutdown import Shutdown
+from cogworker_async.worker.stats_flush import StatsFlusher
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
 
-HANDOVER_TIMEOUT: Final = 10.0
-"""Seconds the final hand-over may take at shutdown, even when cancelled."""
-STATS_FLUSH_INTERVAL: Final = 1.0
-FETCH_ERROR_PAUSE: Final = (0.1, 2.0)
-"""First and longest pause after a failed fetch (doubling in between)."""
 WAKE_RETRY_PAUSE: Final = 1.0
 
 
@@ -121,16 +112,10 @@ class Manager:
         self.ledger = Ledger(settings.concurrency + (settings.prefetch if reliable else 0),
                              settings.concurrency)
         self.counters = Counters()
-        self.budget_spent = False
-        """It stopped because it had fetched ``max_jobs`` jobs (``run`` exits 4 under a
-        supervisor, which then starts a fresh process)."""
         self.tally = Tally()
-        self._flushes = 0
-        self._flusher = f"{self.identity}:{secrets.token_hex(4)}"
-        """Whose flush numbers these are: this run of the process (an identity may be
-        configured, and reused by the next run, whose numbers start at 1 again)."""
-        self._unconfirmed: StatsFlush | None = None
-        """A stats flush not known to be applied: sent again, as it is, next time."""
+        self.streaks = LoopStreaks()
+        self.stats = StatsFlusher(store, self.identity, self.counters, self.tally,
+                                  self.streaks.stats)
         self.hooks = HookRunner(hooks) if hooks else None
         self.metrics = process_metrics(settings, self.vitals, registry.keys())
         # The run metrics' tally is fed by the processor directly (always on, the
@@ -162,7 +147,7 @@ class Manager:
             on_forgotten=self.fence.forgotten_from_thread,
             on_alive=self.fence.alive_from_thread,
         )
-        self.ledger.beats = lambda: self.heartbeat.beats_started
+        self.ledger.follow_beats(lambda: self.heartbeat.beats_started)
         # No judging others dead in a queue's slot until our own beats there have
         # succeeded for orphan_threshold (see Recovery.recover_orphans): after a Redis
         # outage (or a shard's) every stamp there is stale.
@@ -171,49 +156,61 @@ class Manager:
             self.heartbeat.steady_in(queue, threshold)), observers=self.observers)
         self.reconciler = Reconciler(store, self.settler, self.identity,
                                      settings.queue_names, self.ledger)
+        self.shutdown = Shutdown(settings, self.ledger, identity=self.identity, store=store,
+                                 reliable=reliable, settler=self.settler,
+                                 reconciler=self.reconciler, relist=self.fence.relist,
+                                 heartbeat=self.heartbeat, stats=self.stats)
+        self.dispatcher = Dispatcher(settings, self.ledger, self.fetcher, self.settler,
+                                     self.processor, self.shutdown,
+                                     fetch_streak=self.streaks.fetch,
+                                     idle_streak=self.streaks.idle_wait)
         self._upkeep: TaskGroup | None = None
-        self._inbox: asyncio.Queue[Work] = asyncio.Queue()
-        self._idle_scope: anyio.CancelScope | None = None
-        self._stopping = anyio.Event()
-        self._hard = False
-        self._drain_scope: anyio.CancelScope | None = None
-        self._settle_scope: anyio.CancelScope | None = None
-        self._stop_at: float | None = None
-        """``time.monotonic()`` of the first ``stop()``: shutdown_timeout counts from it."""
-        self._finished = anyio.Event()
 
-    @cached_property
-    def streaks(self) -> LoopStreaks:
-        return LoopStreaks()
+    # -- the lifecycle, as hosts see it (``app.Worker``); the phases are ``shutdown.py``'s
 
     @property
     def stopping(self) -> bool:
-        return self._stopping.is_set()
+        return self.shutdown.stopping
 
     @property
     def stopped_hard(self) -> bool:
-        return self._hard
+        return self.shutdown.hard
+
+    @property
+    def budget_spent(self) -> bool:
+        """It stopped because it had fetched ``max_jobs`` jobs (``run`` exits 4 under a
+        supervisor, which then starts a fresh process)."""
+        return self.shutdown.budget_spent
 
     async def wait_stopped(self) -> None:
         """Return once ``run`` has finished (after a stop and the hand-over)."""
-        await self._finished.wait()
+        await self.shutdown.wait_finished()
 
     def stop(self) -> None:
         """Quiet: fetch nothing more; running jobs get ``shutdown_timeout`` to finish."""
-        if self._stop_at is None:
-            self._stop_at = time.monotonic()
-        self._stopping.set()
-        self.ledger.slots.nudge()
-        if self._idle_scope is not None:
-            self._idle_scope.cancel()
+        self.shutdown.stop()
 
     def hard_stop(self) -> None:
         """Stop now: running jobs are cancelled (and given back) without waiting."""
-        self._hard = True
-        self.stop()
-        for scope in (self._drain_scope, self._settle_scope):
-            if scope is not None:
-                scope.cancel()
+        self.shutdown.hard_stop()
+
+    # -- the stats flush's state, as tests/worker/test_run_metrics_flush.py reads it ----
+
+    @property
+    def _flushes(self) -> int:
+        return self.stats.flushes
+
+    @_flushes.setter
+    def _flushes(self, number: int) -> None:
+        self.stats.flushes = number
+
+    @property
+    def _unconfirmed(self) -> StatsFlush | None:
+        return self.stats.unconfirmed
+
+    @_unconfirmed.setter
+    def _unconfirmed(self, flush: StatsFlush | None) -> None:
+        self.stats.unconfirmed = flush
 
     async def _first_beat(self) -> None:
         """The first beat, tried again for up to ``orphan_threshold`` on a lost
@@ -273,7 +270,7 @@ class Manager:
                                       self.settings, self.identity, self.processor.runner)
                 upkeep.start_soon(self.poller.run)
                 upkeep.start_soon(self.cron.run)
-                upkeep.start_soon(self._flush_stats_forever)
+                upkeep.start_soon(self.stats.run)
                 if self.hooks is not None:
                     upkeep.start_soon(self.hooks.run)
                 upkeep.start_soon(self._probe_lag)
@@ -284,25 +281,17 @@ class Manager:
                     # N long-lived processors, fed through an in-memory inbox: no task
                     # to create per job (a measurable share of a no-op job's cost).
                     for _ in range(self.settings.concurrency):
-                        jobs.start_soon(self._processor_loop)
+                        jobs.start_soon(self.dispatcher.processor_loop)
                     task_status.started()
-                    await self._dispatch(jobs)
-                    await self._drain()
+                    await self.dispatcher.run(jobs)
+                    await self.shutdown.drain_jobs()
                     jobs.cancel_scope.cancel()
-                if self.hooks is not None and not self._hard:
-                    # The failures of the last jobs reach their hooks (a hard stop
-                    # cancels the wait, as it does the jobs').
-                    with anyio.CancelScope() as self._drain_scope:
-                        await self.hooks.drain(self._time_left(HOOK_DRAIN))
+                if self.hooks is not None:
+                    await self.shutdown.drain_hooks(self.hooks)
                 upkeep.cancel_scope.cancel()
         finally:
             self._upkeep = None
-            await self._settle_before_leaving()
-            with anyio.move_on_after(HANDOVER_TIMEOUT, shield=True):
-                await self._hand_over()
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._retire)
-            self._finished.set()
+            await self.shutdown.leave()
             log.info("worker %s stopped", self.identity)
 
     async def _register_limiters(self) -> None:
@@ -313,115 +302,6 @@ class Manager:
             await limits.register(self.store, self.limiters, self.identity)
         except Unavailable as exc:
             log.warning("couldn't register the limiters: %s", why(exc))
-
-    def _budget(self) -> int:
-        """``max_jobs`` (``run --max-jobs``): how many more jobs to fetch now."""
-        assert self.settings.max_jobs is not None
-        return min(self.ledger.slots.free, self.settings.max_jobs - self.ledger.admitted)
-
-    async def _stop_when_done(self) -> None:
-        """``max_jobs`` reached: stop once what was fetched has run (a stop now would
-        give it back), for a fresh process to take over."""
-        log.info("fetched %d jobs (max_jobs): stopping once they are done",
-                 self.ledger.admitted)
-        self.budget_spent = True
-        slots = self.ledger.slots
-        while not slots.idle and not self.stopping:
-            await slots.fresh_nudge().wait()
-        self.stop()
-
-    async def _dispatch(self, jobs: TaskGroup) -> None:
-        """Fetch while slots are free, hand each job to a processor; return once stopping."""
-        ledger, slots = self.ledger, self.ledger.slots
-        pause = FETCH_ERROR_PAUSE[0]
-        while not self.stopping:
-            nudge = slots.fresh_nudge()
-            if slots.free == 0 or ledger.backpressure:
-                with anyio.move_on_after(self.settings.idle_fetch_interval):
-                    await nudge.wait()
-                continue
-            want = slots.free if self.settings.max_jobs is None else self._budget()
-            if want <= 0:
-                await self._stop_when_done()
-                break
-            try:
-                ledger.fetching = True
-                works = await self.fetcher.fetch(want)
-            except Exception as exc:
-                # The reply may be lost after the script ran: its jobs are then on our
-                # list with nobody running them; reconcile requeues such strays. Not
-                # "fetching" during the pause (see ``Ledger.fetching``). Anything else
-                # than Redis away is a bug, shown with its traceback; the loop still
-                # goes on (a worker that stopped fetching would keep its slots idle).
-                ledger.fetching = False
-                self.streaks.fetch.failed(exc, trace=not isinstance(exc, Unavailable))
-                with anyio.move_on_after(pause):
-                    await self._stopping.wait()
-                pause = min(pause * 2, FETCH_ERROR_PAUSE[1])
-                continue
-            finally:
-                ledger.fetching = False
-            self.streaks.fetch.succeeded()
-            pause = FETCH_ERROR_PAUSE[0]
-            if not works:
-                works = await self._wait_idle(nudge)
-                if not works:
-                    continue
-            for work in works:
-                if self.stopping:  # fetched while stopping: it never started
-                    jobs.start_soon(self.settler.settle, work, GiveBack())
-                    continue
-                ledger.admit(work)
-                self._inbox.put_nowait(work)
-
-    async def _wait_idle(self, nudge: anyio.Event) -> list[Work]:
-        """Nothing was queued: wait for work, until ``stop()`` cancels the wait."""
-        works: list[Work] = []
-        try:
-            with anyio.CancelScope() as self._idle_scope:
-                if not self.stopping:
-                    works = await self.fetcher.wait(nudge, self.settings.idle_fetch_interval)
-        except Exception as exc:  # as for a fetch: Redis away, or a bug shown once
-            self.streaks.idle_wait.failed(exc, trace=not isinstance(exc, Unavailable))
-            with anyio.move_on_after(FETCH_ERROR_PAUSE[1]):
-                await self._stopping.wait()
-        else:
-            self.streaks.idle_wait.succeeded()
-        finally:
-            self._idle_scope = None
-        return works
-
-    async def _processor_loop(self) -> None:
-        """One processor slot: take the next fetched job, run it, settle it, repeat."""
-        inbox = self._inbox
-        process = self.processor.process
-        while True:
-            work = await inbox.get()
-            if self.stopping:  # quiet: a job that has not started is not started now
-                self.ledger.finish(work)
-                with anyio.CancelScope(shield=True):
-                    await self.settler.settle(work, GiveBack())
-                self.ledger.slots.release()
-                continue
-            await process(work)
-
-    def _time_left(self, cap: float) -> float:
-        """Seconds left of ``shutdown_timeout`` since the stop, at most ``cap``."""
-        now = time.monotonic()
-        deadline = (self._stop_at or now) + self.settings.shutdown_timeout
-        return max(0.0, min(cap, deadline - now))
-
-    async def _drain(self) -> None:
-        if self._hard:
-            return
-        slots = self.ledger.slots
-        with anyio.move_on_after(self.settings.shutdown_timeout) as scope:
-            self._drain_scope = scope
-            while not slots.idle:
-                await slots.fresh_nudge().wait()
-        if not slots.idle:
-            log.warning("shutdown: cancelling %d job(s) still running after %.0fs",
-                        slots.total - slots.free, self.settings.shutdown_timeout)
 
     async def _listen_for_wake_ups(self, *, task_status: TaskStatus[None]) -> None:
         """Each enqueue publishes a wake-up: an idle worker fetches within a round trip."""
@@ -465,72 +345,7 @@ class Manager:
             "version": __version__,
         }
 
-    async def _flush_stats_forever(self) -> None:
-        while True:
-            await anyio.sleep(STATS_FLUSH_INTERVAL)
-            await self._flush_stats()
-
     def vitals(self) -> Vitals:
         """This process's gauges, right now (safe from a metrics server's thread)."""
         return Vitals(busy=self.ledger.busy, concurrency=self.settings.concurrency,
                       pending=len(self.ledger.pending), loop_lag=self.lag.latest)
-
-    async def _flush_stats(self) -> None:
-        """Send the counts and run metrics gathered since the last flush. A flush that
-        fails (or is cancelled: the shutdown's hand-over flushes again) is kept and sent
-        again as it was, under its number, before anything newer: Redis applies each
-        number once (``add_stats.lua``), so a lost reply never counts twice."""
-        flush = self._unconfirmed
-        if flush is None:
-            counters = self.counters
-            processed, failed = counters.processed, counters.failed
-            if not processed and not failed and not self.tally:
-                return
-            self._flushes += 1
-            flush = self._unconfirmed = StatsFlush(self._flushes, processed, failed,
-                                                   self.tally.take())
-            counters.processed -= processed
-            counters.failed -= failed
-        try:
-            await self.store.flush_stats(self._flusher, flush)
-        except Exception as exc:  # kept for the next flush (a bug: shown once, traced)
-            self.streaks.stats.failed(exc, trace=not isinstance(exc, Unavailable))
-            return
-        self._unconfirmed = None
-        self.streaks.stats.succeeded()
-
-    async def _settle_before_leaving(self) -> None:
-        """Jobs that ran but are not settled in Redis (it is down) get what is left of
-        ``shutdown_timeout`` to settle (``handover.settle_pending_until``), shielded: a
-        second signal (``hard_stop``) ends it."""
-        if not self.fetcher.reliable or not self.ledger.pending or self._hard:
-            return
-        deadline = (self._stop_at or time.monotonic()) + self.settings.shutdown_timeout
-        with anyio.CancelScope(shield=True) as self._settle_scope:
-            await handover.settle_pending_until(self.reconciler, self.ledger, deadline,
-                                                self.fence.relist)
-        self._settle_scope = None
-
-    async def _hand_over(self) -> None:
-        """Shutdown: settle what can be settled, hand over what ran and failed, requeue
-        what never finished (see ``handover.py``)."""
-        await self._flush_stats()
-        if self._unconfirmed is None:  # that was an older flush sent again: now the rest
-            await self._flush_stats()
-        if self.fetcher.reliable:
-            with anyio.move_on_after(HANDOVER_TIMEOUT / 2):
-                await handover.relist_if_wanted(self.ledger, self.fence.relist)
-                await self.reconciler.settle_pending()  # a last try: Redis may be back
-            await handover.hand_over(self.store, self.settler, self.ledger, self.identity,
-                                     self.settings.queue_names)
-
-    def _retire(self) -> None:
-        """Stop beating; leave the registries if nothing is left in progress."""
-        self.heartbeat.stop()
-        try:
-            self.heartbeat.writer.retire()
-        except Exception as exc:
-            log.warning("couldn't deregister %s (%s): it will be found dead and forgotten",
-                        self.identity, why(exc))
-        finally:
-            self.heartbeat.writer.close()

@@ -41,7 +41,7 @@ class Reconciler:
                 await self.settler.apply(Work(self.ledger.queue_of(raw), raw), disposition)
             except Unavailable as exc:
                 if maybe_ran(exc):  # a lost reply, or NotDurable (it ran): a 0 from the
-                    self.ledger.unsure.add(raw)  # next try is then no sign of a lost list
+                    self.ledger.reply_lost(raw)  # next try is then no sign of a lost list
                 log.debug("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
                 return exc
             self.ledger.settled(raw)

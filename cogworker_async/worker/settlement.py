@@ -6,16 +6,17 @@ ledger's ``pending`` (``raw -> Ack | Filing | GiveBack``) and never mistaken for
 to run again: on shutdown a pending ack is dropped from the in-progress list (that is
 its ack).
 
-An ack needs no list entry: it is marked ``needless`` in the ledger the moment it is
-decided, before its script is sent, so that a relist never lists it again.
+An ack needs no list entry: the ledger is told (``acked``: marked ``needless``) the
+moment it is decided, before its script is sent, so that a relist never lists it again.
 
 A Filing or a GiveBack needs its job on the list (its script finds it there by exact
 bytes, and returns 0 when it is not). What a 0 means:
-- after an attempt of this settle whose reply was lost (``ledger.unsure``: it may have
-  run) — settled by that attempt, unless Redis lost the keys meanwhile (a restart cuts
-  connections, so a lost reply and a lost list often come together): the outcome waits
-  in ``ledger.doubtful`` for the next beat begun after it; ALIVE settles the doubt,
-  FORGOTTEN puts the outcome back in ``pending`` to be relisted and settled;
+- after an attempt of this settle whose reply was lost (``ledger.reply_lost``: it is
+  ``unsure``, it may have run) — settled by that attempt, unless Redis lost the keys
+  meanwhile (a restart cuts connections, so a lost reply and a lost list often come
+  together): the outcome waits in ``ledger.doubtful`` for the next beat begun after it;
+  ALIVE settles the doubt, FORGOTTEN puts the outcome back in ``pending`` to be
+  relisted and settled;
 - for a job fencing found recovered elsewhere (``ledger.disowned``) — dropped: not ours;
 - otherwise (a first attempt, or after a failure that certainly sent nothing: refused
   by Redis, or a connection that could not even be made) — the job is not listed
@@ -92,7 +93,7 @@ class Settler:
         """Apply ``disposition``; never raises (a settle must not stop the worker).
         ``fallback``: this is already the simplest entry, filed after a failure."""
         if isinstance(disposition, Ack):
-            self.ledger.needless.add(work.raw)  # before its script: never relisted
+            self.ledger.acked(work.raw)  # before its script: never relisted
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 if isinstance(disposition, Ack) and self.reliable:
@@ -108,7 +109,7 @@ class Settler:
                 return
             except Unavailable as exc:
                 if maybe_ran(exc):
-                    self.ledger.unsure.add(work.raw)
+                    self.ledger.reply_lost(work.raw)
                 if attempt == ATTEMPTS:
                     self._remember(work, disposition, exc)
                     return
@@ -162,17 +163,17 @@ class Settler:
         ledger, raw = self.ledger, work.raw
         try:
             await ledger.settle_turn()
-            ledger.settling.add(raw)
+            ledger.settle_began(raw)
             done = await script
         finally:
             script.close()  # never awaited if cancelled while waiting its turn
-            ledger.settling.discard(raw)
+            ledger.settle_ended(raw)
         if not done and raw not in ledger.disowned:
             if raw not in ledger.unsure:
                 ledger.want_relist()
                 raise NotListed(f"jid={job.jid_of(raw)} is not on the in-progress list")
             ledger.doubt(raw, disposition, work.queue or ledger.queue_of(raw))
-        ledger.needless.add(raw)  # off the list: a relist must not put it back
+        ledger.left_list(raw)  # off the list: a relist must not put it back
 
     @staticmethod
     def _encoded(work: Work, disposition: Filing) -> tuple[SetName, bytes, float]:

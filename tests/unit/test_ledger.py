@@ -200,7 +200,7 @@ def test_an_ack_is_never_relisted_from_its_decision_on() -> None:
     ledger = Ledger(slots=2, concurrency=2)
     acked, pending_ack = work(1), work(2)
     ledger.admit(acked)
-    ledger.needless.add(acked.raw)  # what Settler.settle does before sending the ack
+    ledger.acked(acked.raw)  # what Settler.settle does before sending the ack
     ledger.remember(pending_ack.raw, Ack())
     assert ledger.in_flight() == set()
     ledger.finish(acked)
@@ -214,10 +214,10 @@ def test_filings_and_give_backs_are_relisted_until_settled_but_not_while_settlin
         ledger.admit(w)
     ledger.remember(given.raw, GiveBack(), queue="q")
     assert ledger.in_flight() == {running.raw, filed.raw, given.raw}
-    ledger.settling.add(filed.raw)
+    ledger.settle_began(filed.raw)
     assert ledger.in_flight() == {running.raw, given.raw}
-    ledger.settling.discard(filed.raw)
-    ledger.needless.add(filed.raw)  # its script returned 1: off the list
+    ledger.settle_ended(filed.raw)
+    ledger.left_list(filed.raw)  # its script returned 1: off the list
     assert ledger.in_flight() == {running.raw, given.raw}
     ledger.settled(given.raw)
     assert ledger.queues == {}
@@ -228,7 +228,7 @@ def test_unsure_and_disowned_jobs_are_never_relisted() -> None:
     unsure, disowned = work(1), work(2)
     ledger.admit(unsure)
     ledger.admit(disowned)
-    ledger.unsure.add(unsure.raw)
+    ledger.reply_lost(unsure.raw)
     ledger.disown([disowned.raw])
     assert ledger.in_flight() == set()
     ledger.finish(unsure)
@@ -241,7 +241,7 @@ def test_an_in_flight_job_missing_on_two_passes_in_a_row_asks_for_a_relist() -> 
     """A lost FORGOTTEN reply: nobody else would ever relist it."""
     asked: list[bool] = []
     ledger = Ledger(slots=1, concurrency=1)
-    ledger.on_relist = lambda: asked.append(True)
+    ledger.on_relist_wanted(lambda: asked.append(True))
     running = work(1)
     ledger.admit(running)
     assert ledger.strays([]) == set()
@@ -254,7 +254,7 @@ def test_an_in_flight_job_missing_on_two_passes_in_a_row_asks_for_a_relist() -> 
 def test_a_job_admitted_after_the_list_was_read_asks_for_no_relist() -> None:
     asked: list[bool] = []
     ledger = Ledger(slots=1, concurrency=1)
-    ledger.on_relist = lambda: asked.append(True)
+    ledger.on_relist_wanted(lambda: asked.append(True))
     fetched = work(1)
     ledger.admit(fetched)
     assert ledger.strays([]) == set()  # read before its fetch put it there

@@ -69,7 +69,7 @@ async def test_nothing_is_requeued_while_a_fetch_is_in_flight(store: Store,
     fetched = raw_job(1)
     await put_in_progress(store, fetched)
     passes = reconciler(store, ledger)
-    ledger.fetching = True
+    ledger.fetch_began()
     assert [await passes.reconcile() for _ in range(3)] == [None, None, None]
     assert await listed(store) == [fetched]
 
@@ -86,10 +86,10 @@ async def test_a_pass_that_asked_redis_nothing_does_not_end_an_outage(
         return UNTRIED if await passes.reconcile() is None else None
 
     assert not await attempt(lambda: step(reconciler(unreachable, ledger)), streak)
-    ledger.fetching = True
+    ledger.fetch_began()
     assert await attempt(lambda: step(reconciler(unreachable, ledger)), streak)
     assert streak.failing
-    ledger.fetching = False
+    ledger.fetch_ended()
     assert not await attempt(lambda: step(reconciler(unreachable, ledger)), streak)
     assert await attempt(lambda: step(reconciler(store, ledger)), streak)
     lines = [r.getMessage() for r in caplog.records if getattr(r, "streak", None)]
