@@ -32,11 +32,6 @@ OWNERS: Final[dict[str, tuple[str, ...]]] = {
     "starlette": ("cogworker_async.cli", "cogworker_async.web"),
     "jinja2": ("cogworker_async.cli", "cogworker_async.web"),
 }
-# What issue 26 has still to bring under the rules, named so that nothing new joins it;
-# each entry goes when its module is split or its import moves (the list only shrinks).
-STILL_LONG: Final[frozenset[str]] = frozenset()
-STILL_STRAY: Final[frozenset[tuple[str, str]]] = frozenset()
-STILL_CYCLES: Final[tuple[frozenset[str], ...]] = ()
 CORE: Final = ("cogworker_async.worker", "cogworker_async.client", "cogworker_async.redis")
 TOOLS: Final = ("cogworker_async.web", "cogworker_async.cli", "cogworker_async.admin")
 
@@ -127,8 +122,7 @@ def test_the_walk_sees_the_package() -> None:
 
 
 def test_no_import_cycles() -> None:
-    found = [component for component in cycles()
-             if not any(set(component) <= known for known in STILL_CYCLES)]
+    found = cycles()
     described = ["\n".join(f"  {a} -> {b}" for a in component
                            for b in sorted(graph()[a] & set(component)))
                  for component in found]
@@ -137,29 +131,15 @@ def test_no_import_cycles() -> None:
 
 def test_no_module_over_the_limit() -> None:
     long = {name: lines for name, path in modules().items()
-            if (lines := len(path.read_text().splitlines())) > MAX_LINES
-            and name not in STILL_LONG}
+            if (lines := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
 def test_third_party_libraries_stay_in_their_packages() -> None:
     strays = sorted(
         (name, target) for name, targets in graph().items() for target in targets
-        if (library := target.split(".")[0]) in OWNERS and not _within(name, OWNERS[library])
-        and (name, target) not in STILL_STRAY)
+        if (library := target.split(".")[0]) in OWNERS and not _within(name, OWNERS[library]))
     assert not strays, f"imported outside their packages: {strays}"
-
-
-def test_the_exceptions_still_exist() -> None:
-    """An exception that no longer applies is taken off its list, so it cannot hide a
-    regression later."""
-    lines = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
-    assert {name for name in STILL_LONG if lines.get(name, 0) > MAX_LINES} == STILL_LONG
-    strays = {(name, target) for name, targets in graph().items() for target in targets}
-    assert STILL_STRAY <= strays
-    found = [set(component) for component in cycles()]
-    for known in STILL_CYCLES:
-        assert any(component & known for component in found), sorted(known)
 
 
 def test_the_core_never_imports_the_tools() -> None:
