@@ -59,9 +59,10 @@ class FakeWorker:
         self._report: RunReport | None = None
         self._settled: Disposition | None = None
         self._entry: Entry | None = None
-        store = cast(Store, memory)
+        store = cast(Store, memory)  # JobLocks, Canceller, Runner take a Store
+        self.ledger = Ledger(1, 1)
         self.processor = Processor(
-            registry, settings, cast(Settler, self), Counters(), Ledger(1, 1), store=store,
+            registry, settings, self, Counters(), self.ledger, store=store,
             middleware=middleware, observers=Observers([self]),
             canceller=Canceller(store, IDENTITY, settings.queue_names))
 
@@ -70,7 +71,7 @@ class FakeWorker:
         reported it (None: not run, e.g. its periodic predecessor still runs)."""
         work = Work(entry.queue, entry.raw)
         self._report, self._settled, self._entry = None, None, entry
-        self.processor.ledger.admit(work)
+        self.ledger.admit(work)
         await self.processor.process(work)
         report, settled = self._report, self._settled
         if report is None or settled is None:

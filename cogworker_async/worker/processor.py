@@ -1,9 +1,11 @@
-"""Processor: runs one fetched job — decode, look up, call, decide — then settles it.
+"""Processor: runs one fetched job — read, admit, call, decide — then settles it.
 
-The disposition is fixed the moment the job returns (``Attempt.ran``): whatever fails
-after that (a bug in the bookkeeping, a logging error) can no longer turn a job that ran
-into a give-back, which would run it a second time. Only a job that never started, or
-was cancelled while running at shutdown, is given back.
+Each attempt comes to one ``Verdict``: a gate's (``admission.py``: the job is not run),
+or its run's; ``_decide`` fixes it on the attempt, ``_settle`` settles it (the one place
+a job's disposition is applied). The verdict is fixed the moment the job returns
+(``Attempt.ran``): whatever fails after that (a bug in the bookkeeping, a logging error)
+can no longer turn a job that ran into a give-back, which would run it a second time.
+Only a job that never started, or was cancelled while running at shutdown, is given back.
 """
 
 from __future__ import annotations
@@ -11,22 +13,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import TYPE_CHECKING, Final
 
 import anyio
 
 from cogworker_async import job
 from cogworker_async.context import JobContext, RunControl
 from cogworker_async.definition import JobDefinition
-from cogworker_async.errors import (
-    InvalidArguments,
-    OverLimit,
-    ResultNotJSON,
-    Retry,
-    UnknownJob,
-    UnparseablePayload,
-)
+from cogworker_async.errors import OverLimit, ResultNotJSON, Retry
 from cogworker_async.limiter import RUNNER, Runner
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.redis.store import Store
@@ -35,11 +31,12 @@ from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings
 from cogworker_async.status import Ended
 from cogworker_async.tracing import TraceOptions
-from cogworker_async.worker import outcome
+from cogworker_async.worker import admission, outcome
+from cogworker_async.worker.admission import Admission, Note, Ticket, Verdict
+from cogworker_async.worker.admission import fields as _fields
 from cogworker_async.worker.canceller import Canceller
 from cogworker_async.worker.execute import Counters, Executor, Leftover
 from cogworker_async.worker.fetch import Work
-from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.locks import JobLocks
 from cogworker_async.worker.observers import (
     NOT_FAILED,
@@ -49,17 +46,27 @@ from cogworker_async.worker.observers import (
     RunReport,
     outcome_of,
 )
-from cogworker_async.worker.outcome import (
-    ACK,
-    Ack,
-    Disposition,
-    Filing,
-    GiveBack,
-    RetryPolicy,
+from cogworker_async.worker.outcome import ACK, Ack, Disposition, Filing, GiveBack, RetryPolicy
+from cogworker_async.worker.ports import (
+    Cancels,
+    InFlight,
+    RunLocks,
+    RunObservers,
+    RunTally,
+    Settlement,
 )
-from cogworker_async.worker.settlement import Settler
+
+if TYPE_CHECKING:  # the worker's own parts fit the ports (mypy checks it; nothing runs)
+    from cogworker_async.worker.ledger import Ledger
+    from cogworker_async.worker.settlement import Settler
+
+    def _fit(settler: Settler, ledger: Ledger) -> tuple[Settlement, InFlight]:
+        return settler, ledger
 
 log = logging.getLogger(__name__)
+
+SUCCEEDED: Final = Verdict(ACK)
+"""The verdict of a run that succeeded and keeps no result (every job's: made once)."""
 
 
 @dataclass(slots=True)
@@ -68,33 +75,28 @@ class Attempt:
 
     work: Work
     ran: bool = False
+    """Decided (by a gate, or its run): from then on never given back."""
     error: BaseException | None = None
-    disposition: Disposition | None = None
+    verdict: Verdict | None = None
+    """What it came to, once decided (``Processor._decide``), with its disposition."""
     payload: job.Payload | None = None
+    """Set once its locks are settled with it (it may start, or it expired)."""
     leftover: Leftover = field(default_factory=Leftover)
     started: float = field(default_factory=time.monotonic)
     decoded: job.Payload | None = None
     """The payload as read (``payload`` is set only once the run may start)."""
     definition: JobDefinition | None = None
-    skipped: bool = False
-    """Not run: another run holds its lock (``JobLocks``); acked, not reported."""
-    discarded: bool = False
-    """Failed with one of its ``discard_on`` exceptions."""
-    expired: bool = False
-    """Not run: past its deadline (``expires_at``)."""
-    limited: bool = False
-    """Refused by a limiter (``OverLimit``) and rescheduled: not a failure."""
     scope: anyio.CancelScope | None = None
     control: RunControl | None = None
     """Shared with the canceller while it runs (a cancel asked for it, its progress)."""
 
+    @property
+    def disposition(self) -> Disposition | None:
+        return None if self.verdict is None else self.verdict.disposition
+
     def cancelled(self) -> Ack | None:
         """The ack of a run cancelled at someone's request (``jobs.cancel``), or None."""
-        control = self.control
-        if control is None or not control.cancel_requested:
-            return None
-        keep = None if self.payload is None else job.number(self.payload, "keep_result")
-        return Ack(Ended("cancelled", keep=keep))
+        return admission.cancelled(self.control, self.payload)
 
     def fallback(self) -> Disposition:
         """What to do if deciding failed: after a run, never a give-back."""
@@ -105,26 +107,20 @@ class Attempt:
         return outcome.interrupt(self.work.raw, self.error, now=time.time())
 
 
-def _fields(payload: job.Payload, name: str, queue: str) -> dict[str, object]:
-    """A job's log fields (``logs.JOB_FIELDS``) for a line about it logged outside its run."""
-    return {"jid": payload["jid"], "job": name, "queue": queue,
-            "attempt": attempt_of(payload)}
-
-
 class Processor:
     def __init__(
         self,
         registry: Mapping[str, JobDefinition],
         settings: Settings,
-        settler: Settler,
+        settler: Settlement,
         counters: Counters,
-        ledger: Ledger,
+        ledger: InFlight,
         *,
         store: Store,
         middleware: Sequence[ServerMiddleware] = (),
-        observers: Observers | None = None,
-        tally: Tally | None = None,
-        canceller: Canceller | None = None,
+        observers: RunObservers | None = None,
+        tally: RunTally | None = None,
+        canceller: Cancels | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
@@ -132,10 +128,12 @@ class Processor:
         self.counters = counters
         self.ledger = ledger
         self.policy = RetryPolicy(settings.retry_base_delay, settings.retry_max_delay)
-        self.locks = JobLocks(store)
-        self.observers = observers if observers is not None else Observers()
-        self.tally = tally if tally is not None else Tally()
-        self.canceller = canceller if canceller is not None else Canceller(
+        self.locks: RunLocks = JobLocks(store)
+        self.gates = Admission.standard(self.policy, self.locks)
+        """The gates a job passes before its run, in order (``admission.py``)."""
+        self.observers: RunObservers = observers if observers is not None else Observers()
+        self.tally: RunTally = tally if tally is not None else Tally()
+        self.canceller: Cancels = canceller if canceller is not None else Canceller(
             store, settings.identity or "", settings.queue_names)
         self.tracked = settings.tracked
         self.runner = Runner(store, self.canceller.identity)
@@ -167,19 +165,37 @@ class Processor:
                 await self._hold_slot_for(thread_done)
             ledger.slots.release()
 
+    def _decide(self, attempt: Attempt, verdict: Verdict) -> None:
+        """Fix the attempt's verdict (settled by ``_settle``); count it, say it."""
+        if verdict.disposition is None:  # dead with its error (a gate's): filed now
+            payload, error = attempt.decoded, verdict.error
+            if payload is None or error is None:  # a bug: the fallback files the job
+                raise RuntimeError("a dead verdict needs the job's payload and error")
+            filed = self._filing(payload, None, error, terminal=True)
+            verdict = replace(verdict, disposition=filed,
+                              note=self._failure_note(attempt, payload, error, filed))
+        attempt.verdict = verdict
+        counters = self.counters
+        counters.processed += verdict.processed
+        counters.failed += verdict.failed
+        note = verdict.note
+        if note is not None:
+            log.log(note.level, note.message, *note.args, extra=note.extra)
+
     async def _settle(self, attempt: Attempt) -> None:
-        if attempt.disposition is None:
+        if attempt.verdict is None:
             cancelled = attempt.cancelled()  # its scope was cancelled for it: no give-back
             if cancelled is not None:
-                attempt.ran, attempt.disposition = True, cancelled
-                log.info("cancelled: jid=%s", attempt.work.jid)
+                attempt.ran = True
+                self._decide(attempt, Verdict(cancelled, note=Note(
+                    logging.INFO, "cancelled: jid=%s", (attempt.work.jid,))))
         try:
             disposition = attempt.disposition or attempt.fallback()
         except Exception:  # deciding failed: the fallback's own fallback
             log.exception("jid=%s: deciding its outcome failed", job.jid_of(attempt.work.raw))
             disposition = outcome.interrupt(attempt.work.raw, RuntimeError("bookkeeping failed"),
                                             now=time.time())
-        if attempt.ran and not attempt.skipped:
+        if attempt.ran and (attempt.verdict is None or attempt.verdict.reported):
             self._report(attempt, disposition)
         await self.settler.settle(attempt.work, disposition)
         if attempt.payload is not None:
@@ -191,8 +207,12 @@ class Processor:
         no observer, no report is built: the run metrics alone cost a tally entry
         (``benchmarks/``: a report per job was a measurable share of a no-op job)."""
         try:
-            result = outcome_of(disposition, discarded=attempt.discarded,
-                                expired=attempt.expired, limited=attempt.limited)
+            verdict = attempt.verdict
+            limited = verdict is not None and verdict.limited
+            result = outcome_of(disposition,
+                                discarded=verdict is not None and verdict.discarded,
+                                expired=verdict is not None and verdict.expired,
+                                limited=limited)
             if result is None:
                 return
             payload, definition = attempt.decoded, attempt.definition
@@ -207,7 +227,7 @@ class Processor:
             if not self.observers:
                 return
             # A limited run is no failure: the failure hooks do not hear of it.
-            work, error = attempt.work, None if attempt.limited else attempt.error
+            work, error = attempt.work, None if limited else attempt.error
             report = RunReport(
                 name=name, queue=work.queue, jid=work.jid, outcome=result,
                 duration=duration, ended_at=ended_at,
@@ -242,71 +262,57 @@ class Processor:
         await thread_done.wait()
 
     async def _attempt(self, attempt: Attempt) -> None:
+        """Read the job and pass it through the gates; run it if none gives a verdict."""
         work = attempt.work
-        try:
-            payload = job.decode(work.raw, self.settings.max_payload_bytes)
-        except UnparseablePayload as exc:
-            log.error("unreadable job on queue %r moved to dead: %s", work.queue, exc)
-            attempt.ran = True
-            attempt.disposition = outcome.unparseable(work.raw, queue=work.queue,
-                                                      reason=str(exc), now=time.time())
-            self.counters.processed += 1
-            self.counters.failed += 1
+        found = admission.read(work, self.settings.max_payload_bytes)
+        if isinstance(found, Verdict):
+            await self._refuse(attempt, found)
             return
+        payload = found
         work.jid = payload["jid"]
         attempt.decoded = payload
         definition = attempt.definition = self.registry.get(payload["class"])
-        problem = self._check(definition, payload)
-        if problem is not None or definition is None:
-            attempt.ran = True
-            attempt.error = problem
-            self.counters.processed += 1
-            self.counters.failed += 1
-            self._failed(attempt, payload, None, problem or UnknownJob(), terminal=True)
-            return
-        dropped = outcome.expired(payload, now=time.time(), policy=self.policy)
-        if dropped is not None:
-            self._expired(attempt, payload, dropped)
-            await self.locks.never_started(payload)
-            return
-        if not await self.locks.before_run(payload):
-            # skipped: never overlaps
-            attempt.ran, attempt.skipped, attempt.disposition = True, True, ACK
+        ticket = Ticket(work.queue, payload, definition)
+        verdict = await self.gates.before(ticket)
+        if verdict is not None or definition is None:  # (no definition: Unregistered's)
+            await self._refuse(attempt, verdict or admission.unregistered(payload))
             return
         attempt.payload = payload
-        await self._run(attempt, definition, payload)
+        await self._run(attempt, ticket, definition, payload)
 
-    async def _run(self, attempt: Attempt, definition: JobDefinition,
+    async def _refuse(self, attempt: Attempt, verdict: Verdict) -> None:
+        """A gate's verdict: the job is not run, and gets that instead."""
+        attempt.ran = True
+        if verdict.error is not None:
+            attempt.error = verdict.error
+        if verdict.locks:
+            attempt.payload = attempt.decoded
+        self._decide(attempt, verdict)
+        if verdict.unstarted and attempt.decoded is not None:
+            await self.locks.never_started(attempt.decoded)
+
+    async def _run(self, attempt: Attempt, ticket: Ticket, definition: JobDefinition,
                    payload: job.Payload) -> None:
         """Run a job that may run; decide what it came to."""
         work = attempt.work
         canceller = self.canceller
         control = None
         if self.tracked:  # without records there are no cancels and no progress to write
-            control = attempt.control = RunControl(
+            control = attempt.control = ticket.control = RunControl(
                 work.queue, payload["jid"],
                 stop=attempt.scope.cancel if definition.is_async and attempt.scope else None)
             canceller.start(control)
         running = RUNNER.set(self.runner)
         try:
-            if control is not None and control.cancel_requested:  # never started
-                attempt.ran, attempt.disposition = True, attempt.cancelled()
-                log.info("cancelled before it started: jid=%s", payload["jid"])
+            verdict = await self.gates.starting(ticket)
+            if verdict is not None:  # never started
+                await self._refuse(attempt, verdict)
                 return
             await self.executor.run(definition, payload, work.queue, attempt.leftover,
                                     control)
         except (Exception, SystemExit) as exc:  # the job failed; the worker goes on
             attempt.ran, attempt.error = True, exc
-            cancelled = attempt.cancelled()
-            if cancelled is not None:  # it stopped itself (a plain function), or was told
-                attempt.disposition = cancelled
-                log.info("cancelled: %s jid=%s (%s)", definition.name, payload["jid"],
-                         type(exc).__name__)
-                return
-            if isinstance(exc, OverLimit) and self._limited(attempt, payload, exc):
-                return
-            attempt.discarded = isinstance(exc, definition.discard_on)
-            self._failed(attempt, payload, definition, exc, terminal=attempt.discarded)
+            self._decide(attempt, self._failure(attempt, definition, payload, exc))
             return
         finally:
             RUNNER.reset(running)
@@ -314,84 +320,76 @@ class Processor:
                 canceller.finish(control)
         attempt.ran = True
         keep = job.number(payload, "keep_result")
-        if keep is None:
-            attempt.disposition = ACK
-        elif not self._kept(attempt, definition, payload, keep):
-            return
-        if log.isEnabledFor(logging.INFO):
+        verdict = SUCCEEDED if keep is None else self._kept(attempt, definition, payload, keep)
+        self._decide(attempt, verdict)
+        if verdict.error is None and log.isEnabledFor(logging.INFO):
             # Logged after the run, outside its context: the job's fields by hand.
             log.info("done: %s jid=%s in %.3fs", definition.name, payload["jid"],
                      time.monotonic() - attempt.started,
                      extra=_fields(payload, definition.name, work.queue))
 
+    def _failure(self, attempt: Attempt, definition: JobDefinition, payload: job.Payload,
+                 error: BaseException) -> Verdict:
+        """What a run that raised ``error`` comes to: cancelled (it stopped itself, or
+        was told), rescheduled (a limiter refused it), or failed (retried, or dead)."""
+        cancelled = attempt.cancelled()
+        if cancelled is not None:
+            return Verdict(cancelled, error=error, note=Note(
+                logging.INFO, "cancelled: %s jid=%s (%s)",
+                (definition.name, payload["jid"], type(error).__name__)))
+        if isinstance(error, OverLimit):
+            limited = self._limited(attempt, payload, error)
+            if limited is not None:
+                return limited
+        discarded = isinstance(error, definition.discard_on)
+        filed = self._filing(payload, definition, error, terminal=discarded)
+        return Verdict(filed, error=error, discarded=discarded,
+                       note=self._failure_note(attempt, payload, error, filed))
+
     def _kept(self, attempt: Attempt, definition: JobDefinition, payload: job.Payload,
-              keep: float) -> bool:
-        """Ack with the result to keep; False if it cannot be kept (filed in dead)."""
+              keep: float) -> Verdict:
+        """Ack with the result to keep; dead if it cannot be kept."""
         try:
             result = job.encode_result(attempt.leftover.result, self.settings.max_payload_bytes)
         except (TypeError, ValueError) as exc:  # it did its work: dead, never run again
-            attempt.error = ResultNotJSON(f"{definition.name} returned a result that "
-                                          f"cannot be kept: {exc}")
-            self._failed(attempt, payload, definition, attempt.error, terminal=True)
-            return False
-        attempt.disposition = Ack(Ended(result=result, keep=keep))
-        return True
+            error = attempt.error = ResultNotJSON(f"{definition.name} returned a result that "
+                                                  f"cannot be kept: {exc}")
+            filed = self._filing(payload, definition, error, terminal=True)
+            return Verdict(filed, error=error,
+                           note=self._failure_note(attempt, payload, error, filed))
+        return Verdict(Ack(Ended(result=result, keep=keep)))
 
-    def _check(self, definition: JobDefinition | None, payload: job.Payload) -> Exception | None:
-        if definition is None:
-            return UnknownJob(f"no job registered as {payload['class']!r}")
-        try:
-            definition.check_arguments(payload["args"], payload["kwargs"])
-        except TypeError as exc:
-            return InvalidArguments(str(exc))
-        return None
-
-    def _expired(self, attempt: Attempt, payload: job.Payload, dropped: Disposition) -> None:
-        """Not started by its deadline: not run, counted and said once (and its unique
-        lock released after the settle, as for a run: ``attempt.payload``)."""
-        attempt.ran = attempt.expired = True
-        attempt.payload, attempt.disposition = payload, dropped
-        self.counters.processed += 1
-        log.warning("expired: %s jid=%s not started by its deadline -> %s",
-                    payload["class"], payload["jid"],
-                    "dead" if isinstance(dropped, Filing) else "dropped",
-                    extra=_fields(payload, str(payload["class"]), attempt.work.queue))
-
-    def _limited(self, attempt: Attempt, payload: job.Payload, error: OverLimit) -> bool:
+    def _limited(self, attempt: Attempt, payload: job.Payload,
+                 error: OverLimit) -> Verdict | None:
         """Reschedule a run a limiter refused, without counting a failure or a retry;
-        False once it was rescheduled ``max_limit_reschedules`` times (it fails then)."""
+        None once it was rescheduled ``max_limit_reschedules`` times (it fails then)."""
         filed = outcome.after_over_limit(payload, error, now=time.time(),
                                          max_reschedules=self.settings.max_limit_reschedules)
         if filed is None:
-            return False
-        attempt.limited, attempt.disposition = True, filed
+            return None
         # The counting middleware saw an exception escape and counted a failure: this
         # run was refused, not failed (the stats' failed count is of failures).
-        self.counters.failed -= 1
-        log.info("over limit: %s jid=%s: %s -> rescheduled in %.1fs (%d of %d)",
-                 payload["class"], payload["jid"], error, filed.delay,
-                 outcome.limited_count(filed.entry), self.settings.max_limit_reschedules,
-                 extra=_fields(payload, str(payload["class"]), attempt.work.queue))
-        return True
+        return Verdict(filed, error=error, limited=True, failed=-1, note=Note(
+            logging.INFO, "over limit: %s jid=%s: %s -> rescheduled in %.1fs (%d of %d)",
+            (payload["class"], payload["jid"], error, filed.delay,
+             outcome.limited_count(filed.entry), self.settings.max_limit_reschedules),
+            _fields(payload, str(payload["class"]), attempt.work.queue)))
 
-    def _failed(
-        self,
-        attempt: Attempt,
-        payload: job.Payload,
-        definition: JobDefinition | None,
-        error: BaseException,
-        *,
-        terminal: bool,
-    ) -> None:
-        filed = outcome.after_failure(payload, error, now=time.time(), policy=self.policy,
-                                      terminal=terminal,
-                                      delay=lambda: self._requested_delay(definition, payload,
-                                                                          error))
-        attempt.disposition = filed
-        log.warning("failed: %s jid=%s: %s: %s -> %s%s", payload["class"], payload["jid"],
-                    type(error).__name__, error, filed.target,
-                    f" in {filed.delay:.1f}s" if filed.target == "retry" else "",
-                    extra=_fields(payload, str(payload["class"]), attempt.work.queue))
+    def _filing(self, payload: job.Payload, definition: JobDefinition | None,
+                error: BaseException, *, terminal: bool) -> Filing:
+        """Where a failed job goes: its retry, or dead (``outcome.after_failure``)."""
+        return outcome.after_failure(payload, error, now=time.time(), policy=self.policy,
+                                     terminal=terminal,
+                                     delay=lambda: self._requested_delay(definition, payload,
+                                                                         error))
+
+    @staticmethod
+    def _failure_note(attempt: Attempt, payload: job.Payload, error: BaseException,
+                      filed: Filing) -> Note:
+        return Note(logging.WARNING, "failed: %s jid=%s: %s: %s -> %s%s",
+                    (payload["class"], payload["jid"], type(error).__name__, error,
+                     filed.target, f" in {filed.delay:.1f}s" if filed.target == "retry" else ""),
+                    _fields(payload, str(payload["class"]), attempt.work.queue))
 
     @staticmethod
     def _requested_delay(definition: JobDefinition | None, payload: job.Payload,
