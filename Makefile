@@ -38,7 +38,7 @@ test-fast: $(STAMP)
 ## The server matrix: the e2e and short chaos scenarios again on every other server this
 ## machine has (make test takes redis-server from PATH, else the embedded Valkey; this
 ## runs the one it did not take), so that a Redis-only or Valkey-only regression fails.
-MATRIX_TESTS ?= tests/e2e tests/chaos tests/cluster tests/sentinel tests/netns
+MATRIX_TESTS ?= tests/worker/e2e tests/worker/chaos tests/redis/cluster tests/redis/sentinel
 test-matrix: $(STAMP)
 	@others="$$($(BIN)/python -m tests.servers --others)"; \
 	if [ -z "$$others" ]; then echo "test-matrix: only one server on this machine"; fi; \
@@ -65,8 +65,8 @@ check: lint typecheck docs test test-matrix
 ## The chaos suite at full size (make test runs a short version of each scenario);
 ## each scenario prints a "CHAOS <name> {figures}" line.
 chaos: $(STAMP)
-	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/chaos tests/cluster/test_cluster_chaos.py \
-		tests/sentinel/test_failover.py tests/netns tests/fleet tests/hardening/test_cotenant_fuzz.py
+	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/worker/chaos tests/redis/cluster/test_cluster_chaos.py \
+		tests/redis/sentinel/test_failover.py tests/cli/supervisor tests/admin/test_cotenant_fuzz.py
 
 ## Side-by-side benchmark against arq, SAQ, taskiq, streaq and RQ (each in its own venv
 ## under benchmarks/.venvs/, installed on first use); writes benchmarks/RESULTS.md.

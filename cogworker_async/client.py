@@ -357,7 +357,7 @@ class Client:
     async def _warn_if_evicting(self, store: Store) -> None:
         """Once per client, at its first enqueue: Redis set to evict keys under memory
         pressure drops queued jobs silently, and an enqueuing process may never see a
-        worker's log (tests/hardening/test_eviction_warning.py)."""
+        worker's log (tests/worker/test_eviction_warning.py)."""
         self._policy_checked = True
         try:
             policy = await store.eviction_policy()

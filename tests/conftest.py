@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import pytest
 
+import tests.hypothesis_profiles  # noqa: F401  (loads the profile every property test runs under)
 from cogworker_async import App
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
@@ -28,18 +29,20 @@ TESTS: Final = Path(__file__).resolve().parent
 REDIS_FIXTURES: Final = frozenset({"redis_server", "redis_url", "store", "make_app", "keys",
                                    "redis_cluster"})
 """Fixtures that reach a server: their users are ``redis`` tests."""
-# Each tier: the directories (under tests/) whose tests all need it, and words whose
-# presence in a test module's source means the module does.
+# Each tier: the directories (paths under tests/) whose tests all need it, and words
+# whose presence in a test module's source means the module does.
 TIERS: Final[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {
-    "lua": (("lua",), ()),
-    "cluster": (("cluster",), ("ClusterProcess", "redis_cluster", "cluster_harness")),
-    "sentinel": (("sentinel",), ("SentinelProcess", "sentinel_harness")),
-    "root": (("netns",), ("netlab",)),
-    "browser": (("browser",), ("playwright",)),
-    "processes": (("e2e", "chaos", "fleet", "deploy", "netns", "browser"),
+    "lua": (("redis/lua",), ()),
+    "cluster": (("redis/cluster",), ("ClusterProcess", "redis_cluster", "cluster_harness")),
+    "sentinel": (("redis/sentinel",), ("SentinelProcess", "sentinel_harness")),
+    "root": (("worker/chaos/netns",), ("netlab",)),
+    "browser": (("web/browser",), ("playwright",)),
+    "processes": (("worker/e2e", "worker/chaos", "cli/supervisor", "redis/deploy",
+                   "web/browser"),
                   ("subprocess", "Popen", "workerproc", "WorkerProcess",
                    "create_subprocess", "multiprocessing")),
-    "redis": (("lua", "redis", "cluster", "sentinel", "chaos", "deploy", "netns"),
+    "redis": (("redis/lua", "redis/cluster", "redis/sentinel", "redis/deploy",
+               "worker/chaos"),
               ("ServerProcess", "Store.from_url", "redis_url", "servers import")),
 }
 
@@ -52,8 +55,10 @@ def _needs_of_module(path: Path) -> frozenset[str]:
         source = path.read_text()
     except (ValueError, OSError):
         return frozenset()
+    where = "/".join(parts[:-1]) + "/"
     return frozenset(tier for tier, (directories, words) in TIERS.items()
-                     if parts[0] in directories or any(word in source for word in words))
+                     if any(where.startswith(f"{directory}/") for directory in directories)
+                     or any(word in source for word in words))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -3,7 +3,7 @@
 # suspected flaky test must pass before it is called fixed. Each failing run's output is
 # kept in $OUT/runK.log; the last line says how many passed.
 #   tests/rerun.sh 30 'tests/worker/test_run_metrics_flush.py::test_the_hand_over_...'
-#   COGWORKER_TEST_REDIS_SERVER=/path/to/valkey-server tests/rerun.sh 30 tests/cluster/...
+#   COGWORKER_TEST_REDIS_SERVER=/path/to/valkey-server tests/rerun.sh 30 tests/redis/cluster/...
 set -uo pipefail
 count=${1:?usage: tests/rerun.sh COUNT SELECTION...}; shift
 cd "$(dirname "$0")/.."

@@ -1,7 +1,7 @@
 """A worker subprocess running the real CLI (``cogworker-async run MODULE:ATTR``).
 
 The job module reads its Redis URL, namespace and settings from the environment
-(``E2E_REDIS_URL``, ``E2E_NAMESPACE``, ``E2E_SETTINGS`` — see tests/e2e/jobsapp.py).
+(``E2E_REDIS_URL``, ``E2E_NAMESPACE``, ``E2E_SETTINGS`` — see tests/worker/e2e/jobsapp.py).
 Output goes to a log file, printed by the fixtures when a test fails. Stopped by pid.
 """
 
@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from tests.e2e import jobsapp
 from tests.waiting import wait_until
+from tests.worker.e2e import jobsapp
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 """The repository root: the worker's cwd, so ``tests.*`` modules import."""
-TARGET: Final = "tests.e2e.jobsapp:jobs"
+TARGET: Final = "tests.worker.e2e.jobsapp:jobs"
 
 
 class WorkerProcess:

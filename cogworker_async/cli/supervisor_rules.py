@@ -2,7 +2,7 @@
 
 What ``cli/supervisor.py``'s ``Supervisor`` asks before it acts, kept apart from its
 process I/O (pipes, signals, ``/proc``) so that each can be read, and tested
-(``tests/fleet/test_supervisor_rules.py``), alone:
+(``tests/cli/supervisor/test_supervisor_rules.py``), alone:
 
 - the fleet's size, from the options: ``--processes`` (a count, or ``auto``: the usable
   cores, capped by a cgroup CPU quota) and ``--max-memory`` (a size);

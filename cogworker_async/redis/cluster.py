@@ -3,7 +3,7 @@
 Why not redis-py's ``redis.asyncio.RedisCluster``: in redis-py 7 and 8 it fails under
 concurrent use — with twenty tasks pushing to one key, some calls fail with "Connection
 closed by server" or ``'NoneType' object has no attribute 'writelines'`` (measured with
-7.1.0 and 8.1.0; 6.4.0 was clean; tests/cluster/test_client.py runs that load here). A
+7.1.0 and 8.1.0; 6.4.0 was clean; tests/redis/cluster/test_client.py runs that load here). A
 worker runs many jobs at once, so that is every worker. The standalone async client has
 none of this, and the cluster protocol a job queue needs is small:
 

@@ -70,7 +70,7 @@ class Fence:
         # Runs as a plain loop callback (call_soon_threadsafe), outside any task, where
         # anyio cannot tell its backend (``start_soon`` would raise NoEventLoopError,
         # swallowed by asyncio): so it only sets an event, which needs no task, and
-        # ``run`` does the fencing (tests/chaos/processes/test_zombie.py).
+        # ``run`` does the fencing (tests/worker/chaos/processes/test_zombie.py).
         self._declared.set()
 
     def forgotten_from_thread(self, slots: frozenset[str | None] | None = None) -> None:

@@ -34,7 +34,7 @@ Everything here is touched from the event loop, except ``snapshot``: the heartbe
 thread reads it. The lock is taken only by ``snapshot`` and by the two calls that change
 ``running`` (``admit``, ``finish``): uncontended, about 70 ns a call on CPython 3.11,
 against the 70-110 µs of CPU a no-op job costs (``benchmarks/RESULTS.md``).
-The rules are pinned by tests/unit/test_ledger.py.
+The rules are pinned by tests/worker/units/test_ledger.py.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Ledger:
         """A fetch is in flight: its jobs may be listed in Redis but not yet admitted,
         so a stray pass must not look. False while the dispatcher pauses after a failed
         fetch, so that strays are still requeued through a flapping link
-        (tests/chaos/redisfaults/test_lost_replies.py::
+        (tests/worker/chaos/redisfaults/test_lost_replies.py::
         test_lost_fetch_reply_while_fetches_keep_failing)."""
         self._max_pending = concurrency * PENDING_PER_SLOT
         self._suspects: set[bytes] = set()

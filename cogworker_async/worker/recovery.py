@@ -114,9 +114,9 @@ class Recovery:
         once it is back every stamp there is stale, and the live processes would look
         dead to whichever one ran recovery first, their running and finished-but-unacked
         jobs requeued to run twice. Waiting out the threshold lets the live ones beat
-        first (tests/chaos/redisfaults/test_redis_restarts.py, 6b). A slot elsewhere is
+        first (tests/worker/chaos/redisfaults/test_redis_restarts.py, 6b). A slot elsewhere is
         judged all the same: one shard away must not leave every dead process's jobs on
-        the other shards where they are (tests/cluster/test_shard_away.py).
+        the other shards where they are (tests/redis/cluster/test_shard_away.py).
 
         A node that cannot be reached stops only what lives on it: the pass goes on
         with the other slots, and raises the first lost connection at its end (its

@@ -23,7 +23,7 @@ bytes, and returns 0 when it is not). What a 0 means:
   because Redis lost the list (restarted without persistence): the outcome is kept in
   ``pending``, a relist is asked for (``ledger.want_relist``), and the next
   ``settle_pending`` files it (``NotListed``).
-Pinned by tests/hardening/test_lost_list_settles.py. The window left: a doubtful
+Pinned by tests/worker/test_lost_list_settles.py. The window left: a doubtful
 outcome when the FORGOTTEN reply of the beat after it is lost too (counted as settled),
 or the process stops first (the hand-over does not see it).
 """

@@ -12,7 +12,7 @@ the machine it shares with Redis) was frozen, or its beats could not be sent; ei
 the others may not have been able to beat either. A process that just started has no
 unbroken run yet: it judges nobody for ``orphan_threshold`` after its first beat (it
 cannot tell whether Redis just came back from an outage it did not see). Pinned by
-tests/worker/units/test_steadiness.py and tests/cluster/test_shard_away.py.
+tests/worker/units/test_steadiness.py and tests/redis/cluster/test_shard_away.py.
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ import redis.exceptions
 
 from cogworker_async.cli import EXIT_REDIS, EXIT_USAGE, explain
 from cogworker_async.errors import ConfigurationError
-from tests.e2e import jobsapp
 from tests.servers import ServerProcess, free_port
 from tests.waiting import wait_until
+from tests.worker.e2e import jobsapp
 from tests.workerproc import ROOT, TARGET, WorkerProcess, worker_pool
 
 pytestmark = pytest.mark.slow

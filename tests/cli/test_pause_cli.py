@@ -1,5 +1,5 @@
 """``queues NAME --pause / --resume``: the state lives in Redis, shows in the queue table
-and the JSON (tests/e2e/test_flow_control.py shows workers obeying it)."""
+and the JSON (tests/worker/e2e/test_flow_control.py shows workers obeying it)."""
 
 from __future__ import annotations
 

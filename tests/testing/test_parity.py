@@ -3,7 +3,7 @@
 Redis, and what a user can observe must be the same — what each enqueue returned or
 raised, the runs the jobs saw (tag, attempt), and each job's final state and error.
 
-The scenarios are the end-to-end ones that make sense without Redis (tests/e2e): a
+The scenarios are the end-to-end ones that make sense without Redis (tests/worker/e2e): a
 success, a failure retried then a success, out of retries to dead, ``discard_on``,
 ``Retry(in_=...)``, a timeout, a unique job's duplicate, a chosen jid's duplicate,
 refusals at the enqueue (arguments, JSON, size, queue), a job enqueueing another (a

@@ -2,7 +2,7 @@
 
     cogworker-async run tests.tracing.tracedapp:jobs      (cwd: the repository root)
 
-In the worker process (configured from the environment like tests/e2e/jobsapp.py, plus
+In the worker process (configured from the environment like tests/worker/e2e/jobsapp.py, plus
 ``TRACING_SPANS_FILE``) this module sets up the process's own OpenTelemetry SDK, as an
 application would: every span that ends is written at once, one JSON line, to that file,
 which the test reads. The test process builds the same App with ``build`` to enqueue.
@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from cogworker_async import App, current_job
 from cogworker_async.registry import JobFunction
-from tests.e2e.jobsapp import FAST, NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
+from tests.worker.e2e.jobsapp import FAST, NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
 
 SPANS_ENV: Final = "TRACING_SPANS_FILE"
 

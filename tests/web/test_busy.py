@@ -11,9 +11,9 @@ import pytest
 import redis.asyncio
 
 from cogworker_async.web import create_dashboard
-from tests.e2e import jobsapp
 from tests.waiting import wait_until
 from tests.web.conftest import BASE_URL
+from tests.worker.e2e import jobsapp
 from tests.workerproc import WorkerProcess, worker_pool
 
 pytestmark = pytest.mark.timeout(90)

@@ -18,8 +18,8 @@ from cogworker_async import App
 from cogworker_async.redis.beats import ALIVE, BeatWriter
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.recovery import Recovery
-from tests.e2e import jobsapp
 from tests.waiting import wait_until
+from tests.worker.e2e import jobsapp
 from tests.workerproc import WorkerProcess, worker_pool
 
 DEAD = "deadhost:999:abc"

@@ -11,7 +11,7 @@
 -- beats and declared_dead are best effort, as in beat.lua: one of the wrong type must not
 -- fail the call halfway (the registry already left), or every clean stop and every
 -- recovery of a forgotten identity would report a failure
--- (tests/chaos/redisfaults/test_wrong_types.py).
+-- (tests/worker/chaos/redisfaults/test_wrong_types.py).
 if redis.call("LLEN", KEYS[1]) > 0 or redis.call("EXISTS", KEYS[4]) == 1 then
   return 0
 end

@@ -6,7 +6,7 @@ from __future__ import annotations
 from cogworker_async.context import RunControl
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.canceller import Canceller
-from tests.lua.helpers import jid_of, make_job
+from tests.redis.lua.helpers import jid_of, make_job
 
 IDENTITY = "host:1:abc"
 QUEUE = "default"

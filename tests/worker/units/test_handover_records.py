@@ -10,7 +10,7 @@ from cogworker_async.worker import handover
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.outcome import ACK, Ack
 from cogworker_async.worker.settlement import Settler
-from tests.lua.helpers import fetched, jid_of, make_job
+from tests.redis.lua.helpers import fetched, jid_of, make_job
 
 IDENTITY = "host:1:abc"
 QUEUE = "default"

@@ -1,0 +1,185 @@
+"""A co-tenant's garbage: every key the project reads (redis/keys.py), and values no
+worker writes, to plant in them (issue 25, items 8-11 and the fuzz suite).
+
+A planting is one key filled one way: its own Redis type holding a garbage value (where
+the key holds JSON or numbers, the value is that garbage), or another Redis type
+altogether. ``SPECS`` names each key with the type the project expects and the field or
+member a reader looks at; ``GARBAGE`` is the values.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.store import Store
+from cogworker_async.run_metrics import minute_of
+from tests.redis.lua.helpers import fetched, make_job
+
+RedisType = Literal["string", "hash", "list", "set", "zset"]
+
+QUEUE: Final = "default"
+GHOST: Final = "ghost-host:7:dead"
+"""A process that fetched a job and died: recovery must take its job whatever else is
+stored (its beat info above all)."""
+LIMITERS: Final = {"lim-bucket": "bucket", "lim-window": "window", "lim-concurrent": "concurrent"}
+DEEP: Final = 5000
+"""Levels of nesting past the JSON parser's recursion limit (RecursionError)."""
+NEAR_LIMIT: Final = 900
+"""Levels the parser still takes, too deep to write back or render safely."""
+HUGE: Final = 200_000
+"""Characters of a huge (but parseable) value."""
+HUGE_INT: Final = "9" * 400
+"""An integer no float holds (``float()`` of it raises OverflowError)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Garbage:
+    name: str
+    value: bytes
+
+
+GARBAGE: Final[tuple[Garbage, ...]] = (
+    Garbage("deep JSON list", b"[" * DEEP + b"]" * DEEP),
+    Garbage("deep JSON object", b'{"a":' * DEEP + b"1" + b"}" * DEEP),
+    Garbage("JSON just under the parser's limit", b"[" * NEAR_LIMIT + b"]" * NEAR_LIMIT),
+    Garbage("huge JSON", json.dumps({"hostname": "h" * HUGE, "queues": [QUEUE] * 1000,
+                                     "kind": "bucket", "capacity": 5}).encode()),
+    Garbage("not UTF-8", b"\xff\xfe\xc3\x28 {\x80"),
+    Garbage("infinity", b"inf"),
+    Garbage("minus infinity", b"-inf"),
+    Garbage("nan", b"nan"),
+    Garbage("past a float", b"1e999"),
+    Garbage("huge integer", HUGE_INT.encode()),
+    Garbage("empty", b""),
+    Garbage("a JSON list", b"[1, 2]"),
+    Garbage("a JSON string", b'"text"'),
+    Garbage("JSON null", b"null"),
+    Garbage("fields of the wrong types", json.dumps({
+        "since": "x", "by": 5, "queues": {"a": 1}, "hostname": [1], "pid": "x",
+        "kind": "bucket", "capacity": "lots", "seconds": -1, "set": "dead", "payload": 5,
+        "class": 7, "queue": 8, "run_at": "x", "identity": 5, "at": "x"}).encode()),
+    Garbage("infinite fields", (
+        b'{"since": 1e999, "capacity": 1e999, "seconds": 1e-300, "at": -1e999, '
+        b'"requeued": 1e999, "kind": "window", "queues": ["default"], "delay": 1e999, '
+        b'"set": "retry", "payload": "{}", "run_at": 1e999, "class": "ok", "queue": "default"}')),
+    Garbage("huge integer fields", (
+        f'{{"since": {HUGE_INT}, "capacity": {HUGE_INT}, "seconds": {HUGE_INT}, '
+        f'"kind": "bucket", "at": {HUGE_INT}, "run_at": {HUGE_INT}, "pid": {HUGE_INT}, '
+        f'"rss": {HUGE_INT}, "lag": {HUGE_INT}}}').encode()),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """A key the project reads: its name, the Redis type it should have, and the field
+    (hash) or member a reader looks at."""
+
+    label: str
+    kind: RedisType
+    name: Callable[[Keys], str]
+    fields: tuple[str, ...] = ()
+
+
+def _metrics_minute(keys: Keys) -> str:
+    return keys.run_metrics(minute_of(time.time()))
+
+
+SPECS: Final[tuple[Spec, ...]] = (
+    Spec("queue names", "set", lambda k: k.queues),
+    Spec("processes", "set", lambda k: k.processes),
+    Spec("alive marker", "string", lambda k: k.process(GHOST)),
+    Spec("last beats", "hash", lambda k: k.last_beat, (GHOST,)),
+    Spec("beat info", "hash", lambda k: k.beats, (GHOST,)),
+    Spec("recoveries", "list", lambda k: k.recoveries),
+    Spec("workers hash", "hash", lambda k: k.workers(GHOST), ("some-jid",)),
+    Spec("limiter registry", "hash", lambda k: k.limiters, tuple(LIMITERS)),
+    Spec("bucket state", "hash", lambda k: k.limiter("lim-bucket", "bucket"),
+         ("tokens", "stamp")),
+    Spec("window state", "hash", lambda k: k.limiter("lim-window", "window"),
+         ("window", "count")),
+    Spec("concurrent holders", "zset", lambda k: k.limiter("lim-concurrent", "holders")),
+    Spec("run metrics", "hash", _metrics_minute,
+         ("ok|runs", "ok|failed", "ok|us", "ok|h3")),
+    Spec("stats", "string", lambda k: k.stats_processed),
+    Spec("queue", "list", lambda k: k.queue(QUEUE)),
+    Spec("schedule", "zset", lambda k: k.schedule(QUEUE)),
+    Spec("retry set", "zset", lambda k: k.retry(QUEUE)),
+    Spec("dead set", "zset", lambda k: k.dead(QUEUE)),
+    Spec("pause flag", "string", lambda k: k.paused(QUEUE)),
+    Spec("queue's processes", "set", lambda k: k.queue_identities(QUEUE)),
+    Spec("queue's last beats", "hash", lambda k: k.queue_last_beat(QUEUE), (GHOST,)),
+    Spec("hand-over list", "list", lambda k: k.unsettled(QUEUE)),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Planting:
+    spec: Spec
+    garbage: Garbage
+    wrong_type: bool = False
+    """Another Redis type at the key (``garbage`` is then its content)."""
+
+    @property
+    def id(self) -> str:
+        how = "another type" if self.wrong_type else "garbage"
+        return f"{self.spec.label}: {how}: {self.garbage.name}"
+
+
+async def plant(store: Store, planting: Planting) -> None:
+    """Write ``planting`` over whatever the key holds."""
+    spec, value = planting.spec, planting.garbage.value
+    key = spec.name(store.keys)
+    kind: RedisType = spec.kind
+    if planting.wrong_type:
+        kind = "list" if spec.kind == "string" else "string"
+    client = store.client
+    await client.delete(key)
+    if kind == "string":
+        await client.set(key, value)
+    elif kind == "hash":
+        await client.hset(key, mapping=dict.fromkeys(spec.fields or ("f",), value))
+    elif kind == "list":
+        await client.lpush(key, value)
+    elif kind == "set":
+        await client.sadd(key, value)
+    else:
+        await client.zadd(key, {value: float("inf"), b"member": float("-inf")})
+
+
+async def base(store: Store, good_job: bytes) -> None:
+    """What the garbage sits beside: a dead process with a job on its list (as its beats
+    left it: registered, last seen long ago), and registered limiters."""
+    keys = store.keys
+    await fetched(store, GHOST, [good_job], QUEUE)
+    await store.client.sadd(keys.processes, GHOST)
+    await store.client.sadd(keys.queue_identities(QUEUE), GHOST)
+    await store.client.hset(keys.last_beat, GHOST, "0")  # long dead, by Redis TIME
+    await store.client.hset(keys.queue_last_beat(QUEUE), GHOST, "0")
+    await store.client.hset(keys.beats, GHOST, json.dumps(
+        {"hostname": "ghost-host", "pid": 7, "queues": [QUEUE]}))
+    await store.client.hset(keys.limiters, mapping={
+        name: json.dumps({"kind": kind, "capacity": 5, "seconds": 1.0})
+        for name, kind in LIMITERS.items()})
+
+
+def ghost_job(jid: str) -> bytes:
+    """The dead process's job: ``ok`` of tests/cli/adminapp.py, which any worker runs."""
+    return make_job(QUEUE, jid=jid, **{"class": "ok", "args": ["ghost"], "kwargs": {}})
+
+
+def plantings(full: bool) -> list[Planting]:
+    """Every key with every garbage value and with another type (full); else every key
+    with another type and a few values that broke readers (issue 25)."""
+    chosen = GARBAGE if full else tuple(g for g in GARBAGE if g.name in SHORT_GARBAGE)
+    found = [Planting(spec, garbage) for spec in SPECS for garbage in chosen]
+    found += [Planting(spec, GARBAGE[0], wrong_type=True) for spec in SPECS]
+    return found
+
+
+SHORT_GARBAGE: Final = frozenset({"deep JSON list", "not UTF-8", "infinite fields",
+                                  "huge integer fields", "infinity"})

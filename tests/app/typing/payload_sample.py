@@ -1,0 +1,19 @@
+# Checked by mypy in tests/app/test_typing.py, not collected by pytest.
+from cogworker_async import JobContext, job
+from cogworker_async.middleware import Enqueue, EnqueueNext
+
+
+def fields(payload: job.Payload) -> None:
+    payload["queue"] = "emails"
+    payload["qeue"] = "emails"
+    job.number(payload, "enqueued_at")
+    job.number(payload, "enqued_at")
+
+
+async def tag_tenant(enqueue: Enqueue, call_next: EnqueueNext) -> str | None:
+    enqueue.payload["tenant"] = "acme"  # middleware adds fields of its own
+    return await call_next(enqueue)
+
+
+def read_tenant(context: JobContext) -> object:
+    return context.payload["tenant"]

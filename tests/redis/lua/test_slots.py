@@ -1,0 +1,374 @@
+"""Every script stays on one hash slot: the key layout's promise for Redis Cluster.
+
+Each script is called the way the code calls it — through the Store, and beat and forget
+as the heartbeat's ``BeatWriter`` does — against the real server, and the KEYS of every
+call are recorded on the way out (a ``Lane`` that records each EVALSHA/EVAL before it
+sends it, a pipeline's EVALSHA likewise, and a ``SyncScript`` that records before it
+runs). All the keys of one call must map to one slot (CRC16 of the hash tag), and that
+slot must be the namespace's or one of the queues': a script spanning two slots would be
+refused by a cluster (CROSSSLOT). The Store is told it is on a cluster, so it takes its
+cluster paths (a fetch from several queues: one call per queue's slot).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis.asyncio
+from redis.crc import key_slot
+
+from cogworker_async.redis import beats
+from cogworker_async.redis.beats import BeatWriter
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.lane import Lane
+from cogworker_async.redis.liveness import Requeued
+from cogworker_async.redis.scripts import SCRIPT_NAMES, SyncScript, source
+from cogworker_async.redis.store import Failure, StatsFlush, Store
+from tests.redis.lua.helpers import fetched, jid_of, make_job
+from tests.redis.lua.test_limits import limit_bucket, limit_concurrent, limit_window
+
+IDENTITY = "host:1:abc"
+OWNER = "dead-host:7:f00"
+QUEUES = ["emails", "reports"]
+INFO = {"hostname": "host", "pid": 1}
+
+NAME_OF: dict[str, str] = {}
+for _name in SCRIPT_NAMES:
+    NAME_OF[hashlib.sha1(source(_name).encode()).hexdigest()] = _name
+    NAME_OF[source(_name)] = _name
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Call:
+    script: str
+    keys: tuple[str, ...]
+
+
+@dataclass
+class Recorder:
+    calls: list[Call] = field(default_factory=list)
+
+    def record(self, sha_or_text: Any, keys: Sequence[Any]) -> None:
+        """One script call: ``sha_or_text`` is what EVALSHA or EVAL sends first."""
+        self.calls.append(Call(NAME_OF[_text(sha_or_text)], tuple(_text(k) for k in keys)))
+
+
+class RecordingLane(Lane):
+    """The Store's lane, recording each script call's KEYS before it sends it as is."""
+
+    def __init__(self, client: redis.asyncio.Redis, recorder: Recorder) -> None:
+        super().__init__(client)
+        self.recorder = recorder
+
+    async def call(self, *command: Any) -> Any:
+        self._record(command)
+        return await super().call(*command)
+
+    async def call_many(self, commands: Sequence[Sequence[Any]], *,
+                        asking: bool = False) -> list[Any]:
+        for command in commands:
+            self._record(command)
+        return await super().call_many(commands, asking=asking)
+
+    def _record(self, command: Sequence[Any]) -> None:
+        if command[0] in (b"EVALSHA", b"EVAL"):
+            self.recorder.record(command[1], command[3:3 + int(command[2])])
+
+
+class RecordingScript(SyncScript):
+    """BeatWriter's script runner, recording each call's KEYS before it runs it."""
+
+    def __init__(self, text: str, recorder: Recorder) -> None:
+        super().__init__(text)
+        self.recorder = recorder
+
+    def run(self, client: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        self.recorder.record(self.sha, keys)
+        return super().run(client, keys, args)
+
+
+@dataclass
+class Setup:
+    store: Store
+    keys: Keys
+    recorder: Recorder
+    redis_url: str
+    writers: list[BeatWriter] = field(default_factory=list)
+
+    def writer(self, identity: str = IDENTITY) -> BeatWriter:
+        """A heartbeat writer for QUEUES, recording its script calls."""
+        writer = BeatWriter(self.redis_url, self.keys, identity, QUEUES)
+        writer._beat = RecordingScript(source("beat"), self.recorder)
+        writer._forget = RecordingScript(source("forget"), self.recorder)
+        self.writers.append(writer)
+        return writer
+
+
+def record_pipelines(client: redis.asyncio.Redis, recorder: Recorder) -> None:
+    """Make ``client``'s pipelines record each queued EVALSHA's KEYS (``set_progress``
+    sends its scripts in one pipeline, not through the lane)."""
+    original = client.pipeline
+
+    def pipeline(*args: Any, **kwargs: Any) -> Any:
+        pipe = original(*args, **kwargs)
+        execute_command = pipe.execute_command
+
+        def recording(*command: Any, **options: Any) -> Any:
+            if command[0] in (b"EVALSHA", b"EVAL"):
+                recorder.record(command[1], command[3:3 + int(command[2])])
+            return execute_command(*command, **options)
+
+        pipe.execute_command = recording  # type: ignore[method-assign]
+        return pipe
+
+    client.pipeline = pipeline  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def setup(store: Store, keys: Keys, redis_url: str) -> Iterator[Setup]:
+    recorder = Recorder()
+    store.cluster = True  # the cluster paths: one call per slot
+    store.scripts.lane = RecordingLane(store.client, recorder)
+    record_pipelines(store.client, recorder)
+    made = Setup(store, keys, recorder, redis_url)
+    yield made
+    for writer in made.writers:
+        writer.close()
+
+
+# -- each script, called as the code calls it ---------------------------------------------
+
+
+async def enqueue(s: Setup) -> None:
+    assert await s.store.enqueue("emails", [make_job("emails")]) == 1
+    assert await s.store.push_batch("reports", [make_job("reports")]) == []
+    assert Call("enqueue", (s.keys.queue("reports"),)) in s.recorder.calls, "the batch's"
+
+
+async def enqueue_unique(s: Setup) -> None:
+    raw = make_job("emails")
+    assert await s.store.enqueue_unique("d1", jid_of(raw), 60.0, "emails", raw)
+    assert await s.store.enqueue_unique("d2", jid_of(raw), 60.0, "emails", raw, delay=30.0)
+    assert await s.store.enqueue_unique("d3", jid_of(raw), 60.0, "emails", raw, at=1.0)
+    assert await s.store.push_batch("reports", [], [("d4", jid_of(raw), 60.0, raw)]) == [True]
+    pushed = (s.keys.unique("reports", "d4"), s.keys.queue("reports"),
+              s.keys.record("reports", jid_of(raw)))
+    assert Call("enqueue_unique", pushed) in s.recorder.calls, "the batch's"
+
+
+async def schedule(s: Setup) -> None:
+    assert await s.store.schedule("emails", [make_job("emails")], delay=30.0) == 1
+    await s.store.file_entry("reports", "dead", make_job("reports"), 0.0)
+
+
+async def due(s: Setup) -> None:
+    member = make_job("emails")
+    await s.store.schedule("emails", [member], at=1.0)
+    assert await s.store.due("emails", "schedule", 10) == [member]
+    assert await s.store.due("reports", "retry", 10) == []
+
+
+async def promote(s: Setup) -> None:
+    member = make_job("emails")
+    await s.store.schedule("emails", [member], at=1.0)
+    assert await s.store.promote("emails", "schedule", [(member, member)]) == 1
+
+
+async def fetch(s: Setup) -> None:
+    for queue in QUEUES:
+        await s.store.enqueue(queue, [make_job(queue)])
+    assert len((await s.store.fetch(IDENTITY, QUEUES, 10)).jobs) == 2
+
+
+async def ack(s: Setup) -> None:
+    [raw] = await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
+    assert await s.store.ack(IDENTITY, "emails", [(raw, jid_of(raw)), (raw, None)]) == 1
+
+
+async def file_failure(s: Setup) -> None:
+    first, second = await fetched(s.store, IDENTITY, [make_job("emails"), make_job("emails")],
+                                  queue="emails")
+    assert await s.store.file_failure(IDENTITY, "emails", first, "retry", first, 5.0,
+                                      failure=Failure(jid_of(first), "E: x", 2))
+    assert await s.store.file_failure(IDENTITY, "emails", second, "dead", second, 0.0,
+                                      failure=Failure(jid_of(second), "E: x", 1, keep=60.0))
+
+
+async def give_back(s: Setup) -> None:
+    [raw] = await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
+    assert await s.store.give_back(IDENTITY, "emails", raw)
+
+
+async def park_unsettled(s: Setup) -> None:
+    [raw] = await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
+    assert await s.store.park_unsettled(IDENTITY, "emails", raw, b'{"set": "dead"}')
+
+
+async def file_unsettled(s: Setup) -> None:
+    record = json.dumps({"set": "retry", "delay": 5, "payload": "{}"}).encode()
+    await s.store.client.rpush(s.keys.unsettled("emails"), record)
+    assert await s.store.file_unsettled("emails", record, "retry", b"{}", 5.0)
+
+
+async def move_member(s: Setup) -> None:
+    member = make_job("emails")
+    await s.store.file_entry("emails", "retry", member, 60.0)
+    assert await s.store.move_member("emails", "retry", "dead", member, member)
+
+
+async def close_record(s: Setup) -> None:
+    raw = make_job("emails")
+    await s.store.enqueue("emails", [raw])
+    await s.store.close_records([("emails", raw)])
+    status = await s.store.job_status(jid_of(raw), ["emails"])
+    assert status is not None
+    assert status.state == "cancelled"
+
+
+async def requeue(s: Setup) -> None:
+    await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
+    assert await s.store.requeue(IDENTITY, "emails") == 1
+    await fetched(s.store, OWNER, [make_job("reports")], queue="reports")
+    assert await s.store.recover(OWNER, "reports", dead_for=60.0,
+                                 max_orphanings=3) == Requeued(moved=1)
+
+
+async def relist(s: Setup) -> None:
+    assert await s.store.relist(IDENTITY, "emails", [make_job("emails")]) == 1
+
+
+async def bury_orphan(s: Setup) -> None:
+    [raw] = await fetched(s.store, OWNER, [make_job("emails")], queue="emails")
+    assert await s.store.recover(OWNER, "emails", dead_for=60.0,
+                                 max_orphanings=0) == Requeued(parked=1)
+    assert await s.store.bury_orphan("emails", raw, raw, jid_of(raw))
+
+
+async def cancel(s: Setup) -> None:
+    queued = make_job("emails")
+    await s.store.enqueue("emails", [queued])
+    assert await s.store.cancel_job("emails", jid_of(queued)) == "cancelled"
+    [running] = await fetched(s.store, IDENTITY, [make_job("reports")], queue="reports")
+    assert await s.store.cancel_job("reports", jid_of(running)) == "stopping"
+    # The cancel set it wrote is not in its KEYS (named by a prefix and the record's
+    # ``by``): it must be in the record's slot all the same.
+    cancels = s.keys.cancels("reports", IDENTITY)
+    assert key_slot(cancels.encode()) == key_slot(s.keys.record("reports", "x").encode())
+    assert await s.store.take_cancels(IDENTITY, QUEUES) == [("reports", jid_of(running))]
+
+
+async def progress(s: Setup) -> None:
+    [raw] = await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
+    await s.store.set_progress(IDENTITY, [("emails", jid_of(raw), 0.5, b'{"step": 1}')])
+    status = await s.store.job_status(jid_of(raw), ["emails"])
+    assert status is not None
+    assert status.progress == 0.5
+
+
+async def take_lock(s: Setup) -> None:
+    assert await s.store.take_lock(s.keys.recovery_lock, IDENTITY, 5.0)
+    assert await s.store.take_lock(s.keys.periodic_running("emails", "nightly"), "jid-1", 5.0)
+
+
+async def release_lock(s: Setup) -> None:
+    raw = make_job("emails")
+    assert await s.store.enqueue_unique("d1", jid_of(raw), 60.0, "emails", raw)
+    assert await s.store.release_lock(s.keys.unique("emails", "d1"), jid_of(raw))
+    await s.store.take_lock(s.keys.periodic_running("emails", "nightly"), "jid-1", 5.0)
+    assert await s.store.release_lock(s.keys.periodic_running("emails", "nightly"), "jid-1")
+
+
+async def extend_lock(s: Setup) -> None:
+    raw = make_job("emails")
+    assert await s.store.enqueue_unique("d1", jid_of(raw), 1.0, "emails", raw)
+    assert await s.store.extend_lock(s.keys.unique("emails", "d1"), jid_of(raw), 60.0)
+
+
+async def cron_claim(s: Setup) -> None:
+    assert await s.store.cron_claim("nightly", 1_700_000_000.0, "emails", make_job("emails"))
+
+
+async def beat(s: Setup) -> None:
+    writer = s.writer()
+    assert writer.beat(INFO, 30.0, first=True) == beats.ALIVE
+    assert writer.beat(INFO, 30.0, first=False) == beats.ALIVE
+
+
+async def forget(s: Setup) -> None:
+    writer = s.writer()
+    writer.beat(INFO, 30.0, first=True)
+    assert writer.retire() is True
+    # What recovery runs for a dead process: each queue's slot, then the namespace's.
+    assert await s.store.forget(OWNER, "emails", declared_dead=True)
+    assert await s.store.forget(OWNER, None, declared_dead=True)
+
+
+async def add_stats(s: Setup) -> None:
+    runs = {29_000_000: {"send|runs": 1, "send|us": 900}, 29_000_001: {"send|runs": 2}}
+    assert await s.store.flush_stats(f"{IDENTITY}:run", StatsFlush(1, 3, 1, runs))
+
+
+SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
+    scenario.__name__: scenario for scenario in (
+        ack, add_stats, beat, bury_orphan, cancel, close_record, cron_claim, due, enqueue,
+        enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
+        limit_bucket, limit_concurrent, limit_window, move_member, park_unsettled, progress,
+        promote, release_lock, relist, requeue, schedule, take_lock,
+    )
+}
+
+
+def test_every_script_has_a_scenario() -> None:
+    assert sorted(SCENARIOS) == sorted(SCRIPT_NAMES)
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+async def test_every_call_of_the_script_stays_on_one_slot(setup: Setup, name: str) -> None:
+    await SCENARIOS[name](setup)
+
+    calls = setup.recorder.calls
+    assert any(call.script == name for call in calls), f"{name} was never called"
+    known = {key_slot(key.encode()) for key in [
+        setup.keys.queues, *(setup.keys.queue(queue) for queue in QUEUES)]}
+    for call in calls:
+        slots = {key_slot(key.encode()) for key in call.keys}
+        assert len(slots) == 1, f"{call.script} spans {len(slots)} slots: {call.keys}"
+        assert slots <= known, f"{call.script} on a slot of no queue: {call.keys}"
+
+
+async def test_a_fetch_from_several_queues_is_one_call_per_queue_on_a_cluster(
+    setup: Setup, keys: Keys
+) -> None:
+    for queue in QUEUES:
+        await setup.store.enqueue(queue, [make_job(queue)])
+    setup.recorder.calls.clear()
+
+    await setup.store.fetch(IDENTITY, QUEUES, 10)
+
+    assert [call.keys for call in setup.recorder.calls] == [
+        (keys.queue(queue), keys.in_progress(queue, IDENTITY)) for queue in QUEUES]
+
+
+async def test_on_a_single_redis_a_fetch_from_several_queues_is_one_call(
+    setup: Setup, keys: Keys
+) -> None:
+    # What the check above guards against, seen by the recorder: one call over two
+    # slots, fine on a single Redis (one round trip), refused by a cluster.
+    setup.store.cluster = False
+    for queue in QUEUES:
+        await setup.store.enqueue(queue, [make_job(queue)])
+    setup.recorder.calls.clear()
+
+    assert len((await setup.store.fetch(IDENTITY, QUEUES, 10)).jobs) == 2
+
+    [call] = setup.recorder.calls
+    assert len({key_slot(key.encode()) for key in call.keys}) == len(QUEUES)

@@ -1,0 +1,151 @@
+"""The job app of the process-death chaos tests, run by the real CLI:
+
+    cogworker-async run tests.worker.chaos.processes.chaosapp:jobs    (cwd: the repository root)
+
+Configured like tests/worker/e2e/jobsapp.py, from the environment ``tests/workerproc.py`` sets
+(``E2E_REDIS_URL``, ``E2E_NAMESPACE``, ``E2E_SETTINGS``); the test process builds the
+same App with ``build(url, namespace)`` to enqueue.
+
+Every job records its start and its finish, before and after its work, as ``"<tag>
+<pid>"`` entries of two Redis lists (``started_key`` and ``finished_key``), awaited
+before the job goes on: a run killed at any point has left exactly what it got to, so a
+test counts runs (and who ran them) exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+import redis.asyncio
+
+from cogworker_async import App
+from cogworker_async.redis.liveness import as_bytes
+from cogworker_async.registry import JobFunction
+from tests.worker.e2e.jobsapp import NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
+
+# Fast but realistic on a loaded 2-core machine: a beat every 0.3 s, dead after 2 s
+# without one (a starting Python process takes ~1 s of CPU), recovery every 0.5 s.
+SETTINGS: Final[dict[str, Any]] = {
+    "poll_interval": 0.1,
+    "retry_base_delay": 0.0,
+    "shutdown_timeout": 2.0,
+    "idle_fetch_interval": 0.2,
+    "heartbeat_interval": 0.3,
+    "orphan_threshold": 2.0,
+    "recovery_interval": 0.5,
+    "max_orphanings": 3,
+}
+
+TARGET: Final = "tests.worker.chaos.processes.chaosapp:jobs"
+
+
+def started_key(namespace: str) -> str:
+    return f"{namespace}:chaos:started"
+
+
+def finished_key(namespace: str) -> str:
+    return f"{namespace}:chaos:finished"
+
+
+async def runs(r: redis.asyncio.Redis, key: str) -> list[tuple[str, int]]:
+    """(tag, pid) of each entry of a record list, in order."""
+    found = []
+    for entry in await r.lrange(key, 0, -1):
+        tag, pid = as_bytes(entry).decode().split(" ")
+        found.append((tag, int(pid)))
+    return found
+
+
+async def counts(r: redis.asyncio.Redis, key: str) -> Counter[str]:
+    """tag -> how many entries the record list has for it."""
+    return Counter(tag for tag, _ in await runs(r, key))
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.url = ""
+        self.namespace = ""
+        self._client: redis.asyncio.Redis | None = None
+
+    def client(self) -> redis.asyncio.Redis:
+        if self._client is None:  # in the worker's (only) event loop, on first use
+            self._client = redis.asyncio.Redis.from_url(self.url)
+        return self._client
+
+    async def started(self, tag: str) -> None:
+        await self.client().rpush(started_key(self.namespace), f"{tag} {os.getpid()}")
+
+    async def finished(self, tag: str) -> None:
+        await self.client().rpush(finished_key(self.namespace), f"{tag} {os.getpid()}")
+
+
+recorder = _Recorder()
+
+
+async def work(tag: str, seconds: float) -> None:
+    """A well-behaved job: sleeps (without blocking the loop) between its records."""
+    await recorder.started(tag)
+    await anyio.sleep(seconds)
+    await recorder.finished(tag)
+
+
+async def poison(tag: str) -> None:
+    """Kills its own process (as the OOM killer would), every time it runs."""
+    await recorder.started(tag)
+    os.kill(os.getpid(), signal.SIGKILL)
+    await anyio.sleep(60)  # not reached
+
+
+async def blocker(tag: str, seconds: float) -> None:
+    """Blocks the event loop: a C call or CPU work inside an ``async def``."""
+    await recorder.started(tag)
+    time.sleep(seconds)  # blocks the loop: the point of the job
+    await recorder.finished(tag)
+
+
+async def fail(tag: str, delay: float) -> None:
+    """Raises after ``delay`` seconds (registered with ``retry=False``)."""
+    await recorder.started(tag)
+    await anyio.sleep(delay)
+    await recorder.finished(tag)
+    raise RuntimeError(f"boom {tag}")
+
+
+@dataclass(frozen=True)
+class Jobs:
+    app: App
+    work: JobFunction[[str, float], Awaitable[None]]
+    poison: JobFunction[[str], Awaitable[None]]
+    blocker: JobFunction[[str, float], Awaitable[None]]
+    fail: JobFunction[[str, float], Awaitable[None]]
+
+
+def build(redis_url: str, namespace: str, **overrides: Any) -> Jobs:
+    app = App(redis_url, namespace=namespace, **{**SETTINGS, **overrides})
+    return Jobs(
+        app,
+        work=app.job(name="work")(work),
+        poison=app.job(name="poison")(poison),
+        blocker=app.job(name="blocker", queue="blocking")(blocker),
+        fail=app.job(name="fail", retry=False)(fail),
+    )
+
+
+def _from_env() -> App | None:
+    url = os.environ.get(URL_ENV)
+    if not url:
+        return None  # imported by the test process: it calls build() itself
+    namespace = os.environ[NAMESPACE_ENV]
+    recorder.url, recorder.namespace = url, namespace
+    return build(url, namespace, **json.loads(os.environ.get(SETTINGS_ENV) or "{}")).app
+
+
+jobs = _from_env()
