@@ -27,6 +27,7 @@ from cogworker_async import stored
 from cogworker_async.redis.admin_sets import SetEntry as SetEntry  # callers import it here
 from cogworker_async.redis.admin_sets import SetReads
 from cogworker_async.redis.liveness import as_bytes
+from cogworker_async.redis.part import Via
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import check_queue_name
 
@@ -57,9 +58,9 @@ def _one_node(reply: Any) -> dict[str, Any]:
     return reply
 
 
-class Admin(SetReads):
+class Admin:
     """Bounded reads and admin writes, on a Store's connection pool and key names; those
-    on the schedule, retry and dead sets are ``SetReads``'.
+    on the schedule, retry and dead sets are its part ``sets`` (``admin_sets.py``).
 
     ``known_queues``: the App's own queues, whose sets are read even when the registry
     of names lacks them (Redis lost it, or a person cleared it)."""
@@ -69,6 +70,23 @@ class Admin(SetReads):
         self.client = store.client
         self.keys = store.keys
         self.known_queues = frozenset(known_queues)
+        self.sets = SetReads(store, self.known_queues, self.queue_names)
+
+    # -- the schedule, retry and dead sets (``admin_sets.py``) --------------------------
+
+    set_queues = Via("sets", SetReads.set_queues)
+    zset = Via("sets", SetReads.zset)
+    set_sizes = Via("sets", SetReads.set_sizes)
+    set_size = Via("sets", SetReads.set_size)
+    set_window = Via("sets", SetReads.set_window)
+    set_at_score = Via("sets", SetReads.set_at_score)
+    set_scan = Via("sets", SetReads.set_scan)
+    locate = Via("sets", SetReads.locate)
+    set_contains = Via("sets", SetReads.set_contains)
+    set_remove = Via("sets", SetReads.set_remove)
+    set_clear = Via("sets", SetReads.set_clear)
+    set_to_queues = Via("sets", SetReads.set_to_queues)
+    set_move = Via("sets", SetReads.set_move)
 
     # -- totals and server -------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Admin's sets: the schedule, retry and dead sets, one of each per queue (each in its
-queue's hash slot, ``keys.py``), read and acted on as one. Mixed into ``Admin`` (one object
-for callers), kept apart so that each file reads in one sitting.
+queue's hash slot, ``keys.py``), read and acted on as one: a part of ``Admin``, whose
+operations on the sets are this part's (``admin.sets``).
 
 "The dead set" a person sees is the union of every queue's, counted with one ZCARD each
 and paged by merging them by score (``set_window``). The queues looked at are every
@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, NamedTuple
 
-import redis.asyncio
 from redis.exceptions import NoPermissionError, ResponseError
 
 from cogworker_async import stored
@@ -56,14 +55,15 @@ def _unreadable(reply: Any, what: str) -> bool:
 
 
 class SetReads:
-    """Mixed into ``Admin``: what it provides is declared here for the type checker."""
+    """``queue_names``: the registry's names, as ``Admin`` reads them; ``known_queues``:
+    the App's own queues."""
 
-    store: Store
-    client: redis.asyncio.Redis
-    known_queues: frozenset[str]
-
-    async def queue_names(self) -> list[str]:
-        raise NotImplementedError
+    def __init__(self, store: Store, known_queues: frozenset[str],
+                 queue_names: Callable[[], Awaitable[list[str]]]) -> None:
+        self.store = store
+        self.client = store.client
+        self.known_queues = known_queues
+        self.queue_names = queue_names
 
     async def set_queues(self) -> list[str]:
         """The queues whose sets make up "the" schedule, retry and dead sets: every

@@ -8,8 +8,9 @@ that each file reads in one sitting and a part sees only what it is given.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Concatenate, Final, Generic, Literal, ParamSpec, TypeVar, overload
 
 import redis.asyncio
 
@@ -20,6 +21,34 @@ from cogworker_async.redis.scripts import Scripts
 from cogworker_async.settings import DEAD_MAX_AGE, DEAD_MAX_JOBS, KEEP_STATUS
 
 SetName = Literal["retry", "dead", "schedule"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Via(Generic[P, R]):
+    """A facade's operation that is one of its parts': ``Via("moves", Moves.enqueue)`` on
+    the Store is ``store.moves.enqueue``, with its signature. Read on the class, it is
+    still callable with the facade first (``Store.enqueue(store, ...)``), so a test can
+    wrap the operation as it wraps a method."""
+
+    def __init__(self, part: str, operation: Callable[Concatenate[Any, P], R]) -> None:
+        self.part = part
+        self.name = operation.__name__
+
+    @overload
+    def __get__(self, facade: None, owner: type) -> Via[P, R]: ...
+    @overload
+    def __get__(self, facade: object, owner: type) -> Callable[P, R]: ...
+
+    def __get__(self, facade: object | None, owner: type) -> Any:
+        if facade is None:
+            return self
+        return getattr(getattr(facade, self.part), self.name)
+
+    def __call__(self, facade: object, *args: P.args, **kwargs: P.kwargs) -> R:
+        operation: Callable[P, R] = getattr(getattr(facade, self.part), self.name)
+        return operation(*args, **kwargs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,8 +22,6 @@ that wrap one operation subclass the Store and override it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 import redis.asyncio
 
@@ -47,7 +45,7 @@ from cogworker_async.redis.moves import Moves
 from cogworker_async.redis.part import DEFAULT_DEAD_LIMITS as DEFAULT_DEAD_LIMITS
 from cogworker_async.redis.part import DeadLimits as DeadLimits
 from cogworker_async.redis.part import SetName as SetName
-from cogworker_async.redis.part import Shared
+from cogworker_async.redis.part import Shared, Via
 from cogworker_async.redis.pausing import Pausing
 from cogworker_async.redis.queues import Queues
 from cogworker_async.redis.records import Records
@@ -60,10 +58,6 @@ from cogworker_async.settings import KEEP_STATUS, Settings
 
 log = logging.getLogger(__name__)
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
 def dead_limits_of(settings: Settings) -> DeadLimits:
     return DeadLimits(settings.dead_max_jobs, settings.dead_max_age)
 
@@ -72,25 +66,6 @@ def durability_of(settings: Settings) -> Durability | None:
     if settings.durability is None:
         return None
     return Durability(settings.durability, settings.durability_timeout)
-
-
-class _Via(Generic[P, R]):
-    """A Store operation that is one of its parts': ``_Via("moves", Moves.enqueue)`` is
-    ``store.moves.enqueue``, with its signature."""
-
-    def __init__(self, part: str, operation: Callable[Concatenate[Any, P], R]) -> None:
-        self.part = part
-        self.name = operation.__name__
-
-    @overload
-    def __get__(self, store: None, owner: type) -> _Via[P, R]: ...
-    @overload
-    def __get__(self, store: object, owner: type) -> Callable[P, R]: ...
-
-    def __get__(self, store: object | None, owner: type) -> Any:
-        if store is None:
-            return self
-        return getattr(getattr(store, self.part), self.name)
 
 
 class Store:
@@ -200,69 +175,69 @@ class Store:
     # -- every part's operations, as the Store's -------------------------------------
 
     # moves.py
-    enqueue = _Via("moves", Moves.enqueue)
-    schedule = _Via("moves", Moves.schedule)
-    fetch = _Via("moves", Moves.fetch)
-    ack = _Via("moves", Moves.ack)
-    file_failure = _Via("moves", Moves.file_failure)
-    give_back = _Via("moves", Moves.give_back)
-    pop = _Via("moves", Moves.pop)
-    push_back = _Via("moves", Moves.push_back)
-    file_entry = _Via("moves", Moves.file_entry)
-    due = _Via("moves", Moves.due)
-    promote = _Via("moves", Moves.promote)
-    move_member = _Via("moves", Moves.move_member)
-    enqueue_unique = _Via("moves", Moves.enqueue_unique)
-    push_batch = _Via("moves", Moves.push_batch)
-    cron_claim = _Via("moves", Moves.cron_claim)
+    enqueue = Via("moves", Moves.enqueue)
+    schedule = Via("moves", Moves.schedule)
+    fetch = Via("moves", Moves.fetch)
+    ack = Via("moves", Moves.ack)
+    file_failure = Via("moves", Moves.file_failure)
+    give_back = Via("moves", Moves.give_back)
+    pop = Via("moves", Moves.pop)
+    push_back = Via("moves", Moves.push_back)
+    file_entry = Via("moves", Moves.file_entry)
+    due = Via("moves", Moves.due)
+    promote = Via("moves", Moves.promote)
+    move_member = Via("moves", Moves.move_member)
+    enqueue_unique = Via("moves", Moves.enqueue_unique)
+    push_batch = Via("moves", Moves.push_batch)
+    cron_claim = Via("moves", Moves.cron_claim)
 
     # queues.py
-    register_queues = _Via("queues", Queues.register_queues)
-    queue_names = _Via("queues", Queues.queue_names)
-    wake_ups = _Via("queues", Queues.wake_ups)
-    backlog = _Via("queues", Queues.backlog)
+    register_queues = Via("queues", Queues.register_queues)
+    queue_names = Via("queues", Queues.queue_names)
+    wake_ups = Via("queues", Queues.wake_ups)
+    backlog = Via("queues", Queues.backlog)
 
     # stats.py
-    add_stats = _Via("stats", Stats.add_stats)
-    flush_stats = _Via("stats", Stats.flush_stats)
-    run_metrics = _Via("stats", Stats.run_metrics)
+    add_stats = Via("stats", Stats.add_stats)
+    flush_stats = Via("stats", Stats.flush_stats)
+    run_metrics = Via("stats", Stats.run_metrics)
 
     # locks.py
-    take_lock = _Via("locks", Locks.take_lock)
-    release_lock = _Via("locks", Locks.release_lock)
-    extend_lock = _Via("locks", Locks.extend_lock)
-    cron_claimed = _Via("locks", Locks.cron_claimed)
+    take_lock = Via("locks", Locks.take_lock)
+    release_lock = Via("locks", Locks.release_lock)
+    extend_lock = Via("locks", Locks.extend_lock)
+    cron_claimed = Via("locks", Locks.cron_claimed)
 
     # liveness.py
-    requeue = _Via("liveness", Liveness.requeue)
-    recover = _Via("liveness", Liveness.recover)
-    relist = _Via("liveness", Liveness.relist)
-    clear_declared_dead = _Via("liveness", Liveness.clear_declared_dead)
-    in_progress = _Via("liveness", Liveness.in_progress)
-    registered_identities = _Via("liveness", Liveness.registered_identities)
-    queue_identities = _Via("liveness", Liveness.queue_identities)
-    scanned_lists = _Via("liveness", Liveness.scanned_lists)
-    beat_info = _Via("liveness", Liveness.beat_info)
-    record_recovery = _Via("liveness", Liveness.record_recovery)
-    forget = _Via("liveness", Liveness.forget)
-    list_head = _Via("liveness", Liveness.list_head)
-    bury_orphan = _Via("liveness", Liveness.bury_orphan)
-    park_unsettled = _Via("liveness", Liveness.park_unsettled)
-    file_unsettled = _Via("liveness", Liveness.file_unsettled)
-    orphan_counts = _Via("liveness", Liveness.orphan_counts)
-    is_alive = _Via("liveness", Liveness.is_alive)
-    orphan_count = _Via("liveness", Liveness.orphan_count)
+    requeue = Via("liveness", Liveness.requeue)
+    recover = Via("liveness", Liveness.recover)
+    relist = Via("liveness", Liveness.relist)
+    clear_declared_dead = Via("liveness", Liveness.clear_declared_dead)
+    in_progress = Via("liveness", Liveness.in_progress)
+    registered_identities = Via("liveness", Liveness.registered_identities)
+    queue_identities = Via("liveness", Liveness.queue_identities)
+    scanned_lists = Via("liveness", Liveness.scanned_lists)
+    beat_info = Via("liveness", Liveness.beat_info)
+    record_recovery = Via("liveness", Liveness.record_recovery)
+    forget = Via("liveness", Liveness.forget)
+    list_head = Via("liveness", Liveness.list_head)
+    bury_orphan = Via("liveness", Liveness.bury_orphan)
+    park_unsettled = Via("liveness", Liveness.park_unsettled)
+    file_unsettled = Via("liveness", Liveness.file_unsettled)
+    orphan_counts = Via("liveness", Liveness.orphan_counts)
+    is_alive = Via("liveness", Liveness.is_alive)
+    orphan_count = Via("liveness", Liveness.orphan_count)
 
     # records.py
-    job_status = _Via("records", Records.job_status)
-    alive_in = _Via("records", Records.alive_in)
-    running_statuses = _Via("records", Records.running_statuses)
-    cancel_job = _Via("records", Records.cancel_job)
-    close_records = _Via("records", Records.close_records)
-    set_progress = _Via("records", Records.set_progress)
-    take_cancels = _Via("records", Records.take_cancels)
+    job_status = Via("records", Records.job_status)
+    alive_in = Via("records", Records.alive_in)
+    running_statuses = Via("records", Records.running_statuses)
+    cancel_job = Via("records", Records.cancel_job)
+    close_records = Via("records", Records.close_records)
+    set_progress = Via("records", Records.set_progress)
+    take_cancels = Via("records", Records.take_cancels)
 
     # pausing.py
-    pause = _Via("pausing", Pausing.pause)
-    resume = _Via("pausing", Pausing.resume)
-    pauses = _Via("pausing", Pausing.pauses)
+    pause = Via("pausing", Pausing.pause)
+    resume = Via("pausing", Pausing.resume)
+    pauses = Via("pausing", Pausing.pauses)
