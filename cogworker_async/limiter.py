@@ -40,19 +40,16 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import anyio
 
 from cogworker_async.context import CURRENT
 from cogworker_async.errors import OverLimit, why
 from cogworker_async.redis import limits
-from cogworker_async.redis.limits import Decision, LimiterUsage, limiter_usage
+from cogworker_async.redis.limits import Decision, LimiterUsage, LimitStore, limiter_usage
 from cogworker_async.redis.limits import Kind as Kind  # where a limit is described
 from cogworker_async.redis.limits import LimitSpec as LimitSpec
-
-if TYPE_CHECKING:
-    from cogworker_async.redis.store import Store
 
 __all__ = ["RUNNER", "LimitSpec", "Limiter", "LimiterUsage", "Runner", "limiter_usage",
            "next_pause", "spec_of"]
@@ -88,7 +85,7 @@ class Runner:
     """The worker process running the current job: its limiters' slots are held in its
     name (``identity``) and go with it."""
 
-    store: Store
+    store: LimitStore
     identity: str
     unreleased: set[tuple[str, str]] = field(default_factory=set)
     """(limiter, member) whose release met Redis away: a live process's slot is never
@@ -104,6 +101,9 @@ class Runner:
 
 
 RUNNER: ContextVar[Runner] = ContextVar("cogworker_runner")
+
+_Held = tuple[LimitStore, str, Runner | None]
+"""What an entered limiter holds: the store, its member, the runner it holds it for."""
 """Set by the processor around each run (``worker/processor.py``)."""
 
 
@@ -190,13 +190,13 @@ class Limiter:
     """
 
     def __init__(self, name: str, spec: LimitSpec, *, wait: float = 0.0,
-                 lease: float = DEFAULT_LEASE, store: Callable[[], Store]) -> None:
+                 lease: float = DEFAULT_LEASE, store: Callable[[], LimitStore]) -> None:
         self.name = check_name(name)
         self.spec = spec
         self.wait = check_seconds("wait", wait, allow_zero=True)
         self.lease = check_seconds("lease", lease)
         self._store = store
-        self._held: ContextVar[tuple[tuple[Store, str, Runner | None] | None, ...]] = ContextVar(
+        self._held: ContextVar[tuple[_Held | None, ...]] = ContextVar(
             f"cogworker_limiter_{name}", default=())
 
     def __repr__(self) -> str:
@@ -244,7 +244,7 @@ class Limiter:
             store, member, runner = held[-1]
             await self._release(store, member, runner)
 
-    async def _try(self, store: Store, member: str | None) -> Decision:
+    async def _try(self, store: LimitStore, member: str | None) -> Decision:
         spec = self.spec
         if member is None:
             take = limits.take_window if spec.kind == "window" else limits.take_token
@@ -257,7 +257,7 @@ class Limiter:
             await self._release(store, member, RUNNER.get(None))
             raise
 
-    async def _release(self, store: Store, member: str, runner: Runner | None) -> None:
+    async def _release(self, store: LimitStore, member: str, runner: Runner | None) -> None:
         """Give the slot back: shielded (a cancelled job still releases) and bounded. If
         Redis stays away, a worker's slot is released again later (``Runner``); a slot
         taken outside any worker ends with its lease."""
@@ -277,7 +277,7 @@ class Limiter:
                         return
                     await anyio.sleep(RELEASE_PAUSE * attempt)
 
-    async def _count_refusal(self, store: Store, now: float) -> None:
+    async def _count_refusal(self, store: LimitStore, now: float) -> None:
         """Count the refusal for the dashboard (best effort: never instead of OverLimit)."""
         try:
             await limits.count_over(store, self.name, now)

@@ -28,17 +28,36 @@ import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import redis.exceptions
 
 from cogworker_async import stored
+from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.part import as_bytes
 
 if TYPE_CHECKING:
     from cogworker_async.redis.store import Store
 
 log = logging.getLogger(__name__)
+
+
+class ScriptRunner(Protocol):
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
+                  durable: bool = False) -> Any: ...
+
+
+class LimitStore(Protocol):
+    """What a limiter's decisions need of the Store (the in-memory one of
+    ``cogworker_async.testing`` is one too): its keys, its script runner and, to give a
+    slot back and count a refusal, its client."""
+
+    @property
+    def keys(self) -> Keys: ...
+    @property
+    def scripts(self) -> ScriptRunner: ...
+    @property
+    def client(self) -> Any: ...
 
 Kind = Literal["concurrent", "window", "bucket"]
 
@@ -131,7 +150,7 @@ def _decision(reply: Any, *, timed: bool) -> Decision:
     return Decision(bool(int(admitted)), int(level), retry_after, float(now), freed)
 
 
-async def take_slot(store: Store, name: str, capacity: int, member: str) -> Decision:
+async def take_slot(store: LimitStore, name: str, capacity: int, member: str) -> Decision:
     """Take a slot of concurrent limiter ``name`` for ``member`` if fewer than
     ``capacity`` hold one (``lua/limit_concurrent.lua``)."""
     keys = store.keys
@@ -140,19 +159,19 @@ async def take_slot(store: Store, name: str, capacity: int, member: str) -> Deci
     return _decision(reply, timed=False)
 
 
-async def release_slot(store: Store, name: str, member: str) -> None:
+async def release_slot(store: LimitStore, name: str, member: str) -> None:
     """Give back ``member``'s slot (idempotent: a slot freed already stays freed)."""
     await store.client.zrem(store.keys.limiter(name, "holders"), member)
 
 
-async def take_window(store: Store, name: str, capacity: int, seconds: float) -> Decision:
+async def take_window(store: LimitStore, name: str, capacity: int, seconds: float) -> Decision:
     """Count one acquisition in window limiter ``name`` if its window has room."""
     reply = await store.scripts.run("limit_window", [store.keys.limiter(name, "window")],
                              [capacity, repr(float(seconds)), repr(time.time())])
     return _decision(reply, timed=True)
 
 
-async def take_token(store: Store, name: str, capacity: int, seconds: float) -> Decision:
+async def take_token(store: LimitStore, name: str, capacity: int, seconds: float) -> Decision:
     """Take a token of bucket limiter ``name`` if it has one."""
     reply = await store.scripts.run("limit_bucket", [store.keys.limiter(name, "bucket")],
                              [capacity, repr(float(seconds)), repr(time.time())])
@@ -163,7 +182,7 @@ def _minute(now: float) -> int:
     return int(now // OVER_MINUTE)
 
 
-async def count_over(store: Store, name: str, now: float) -> None:
+async def count_over(store: LimitStore, name: str, now: float) -> None:
     """Count one refusal of limiter ``name`` in the minute of ``now`` (Redis TIME, from
     the refusing script's reply)."""
     key = store.keys.limiter(name, f"over:{_minute(now)}")

@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import Expired, ResultNotJSON
 from cogworker_async.limiter import RUNNER
 from cogworker_async.middleware import ServerMiddleware
-from cogworker_async.redis.store import Store
 from cogworker_async.retries import attempt_of
 from cogworker_async.settings import Settings
 from cogworker_async.status import JobStatus, error_text
@@ -59,7 +58,7 @@ class FakeWorker:
         self._report: RunReport | None = None
         self._settled: Disposition | None = None
         self._entry: Entry | None = None
-        store = cast(Store, memory)  # JobLocks, Canceller, Runner take a Store
+        store = memory  # a RunStore: what JobLocks, Canceller and the limiters use
         self.ledger = Ledger(1, 1)
         self.processor = Processor(
             registry, settings, self, Counters(), self.ledger, store=store,

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from cogworker_async.redis.keys import Keys
+from cogworker_async.status import JobStatus
 
 LIMITER_SCRIPTS: Final = frozenset({"limit_concurrent", "limit_window", "limit_bucket"})
 """The limiter scripts (``redis/limits.py``): their replies are
@@ -87,6 +88,17 @@ class MemoryStore:
         expiry = max(self._locks[key][1], time.monotonic() + ttl)  # never shortened
         self._locks[key] = (owner, expiry)
         return True
+
+    async def set_progress(self, identity: str,
+                           updates: Sequence[tuple[str, str, float, bytes | None]]) -> None:
+        """No records in a test's drain: progress goes nowhere."""
+
+    async def take_cancels(self, identity: str, queues: Sequence[str]) -> list[tuple[str, str]]:
+        return []  # a drain's cancels are taken from its world, not polled
+
+    async def running_statuses(self, pairs: Sequence[tuple[str, str]],
+                               fields: Sequence[str]) -> list[JobStatus]:
+        return []
 
     async def orphan_count(self, queue: str, jid: str) -> int:
         """No process dies in a test's drain: no job was ever recovered."""

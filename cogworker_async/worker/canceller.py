@@ -19,16 +19,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import anyio
 
 from cogworker_async.context import RunControl
 from cogworker_async.errors import why
 from cogworker_async.redis.errors import Unavailable
-from cogworker_async.redis.store import Store
+from cogworker_async.status import JobStatus
 
 log = logging.getLogger(__name__)
+
+
+class CancelStore(Protocol):
+    """What the canceller needs of the Store (its poll loop, which only a worker runs)."""
+
+    async def set_progress(self, identity: str,
+                           updates: Sequence[tuple[str, str, float, bytes | None]]) -> None: ...
+    async def take_cancels(self, identity: str,
+                           queues: Sequence[str]) -> list[tuple[str, str]]: ...
+    async def running_statuses(self, pairs: Sequence[tuple[str, str]],
+                               fields: Sequence[str]) -> list[JobStatus]: ...
 
 POLL_INTERVAL: Final = 0.5
 """Seconds between two looks at the cancel sets (and progress writes): a running async
@@ -39,7 +50,7 @@ MAX_ASKED: Final = 10_000
 
 
 class Canceller:
-    def __init__(self, store: Store, identity: str, queues: Sequence[str]) -> None:
+    def __init__(self, store: CancelStore, identity: str, queues: Sequence[str]) -> None:
         self.store = store
         self.identity = identity
         self.queues = list(queues)

@@ -10,19 +10,30 @@ orphan recovery included, when it buries a job as ProcessDied.
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
 from cogworker_async import job
 from cogworker_async.errors import why
 from cogworker_async.job import Payload
 from cogworker_async.periodic import RUNNING_LOCK_TTL
-from cogworker_async.redis.store import Store
+from cogworker_async.redis.keys import Keys
 from cogworker_async.worker.outcome import Ack, Disposition, Filing
 
 log = logging.getLogger(__name__)
 
 
+class LockStore(Protocol):
+    """What the locks need of the Store (and of the in-memory one of ``testing``)."""
+
+    @property
+    def keys(self) -> Keys: ...
+    async def take_lock(self, key: str, owner: str, ttl: float) -> bool: ...
+    async def release_lock(self, key: str, owner: str) -> bool: ...
+    async def extend_lock(self, key: str, owner: str, ttl: float) -> bool: ...
+
+
 class JobLocks:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: LockStore) -> None:
         self.store = store
 
     async def before_run(self, payload: Payload) -> bool:
@@ -96,7 +107,7 @@ def _queue(payload: Payload) -> str:
     return job.text(payload, "queue") or ""
 
 
-async def release_for_dead(store: Store, payload: Payload) -> None:
+async def release_for_dead(store: LockStore, payload: Payload) -> None:
     """A job buried in dead by recovery releases what it held, like any terminal failure."""
     locks = JobLocks(store)
     await locks.after_settle(payload, Filing("dead", payload.copy(), 0.0, terminal=True),

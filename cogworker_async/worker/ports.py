@@ -15,7 +15,10 @@ import anyio
 
 from cogworker_async.context import RunControl
 from cogworker_async.job import Payload
+from cogworker_async.redis.limits import LimitStore
+from cogworker_async.worker.canceller import CancelStore
 from cogworker_async.worker.fetch import Work
+from cogworker_async.worker.locks import LockStore
 from cogworker_async.worker.observers import RunReport
 from cogworker_async.worker.outcome import Disposition
 
@@ -83,3 +86,12 @@ class RunLocks(Protocol):
 
     async def after_settle(self, payload: Payload, disposition: Disposition,
                            *, ran: bool) -> None: ...
+
+
+class RunStore(LockStore, CancelStore, LimitStore, Protocol):
+    """What a run needs of the Store: its locks, its cancels and progress, its limiters
+    (the parts the processor builds on it: ``JobLocks``, ``Canceller``, the limiter's
+    ``Runner``), and how often a job was recovered from a dead process (its context's
+    ``orphan_count``). ``Store`` is one; so is ``testing``'s ``MemoryStore``."""
+
+    async def orphan_count(self, queue: str, jid: str) -> int: ...

@@ -25,7 +25,6 @@ from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import OverLimit, ResultNotJSON, Retry
 from cogworker_async.limiter import RUNNER, Runner
 from cogworker_async.middleware import ServerMiddleware
-from cogworker_async.redis.store import Store
 from cogworker_async.retries import attempt_of
 from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings
@@ -52,6 +51,7 @@ from cogworker_async.worker.ports import (
     InFlight,
     RunLocks,
     RunObservers,
+    RunStore,
     RunTally,
     Settlement,
 )
@@ -116,7 +116,7 @@ class Processor:
         counters: Counters,
         ledger: InFlight,
         *,
-        store: Store,
+        store: RunStore,
         middleware: Sequence[ServerMiddleware] = (),
         observers: RunObservers | None = None,
         tally: RunTally | None = None,
