@@ -158,7 +158,7 @@ async def test_results_under_a_sigkill_storm_are_one_per_job_and_right(
 
     await _storm(storm, size, tags)
     took = storm.clock()
-    await _stop_all(storm.workers)
+    await _stop_all(r, namespace, storm.workers)
 
     starts = await chaosapp.counts(r, chaosapp.started_key(namespace))
     ends = await chaosapp.runs(r, chaosapp.finished_key(namespace))

@@ -180,7 +180,12 @@ async def _storm(storm: Storm, size: Size, tags: list[str]) -> None:
                          timeout=budget, every=0.1)
 
 
-async def _stop_all(workers: list[WorkerProcess]) -> None:
+async def _stop_all(r: redis.asyncio.Redis, namespace: str,
+                    workers: list[WorkerProcess]) -> None:
+    """SIGTERM each worker once it is up, and expect a clean exit. The last replacement
+    may still be starting Python when the jobs are done, before it has a SIGTERM handler
+    (the signal's default then ends it, -15): the stop is checked on workers that are up."""
+    await wait_ready(r, namespace, workers)
     for worker in workers:
         worker.signal(signal.SIGTERM)
     limit = SETTINGS["shutdown_timeout"] + EXIT_SLACK
@@ -235,11 +240,7 @@ async def test_sigkill_storm_loses_nothing_and_reruns_only_what_the_dead_held(
 
     await _storm(storm, size, tags)
     took = storm.clock()
-    # The last replacement may still be starting Python when the jobs are done, before
-    # it has a SIGTERM handler (the signal's default then ends it, -15): the stop is
-    # checked on workers that are up.
-    await wait_ready(r, namespace, storm.workers)
-    await _stop_all(storm.workers)
+    await _stop_all(r, namespace, storm.workers)
 
     starts = await chaosapp.counts(r, chaosapp.started_key(namespace))
     finishes = await chaosapp.counts(r, chaosapp.finished_key(namespace))
