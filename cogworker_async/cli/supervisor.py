@@ -97,6 +97,12 @@ TICK: Final = 0.1
 MEMORY_EVERY: Final = 1.0
 """Seconds between reads of the children's memory (``--max-memory``)."""
 
+WATCH_READY: Final = 10.0
+"""Seconds ``--reload`` waits for its watcher to be watching before the first children
+start (it sets up a watch per directory under the root, a ``.venv`` included: seconds on
+a busy machine). A change saved in between would be missed, its reload never done."""
+WATCH_TICK_MS: Final = 100
+"""How often the watcher's thread looks up from the files (to say it is watching)."""
 PR_SET_PDEATHSIG: Final = 1
 
 
@@ -171,6 +177,7 @@ class Supervisor:
     _signals: list[int] = field(default_factory=list, init=False)
     _changed: threading.Event = field(default_factory=threading.Event, init=False)
     _stop_watch: threading.Event = field(default_factory=threading.Event, init=False)
+    _watching: threading.Event = field(default_factory=threading.Event, init=False)
     fatal: int | None = field(default=None, init=False)
     """The exit code of a child that could not start: the supervisor's own."""
     fleet_up: bool = field(default=False, init=False)
@@ -407,15 +414,24 @@ class Supervisor:
         root = self.reload_root or Path.cwd()
 
         def watch() -> None:
+            # An empty set every WATCH_TICK_MS without changes: the first says the watch
+            # is set up (the generator sets it up on its first step, in this thread).
             for changes in watchfiles.watch(root, stop_event=self._stop_watch,
                                             watch_filter=watchfiles.PythonFilter(),
-                                            raise_interrupt=False):
+                                            raise_interrupt=False, rust_timeout=WATCH_TICK_MS,
+                                            yield_on_timeout=True):
+                self._watching.set()
+                if not changes:
+                    continue
                 log.info("--reload: %d file(s) changed, e.g. %s", len(changes),
                          sorted(path for _, path in changes)[0])
                 self._changed.set()
 
         thread = threading.Thread(target=watch, name="cogworker-reload", daemon=True)
         thread.start()
+        if not self._watching.wait(WATCH_READY):
+            log.warning("--reload: the watcher is not watching after %.0f s; a change "
+                        "saved before it is may be missed", WATCH_READY)
         return thread
 
 
