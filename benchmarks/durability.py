@@ -256,8 +256,9 @@ class Setup:
         """Jobs still queued or in progress (an in-progress list is gone once empty)."""
         keys = Keys(NAMESPACE)
         count = int(self.client.llen(keys.queue(QUEUE)))
-        for name in self.client.scan_iter(match=keys.in_progress_pattern, count=1000):
-            count += int(self.client.llen(name))
+        # No SCAN: a key per job's record makes one cost more than the worker's scripts.
+        for identity in self.client.smembers(keys.queue_identities(QUEUE)):
+            count += int(self.client.llen(keys.in_progress(QUEUE, identity.decode())))
         return count
 
     def version(self) -> str:
