@@ -32,10 +32,9 @@ for path in (HERE.parent, HERE):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+import metrics_cost  # noqa: E402
 import redis  # noqa: E402
 import uvloop  # noqa: E402
-
-import metrics_cost  # noqa: E402
 
 MIN_PER_JOB = 0.05
 """Commands run fewer times than this per job are left out of the report."""
