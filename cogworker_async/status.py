@@ -1,11 +1,12 @@
 """Jobs as values: what a job's status record says, read into a ``JobStatus``.
 
-Every job has a record — a hash in its queue's slot (``Keys.record``) — from its enqueue
-until a while after its end. Each script that moves the job writes the new state in the
-same step as the move (``lua/_record.lua``), so a record is never half-way between two
-moves, and a crash between two scripts leaves it saying where the job really is. This
-module is the pure half: the states, the TTLs, and reading a record. The lookups,
-``result()``'s wait and ``cancel`` are in ``lookup.py``.
+Every job has a record in its queue's slot from its enqueue until a while after its end:
+a field of the queue's live hash while it may run (``Keys.live_records``), its own key
+once it finished (``Keys.record``); ``lua/_record.lua`` has the layout, ``unpack`` reads
+it. Each script that moves the job writes the new state in the same step as the move, so
+a record is never half-way between two moves, and a crash between two scripts leaves it
+saying where the job really is. This module is the pure half: the states, the TTLs, and
+reading a record. The lookups, ``result()``'s wait and ``cancel`` are in ``lookup.py``.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ gives the first one's answer (``cancelled`` or ``stopping``) until the job's cop
 
 LIVE_TTL: Final = 14 * 24 * 3600
 """Seconds a record of a job that has not ended lives after its enqueue or its last retry
-(a scheduled job's from its due time): a queue that lost its jobs (cleared by hand)
-cannot leave records forever. A job waiting longer than this is still run; its status
-then says ``unknown`` until it ends (the end writes a record again)."""
+(a scheduled job's from its due time; the workers' sweep drops it past that): a queue
+that lost its jobs (cleared by hand) cannot leave records forever. A job waiting longer
+than this is still run; its status then says ``unknown`` until it ends (the end writes a
+record again)."""
 CANCELS_TTL: Final = 24 * 3600
 """Seconds a process's cancel set lives after its last cancel: a dead process's set
 goes away on its own (recovery drops the cancelled jobs through their records)."""
@@ -154,6 +156,22 @@ def read(jid: str, record: Mapping[bytes, bytes] | Mapping[str, str],
         error=fields.get("error"),
         cancel_requested=fields.get("cancel") == "1",
     )
+
+
+def unpack(text: bytes | str) -> dict[str, str]:
+    """A live record as ``lua/_record.lua`` packs it — ``state``, ``name``,
+    ``enqueued_at``, ``until``, then ``field=value`` pairs, tab-separated — as fields;
+    ``{}`` for text that is not one."""
+    parts = _text(text).split("\t")
+    if len(parts) < 4:
+        return {}
+    fields = {name: value for name, value in zip(
+        ("state", "name", "enqueued_at", "until"), parts, strict=False) if value}
+    for part in parts[4:]:
+        name, equals, value = part.partition("=")
+        if equals:
+            fields[name] = value
+    return fields
 
 
 def newest(statuses: list[JobStatus]) -> JobStatus | None:

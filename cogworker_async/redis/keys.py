@@ -244,9 +244,16 @@ class Keys:
         return self._queue(queue, f"unique:{digest}")
 
     def record(self, queue: str, jid: str) -> str:
-        """Hash: the status record of job ``jid`` of ``queue`` (``status.py``: fields,
-        states and TTLs), written by every script that moves the job."""
+        """Hash: the status record of finished job ``jid`` of ``queue`` (``status.py``:
+        fields, states and TTLs), written by every script that moves the job; the name
+        by which scripts know a record in either place (``live_records``)."""
         return self._queue(queue, f"job:{jid}")
+
+    def live_records(self, queue: str) -> str:
+        """Hash jid -> the packed status record of each job of ``queue`` that may still
+        run (``lua/_record.lua``); a finished job's record is its ``record`` key. Bounded
+        by the jobs alive, and by ``lua/sweep_records.lua`` for jobs that vanished."""
+        return self._queue(queue, "jobs")
 
     def record_prefix(self, queue: str) -> str:
         """``record``'s name without the jid (scripts that read jids from payloads)."""

@@ -14,7 +14,18 @@ from cogworker_async.redis.errors import ResponseError
 from cogworker_async.redis.part import Part, Shared
 from cogworker_async.redis.queues import Queues
 from cogworker_async.redis.scripts import Call
-from cogworker_async.status import ALIVE, CANCELS_TTL, CancelOutcome, JobStatus, newest, read
+from cogworker_async.status import (
+    ALIVE,
+    CANCELS_TTL,
+    CancelOutcome,
+    JobStatus,
+    newest,
+    read,
+    unpack,
+)
+
+SWEEP_COUNT = 200
+"""Live records looked at per step of a sweep (one per queue per upkeep pass)."""
 
 
 def _text(value: bytes | str) -> str:
@@ -26,63 +37,78 @@ class Records(Part):
         super().__init__(shared)
         self.queues = queues
 
+    async def _fields(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+        """The fields of the records of ``(queue, jid)`` pairs, wherever each lives (its
+        field of the queue's live hash, else its own key: ``lua/_record.lua``); ``{}``
+        where there is none or it cannot be read. One pipelined round trip per node."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for queue, jid in pairs:
+                pipe.hget(self.keys.live_records(queue), jid)
+                pipe.get(self.keys.record(queue, jid))
+            replies = await pipe.execute(raise_on_error=False)
+        found: list[dict[str, str]] = []
+        hashes: list[int] = []  # records 0.2 wrote: a hash at the key
+        for index in range(len(pairs)):
+            live, finished = replies[2 * index], replies[2 * index + 1]
+            fields = unpack(live) if isinstance(live, bytes | str) else {}
+            if not fields and isinstance(finished, bytes | str):
+                fields = unpack(finished)
+            elif not fields and isinstance(finished, ResponseError) and (
+                    "WRONGTYPE" in str(finished)):
+                hashes.append(index)
+            found.append(fields)
+        if hashes:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for index in hashes:
+                    pipe.hgetall(self.keys.record(*pairs[index]))
+                flats = await pipe.execute(raise_on_error=False)
+            for index, flat in zip(hashes, flats, strict=True):
+                if isinstance(flat, dict):
+                    found[index] = {_text(name): _text(value) for name, value in flat.items()}
+        return found
+
     async def job_status(self, jid: str, queues: Sequence[str] | None = None) -> JobStatus | None:
         """The status of ``jid``, from its record in one of ``queues`` (default: every
-        registered queue; one HGETALL each, in one round trip per node — no scan of
-        any queue or set); None when no queue has a record of it."""
+        registered queue; an HGET and a GET each, in one round trip per node — no
+        scan of any queue or set); None when no queue has a record of it."""
         names = list(queues) if queues is not None else await self.queues.queue_names()
         if not names:
             return None
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue in names:
-                pipe.hgetall(self.keys.record(queue, jid))
-            replies = await pipe.execute(raise_on_error=False)
-        found = [read(jid, reply, queue) for queue, reply in zip(names, replies, strict=True)
-                 if isinstance(reply, dict) and reply]
-        return newest(found)
+        records = await self._fields([(queue, jid) for queue in names])
+        return newest([read(jid, fields, queue)
+                       for queue, fields in zip(names, records, strict=True) if fields])
 
     async def alive_in(self, jid: str, queues: Sequence[str] | None = None) -> list[str]:
         """The queues (of ``queues``, default every registered one) whose record of
         ``jid`` says it is queued, scheduled, running or retrying, or that hold a
-        cancelled copy not dropped yet: where a chosen jid is still alive. One HMGET per
-        queue, pipelined (one round trip per node)."""
+        cancelled copy not dropped yet: where a chosen jid is still alive (one round
+        trip per node)."""
         names = list(queues) if queues is not None else await self.queues.queue_names()
         if not names:
             return []
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue in names:
-                pipe.hmget(self.keys.record(queue, jid), ["state", "cancel"])
-            replies = await pipe.execute(raise_on_error=False)
-        return [queue for queue, reply in zip(names, replies, strict=True)
-                if isinstance(reply, list) and len(reply) == 2 and (
-                    reply[1] == b"1" or _text(reply[0] or b"") in ALIVE)]
+        records = await self._fields([(queue, jid) for queue in names])
+        return [queue for queue, fields in zip(names, records, strict=True)
+                if fields.get("cancel") == "1" or fields.get("state") in ALIVE]
 
     async def running_statuses(self, pairs: Sequence[tuple[str, str]],
                                fields: Sequence[str]) -> list[JobStatus]:
         """``fields`` of the records of ``(queue, jid)`` pairs, in one pipelined round trip
         per node; ``unknown`` where there is none (or it could not be read)."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for queue, jid in pairs:
-                pipe.hmget(self.keys.record(queue, jid), list(fields))
-            replies = await pipe.execute(raise_on_error=False)
-        found = []
-        for (queue, jid), reply in zip(pairs, replies, strict=True):
-            values = reply if isinstance(reply, list) else [None] * len(fields)
-            found.append(read(jid, {name: value for name, value in zip(
-                fields, values, strict=True) if value is not None}, queue))
-        return found
+        wanted = set(fields)
+        records = await self._fields(pairs)
+        return [read(jid, {name: value for name, value in record.items() if name in wanted},
+                     queue)
+                for (queue, jid), record in zip(pairs, records, strict=True)]
 
     async def cancel_job(self, queue: str, jid: str) -> CancelOutcome:
         """Cancel ``jid`` of ``queue`` (``lua/cancel.lua`` says what each outcome means)."""
         keys = self.keys
         record = keys.record(queue, jid)
         names = [record]
-        try:  # a unique job's lock, which the cancel releases (its record names it)
-            lock = await self.client.hget(record, "lock")
-        except ResponseError:  # not a record: cancel.lua says "unknown"
-            lock = None
-        if isinstance(lock, bytes | str) and _text(lock).startswith(keys.unique(queue, "")):
-            names.append(_text(lock))
+        # A unique job's lock, which the cancel releases (its record names it).
+        lock = (await self._fields([(queue, jid)]))[0].get("lock")
+        if lock is not None and lock.startswith(keys.unique(queue, "")):
+            names.append(lock)
         reply = await self.scripts.run("cancel", names, [
             keys.cancels_prefix(queue), repr(time.time()), CANCELS_TTL,
             keys.finished_channel(jid), jid], durable=True)
@@ -125,3 +151,11 @@ class Records(Part):
                     pipe.srem(self.keys.cancels(queue, identity), jid)
                 await pipe.execute(raise_on_error=False)
         return asked
+
+    async def sweep_records(self, queue: str, cursor: str = "0",
+                            count: int = SWEEP_COUNT) -> tuple[str, int]:
+        """One step of the sweep of ``queue``'s live records (``lua/sweep_records.lua``):
+        the next cursor ("0": a pass is done) and how many records were dropped."""
+        reply = await self.scripts.run("sweep_records", [self.keys.live_records(queue)],
+                                       [cursor, count, repr(time.time())])
+        return _text(reply[0]), int(reply[1])

@@ -56,20 +56,71 @@ def file_text(name: str) -> str:
 
 
 _DEFINED: Final = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+_TOP_LOCAL: Final = re.compile(r"^local (?:function (\w+)\(|([\w, ]+?) =)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """One top-level ``local`` of a helper file (with the comment above it): what it
+    defines, the helper names it uses, and its text."""
+
+    defines: frozenset[str]
+    text: str
+
+
+def _pieces(name: str) -> list[_Piece]:
+    """``lua/<name>.lua`` cut at each top-level ``local`` (a function or a value)."""
+    pieces: list[_Piece] = []
+    chunk: list[str] = []
+    for line in file_text(name).splitlines(keepends=True):
+        if line.startswith("local ") and any(not part.startswith("--") for part in chunk):
+            pieces.append(_piece(chunk))
+            chunk = [part for part in chunk if False]
+        if line.startswith("--") and chunk and not chunk[-1].startswith("--"):
+            pieces.append(_piece(chunk))  # a comment after code opens the next piece
+            chunk = []
+        chunk.append(line)
+    if chunk:
+        pieces.append(_piece(chunk))
+    return pieces
+
+
+def _piece(lines: list[str]) -> _Piece:
+    names: set[str] = set()
+    for line in lines:
+        found = _TOP_LOCAL.match(line)
+        if found:
+            names.update(part.strip() for part in (found[1] or found[2]).split(","))
+    return _Piece(frozenset(names), "".join(lines))
+
 
 PRELUDES: Final = {function: name for name in _lua_files() if name.startswith("_")
                    for function in _DEFINED.findall(file_text(name))}
 """Shared helpers: function name -> the ``lua/_<file>.lua`` that defines it."""
 
+_WORD: Final = re.compile(r"\b\w+\b")
+
 
 @cache
 def source(name: str) -> str:
-    """The text of ``lua/<name>.lua``, after the shared helpers it calls."""
+    """The text of ``lua/<name>.lua``, after the pieces of the shared helpers it calls,
+    and of those they call in turn — only those: each top-level ``local function`` of a
+    script costs a closure at every call of it (about 0.3 µs in Redis 7), so a helper
+    file's unused functions would tax every move."""
     if name not in SCRIPT_NAMES:
         raise KeyError(f"no script named {name!r}")
     text = file_text(name)
-    files = dict.fromkeys(file for function, file in PRELUDES.items() if f"{function}(" in text)
-    return "".join(file_text(file) for file in files) + text
+    pieces = [(file, piece) for file in sorted(set(PRELUDES.values()))
+              for piece in _pieces(file)]
+    defined = {word for _, piece in pieces for word in piece.defines}
+    wanted = set(_WORD.findall(text)) & defined
+    while True:  # what the wanted pieces use, until nothing new
+        more = {word for _, piece in pieces if piece.defines & wanted
+                for word in _WORD.findall(piece.text)} & defined
+        if more <= wanted:
+            break
+        wanted |= more
+    return "".join(piece.text for _, piece in pieces if piece.defines & wanted) + text
 
 
 @cache

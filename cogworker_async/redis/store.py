@@ -236,6 +236,7 @@ class Store:
     close_records = Via("records", Records.close_records)
     set_progress = Via("records", Records.set_progress)
     take_cancels = Via("records", Records.take_cancels)
+    sweep_records = Via("records", Records.sweep_records)
 
     # pausing.py
     pause = Via("pausing", Pausing.pause)

@@ -376,9 +376,11 @@ class Recovery:
 
 async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Settings,
                      identity: str, runner: Runner | None = None) -> None:
-    """Every ``recovery_interval`` (jittered): orphan recovery under the lock, reconcile.
+    """Every ``recovery_interval`` (jittered): orphan recovery under the lock, reconcile,
+    a step of the sweep of the live status records of each queue it serves.
     Each says once when it starts failing and once when it recovers (``Streak``)."""
     recovering, reconciling = Streak("orphan recovery pass"), Streak("reconcile pass")
+    sweeping = Streak("status records sweep")
 
     async def recover() -> object:
         # Its own queues stay registered (the Store re-sends at most once a minute):
@@ -400,9 +402,20 @@ async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Setti
             await runner.release_late()
         return UNTRIED if await reconciler.reconcile() is None else None
 
+    cursors = dict.fromkeys(settings.queue_names, "0")
+
+    async def sweep() -> object:
+        # A step per queue per pass: a live hash of any size is swept at a bounded cost.
+        if not settings.track_jobs:
+            return UNTRIED
+        for queue, cursor in cursors.items():
+            cursors[queue], _ = await recovery.store.sweep_records(queue, cursor)
+        return None
+
     while True:
         await attempt(recover, recovering)
         await attempt(reconcile, reconciling)
+        await attempt(sweep, sweeping)
         await anyio.sleep(settings.recovery_interval * random.uniform(0.8, 1.2))
 
 

@@ -26,13 +26,8 @@ for i = 1, (#ARGV - 1) / 5 do
     local record = KEYS[2 * i + 1]
     if record and ARGV[at + 3] ~= "" then -- "": a job without a jid has no record
       now = now or redis_now(ARGV[1])
-      redis.pcall("HDEL", record, "cancel")
-      if ARGV[at + 2] ~= "" then
-        mark_record(record, ARGV[at + 3], "state", ARGV[at + 1], "finished_at", now,
-                    "result", ARGV[at + 2])
-      else
-        mark_record(record, ARGV[at + 3], "state", ARGV[at + 1], "finished_at", now)
-      end
+      finish_record(record, ARGV[at + 3], ARGV[at + 1], now,
+                    ARGV[at + 2] ~= "" and ARGV[at + 2])
       if ARGV[at + 4] ~= "" then wake(ARGV[at + 4], ARGV[at + 1]) end
     end
   end

@@ -18,7 +18,6 @@ redis.call("LPOP", KEYS[1])
 trim_dead(KEYS[2], now, ARGV[4], ARGV[5])
 redis.pcall("DEL", KEYS[3])
 if KEYS[4] then
-  redis.pcall("HDEL", KEYS[4], "cancel")
-  mark_record(KEYS[4], ARGV[6], "state", "dead", "finished_at", now, "error", ARGV[7])
+  mark_record(KEYS[4], ARGV[6], "cancel", false, "state", "dead", "finished_at", now, "error", ARGV[7])
 end
 return 1

@@ -19,9 +19,10 @@
 --               job instead of requeueing it (the record's ``cancel`` again).
 -- Errors (nothing written): "WRONGTYPE cancel set ..." when the running job's process's
 -- cancel set holds another type.
-local state = redis.pcall("HGET", KEYS[1], "state")
-if type(state) ~= "string" then return "unknown" end -- none, or not a record (wrong type)
-if redis.call("HGET", KEYS[1], "cancel") == "1" then
+local fields, origin = read_record(KEYS[1])
+if not fields or not fields.state then return "unknown" end -- none, or not a record
+local state = fields.state
+if fields.cancel == "1" then
   if state == "running" then return "stopping" end
   return "cancelled"
 end
@@ -33,7 +34,7 @@ if state == "running" then
   -- Destination first: the process's cancel set, then the record. A cancel set of
   -- another type (not ours: a co-tenant's key) is refused before anything is written,
   -- so the record never says "cancel asked" of a job its process was never told about.
-  local by = redis.call("HGET", KEYS[1], "by")
+  local by = fields.by
   if by then
     local set = ARGV[1] .. by
     local kind = redis.call("TYPE", set).ok
@@ -44,16 +45,16 @@ if state == "running" then
     redis.call("SADD", set, ARGV[5])
     redis.call("EXPIRE", set, tonumber(ARGV[3]))
   end
-  redis.call("HSET", KEYS[1], "cancel", "1", "cancel_at", now)
+  write_record(KEYS[1], set_fields(fields, "cancel", "1", "cancel_at", now), nil, origin)
   return "stopping"
 end
-redis.call("HSET", KEYS[1], "cancel", "1", "state", "cancelled", "finished_at", now)
 -- A unique job's lock goes with it (it will never run to release it): KEYS[2], the lock
 -- its record names (``lock``, written by enqueue_unique), deleted only while this jid
 -- holds it, so a later copy's lock is never taken from it.
-if KEYS[2] and redis.call("HGET", KEYS[1], "lock") == KEYS[2]
-    and redis.call("GET", KEYS[2]) == ARGV[5] then
+if KEYS[2] and fields.lock == KEYS[2] and redis.call("GET", KEYS[2]) == ARGV[5] then
   redis.call("DEL", KEYS[2])
 end
+write_record(KEYS[1], set_fields(fields, "cancel", "1", "state", "cancelled",
+                                 "finished_at", now), nil, origin)
 wake(ARGV[4], "cancelled")
 return "cancelled"

@@ -8,11 +8,11 @@
 -- (a dead job deleted from the dead set keeps its record, until it expires).
 -- Runs after the removal (another script): a crash between the two leaves the record
 -- saying the job waits, until its TTL; the job is gone either way.
-local state = redis.pcall("HGET", KEYS[1], "state")
-if type(state) ~= "string" or state == "succeeded" or state == "dead"
-    or state == "cancelled" then
+local fields, origin = read_record(KEYS[1])
+if not fields or fields.state == "succeeded" or fields.state == "dead"
+    or fields.state == "cancelled" then
   return 0
 end
-redis.pcall("HDEL", KEYS[1], "cancel", "by")
-mark_record(KEYS[1], ARGV[2], "state", "cancelled", "finished_at", redis_now(ARGV[1]))
+write_record(KEYS[1], set_fields(fields, "cancel", false, "by", false, "state", "cancelled",
+                                 "finished_at", redis_now(ARGV[1])), ARGV[2], origin)
 return 1

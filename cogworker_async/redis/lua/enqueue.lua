@@ -17,12 +17,7 @@
 local prefix, ttl = ARGV[3], ARGV[4]
 if ARGV[7] == "1" and prefix ~= "" then
   for i = 8, #ARGV, 2 do
-    local record = prefix .. ARGV[i]
-    local state = redis.pcall("HGET", record, "state")
-    if state == "queued" or state == "scheduled" or state == "running"
-        or state == "retrying" or cancel_pending(record) then
-      return {-1}
-    end
+    if record_library().alive(prefix .. ARGV[i]) then return {-1} end
   end
 end
 local length = redis.call("LLEN", KEYS[1])
@@ -38,9 +33,8 @@ end
 for i = 8, last, 2 do
   if ARGV[i] ~= "" and prefix ~= "" then -- a job without a jid (by hand): no record
     local record = prefix .. ARGV[i]
-    if ARGV[7] == "1" then redis.pcall("DEL", record) end -- a finished run's fields go
-    mark_record(record, ttl, "state", "queued", "name", ARGV[6],
-                "enqueued_at", ARGV[5])
+    if ARGV[7] == "1" then record_library().drop(record) end -- a finished run's go
+    queued_record(record, ttl, ARGV[6], ARGV[5])
   end
 end
 local refused = wake(ARGV[2], ARGV[1])

@@ -14,21 +14,17 @@
 -- it, releases it (cancel.lua).
 -- One step: a crash can never leave a lock without its job, nor a job without its lock.
 if ARGV[11] == "1" and KEYS[3] then
-  local state = redis.pcall("HGET", KEYS[3], "state")
-  if state == "queued" or state == "scheduled" or state == "running"
-      or state == "retrying" or cancel_pending(KEYS[3]) then
-    return 0
-  end
+  if record_alive(KEYS[3]) then return 0 end
 end
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", tonumber(ARGV[2])) then
   return 0
 end
-if ARGV[11] == "1" and KEYS[3] then redis.pcall("DEL", KEYS[3]) end
+if ARGV[11] == "1" and KEYS[3] then drop_record(KEYS[3]) end
 local now = redis_now(ARGV[7])
 if ARGV[3] == "now" then
   redis.call("LPUSH", KEYS[2], ARGV[8])
   if KEYS[3] then
-    mark_record(KEYS[3], ARGV[9], "state", "queued", "name", ARGV[10], "enqueued_at", ARGV[7],
+    new_record(KEYS[3], ARGV[9], "state", "queued", "name", ARGV[10], "enqueued_at", ARGV[7],
                 "lock", KEYS[1])
   end
   local refused = wake(ARGV[6], ARGV[5])
@@ -41,7 +37,7 @@ if ARGV[3] == "in" then
 end
 redis.call("ZADD", KEYS[2], score, ARGV[8])
 if KEYS[3] then
-  mark_record(KEYS[3], tonumber(ARGV[9]) + math.max(0, score - now), "state", "scheduled",
-            "name", ARGV[10], "enqueued_at", ARGV[7], "lock", KEYS[1])
+  new_record(KEYS[3], tonumber(ARGV[9]) + math.max(0, score - now), "state", "scheduled",
+             "name", ARGV[10], "enqueued_at", ARGV[7], "lock", KEYS[1])
 end
 return 1

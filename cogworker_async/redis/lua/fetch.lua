@@ -1,6 +1,6 @@
 -- fetch: move up to ARGV[1] jobs from queues, tried in order, onto this process's
 -- in-progress list for each queue (reliable fetch), and mark each job's status record
--- running (by this process).
+-- running (by this process): one HGET and one HSET of its field in the queue's live hash.
 -- KEYS[2i - 1] the i-th queue's list   KEYS[2i] this process's in-progress list for it
 -- (a pair shares its queue's slot; on a cluster the caller sends one pair per call)
 -- ARGV[1] the most jobs to move      ARGV[2] this process's identity
@@ -63,6 +63,7 @@ end
 for i = 1, #KEYS - 1, 2 do
   local index = (i + 1) / 2
   local prefix = ARGV[5 + index]
+  local live = prefix ~= "" and string.sub(prefix, 1, -5) .. "jobs" -- "<slot>jobs"
   local slot = ARGV[5 + n + index]
   local quota = want
   if slot and slot ~= "" then
@@ -86,22 +87,12 @@ for i = 1, #KEYS - 1, 2 do
     if not job then break end
     now = now or redis_now(ARGV[3])
     local jid = prefix ~= "" and jid_in(job)
-    local record = jid and prefix .. jid
-    if record and cancel_pending(record) then
+    if jid and fetch_record(prefix, live, jid, ARGV[2], now, ARGV[4], ARGV[5]) then
       redis.call("LPOP", KEYS[i + 1])
-      drop_cancelled(record, now, ARGV[4])
       table.insert(dropped, index)
       table.insert(dropped, jid)
       drops_left = drops_left - 1
     else
-      if record then
-        -- Three new fields: there was no record (it expired, or the job predates
-        -- records): it gets a TTL. An existing one keeps its own (set at the enqueue,
-        -- renewed at each retry), which saves an EXPIRE per job.
-        local added = redis.pcall("HSET", record, "state", "running", "by", ARGV[2],
-                                  "started_at", now)
-        if added == 3 then redis.pcall("EXPIRE", record, tonumber(ARGV[5])) end
-      end
       table.insert(jobs, index)
       table.insert(jobs, job)
       got = got + 1

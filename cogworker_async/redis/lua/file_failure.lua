@@ -23,14 +23,13 @@ redis.call("LREM", KEYS[1], 1, ARGV[1])
 trim_dead(KEYS[2], now, ARGV[5], ARGV[6])
 if KEYS[3] and ARGV[7] then
   if ARGV[7] == "dead" then
-    redis.pcall("HDEL", KEYS[3], "cancel")
-    mark_record(KEYS[3], ARGV[8], "state", "dead", "finished_at", now, "error", ARGV[9],
+    mark_record(KEYS[3], ARGV[8], "cancel", false, "state", "dead", "finished_at", now, "error", ARGV[9],
                 "attempt", ARGV[10])
     if ARGV[11] and ARGV[11] ~= "" then wake(ARGV[11], "dead") end
   else
-    redis.pcall("HDEL", KEYS[3], "progress", "info") -- the next run reports its own
     mark_record(KEYS[3], tonumber(ARGV[8]) + tonumber(ARGV[3]), "state", "retrying",
-                "error", ARGV[9], "attempt", ARGV[10])
+                "error", ARGV[9], "attempt", ARGV[10],
+                "progress", false, "info", false) -- the next run reports its own
   end
 end
 return 1

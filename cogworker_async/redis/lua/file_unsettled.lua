@@ -21,7 +21,7 @@ redis.call("LPOP", KEYS[1])
 trim_dead(KEYS[2], now, ARGV[5], ARGV[6])
 local jid = ARGV[7] and jid_in(ARGV[2])
 if jid then -- it said running until now (its process had stopped): say where it is
-  redis.pcall("HDEL", ARGV[7] .. jid, "by", "cancel")
-  mark_record(ARGV[7] .. jid, tonumber(ARGV[9]) + delay, "state", ARGV[8])
+  mark_record(ARGV[7] .. jid, tonumber(ARGV[9]) + delay, "by", false, "cancel", false,
+              "state", ARGV[8])
 end
 return 1

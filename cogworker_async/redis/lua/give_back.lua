@@ -17,7 +17,6 @@ end
 redis.call("RPUSH", KEYS[2], ARGV[1])
 redis.call("LREM", KEYS[1], 1, ARGV[1])
 if KEYS[3] then
-  redis.pcall("HDEL", KEYS[3], "by", "started_at")
-  mark_record(KEYS[3], nil, "state", "queued")
+  mark_record(KEYS[3], nil, "by", false, "started_at", false, "state", "queued")
 end
 return 1

@@ -19,7 +19,11 @@ if KEYS[1] ~= KEYS[2] or ARGV[1] ~= ARGV[2] then
 end
 trim_dead(KEYS[2], now, ARGV[5], ARGV[6])
 if KEYS[3] then
-  if ARGV[7] == "dead" then redis.pcall("HDEL", KEYS[3], "cancel", "by") end
-  mark_record(KEYS[3], tonumber(ARGV[8]) + tonumber(ARGV[3]), "state", ARGV[7])
+  if ARGV[7] == "dead" then
+    mark_record(KEYS[3], tonumber(ARGV[8]) + tonumber(ARGV[3]), "cancel", false, "by", false,
+                "state", ARGV[7])
+  else
+    mark_record(KEYS[3], tonumber(ARGV[8]) + tonumber(ARGV[3]), "state", ARGV[7])
+  end
 end
 return 1

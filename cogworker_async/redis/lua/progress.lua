@@ -5,14 +5,10 @@
 -- Returns 1 if written, 0 if the record is not this process's running job any more (it
 -- ended, was recovered elsewhere, or expired): a late write never overwrites the state
 -- of a later run, nor makes a record without a TTL.
-if redis.call("HGET", KEYS[1], "state") ~= "running"
-    or redis.call("HGET", KEYS[1], "by") ~= ARGV[1] then
+local fields, origin = read_record(KEYS[1])
+if not fields or fields.state ~= "running" or fields.by ~= ARGV[1] then
   return 0
 end
-if ARGV[3] == "" then
-  redis.call("HSET", KEYS[1], "progress", ARGV[2])
-  redis.call("HDEL", KEYS[1], "info")
-else
-  redis.call("HSET", KEYS[1], "progress", ARGV[2], "info", ARGV[3])
-end
+write_record(KEYS[1], set_fields(fields, "progress", ARGV[2], "info", ARGV[3] ~= "" and ARGV[3]),
+             nil, origin)
 return 1

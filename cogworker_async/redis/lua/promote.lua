@@ -20,11 +20,6 @@
 local moved = 0
 local prefix = ARGV[3]
 local from_dead = ARGV[7] == "1"
-local function alive(record)
-  local state = redis.pcall("HGET", record, "state")
-  return state == "queued" or state == "scheduled" or state == "running"
-    or state == "retrying"
-end
 for i = 8, #ARGV - 1, 2 do
   local member, job = ARGV[i], ARGV[i + 1]
   if redis.call("ZSCORE", KEYS[1], member) then
@@ -33,7 +28,7 @@ for i = 8, #ARGV - 1, 2 do
     if record and cancel_pending(record) then
       redis.call("ZREM", KEYS[1], member)
       drop_cancelled(record, redis_now(ARGV[4]), ARGV[5])
-    elseif from_dead and record and alive(record) then
+    elseif from_dead and record and record_library().live_states[record_state(record) or ""] then
       -- left in the dead set: the jid lives on elsewhere in this queue
     elseif type(redis.pcall("LPUSH", KEYS[2], job)) == "number" then
       redis.call("ZREM", KEYS[1], member)

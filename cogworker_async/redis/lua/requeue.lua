@@ -80,8 +80,7 @@ for _ = 1, limit do
     end
     local record = record_of(payload)
     if record then
-      redis.pcall("HDEL", record, "cancel")
-      mark_record(record, opts.finished_ttl, "state", "succeeded",
+      mark_record(record, opts.finished_ttl, "cancel", false, "state", "succeeded",
                   "finished_at", redis_now(opts.now))
     end
   elseif keep[job] then
@@ -117,8 +116,7 @@ for _ = 1, limit do
       end
       local record = record_of(payload)
       if record and not park then
-        redis.pcall("HDEL", record, "by", "started_at")
-        mark_record(record, nil, "state", "queued")
+        mark_record(record, nil, "by", false, "started_at", false, "state", "queued")
       end
       if park then parked = parked + 1 else moved = moved + 1 end
     else

@@ -20,12 +20,7 @@ end
 local prefix = ARGV[6]
 if prefix ~= "" and ARGV[8] == "1" then
   for i = 12, #ARGV, 2 do
-    local record = prefix .. ARGV[i]
-    local state = redis.pcall("HGET", record, "state")
-    if state == "queued" or state == "scheduled" or state == "running"
-        or state == "retrying" or cancel_pending(record) then
-      return -1
-    end
+    if record_alive(prefix .. ARGV[i]) then return -1 end
   end
 end
 local added = 0
@@ -33,8 +28,8 @@ for i = 12, #ARGV, 2 do
   added = added + redis.call("ZADD", KEYS[1], score, ARGV[i + 1])
   if prefix ~= "" and ARGV[i] ~= "" then
     local record = prefix .. ARGV[i]
-    if ARGV[8] == "1" then redis.pcall("DEL", record) end
-    mark_record(record, tonumber(ARGV[7]) + math.max(0, score - now), "state", "scheduled",
+    if ARGV[8] == "1" then drop_record(record) end
+    new_record(record, tonumber(ARGV[7]) + math.max(0, score - now), "state", "scheduled",
                 "name", ARGV[10], "enqueued_at", ARGV[11])
   end
 end

@@ -18,6 +18,7 @@ from tests.redis.lua.helpers import (
     plant_wrong_type,
     run_raw,
     still_planted,
+    stored_record,
 )
 
 IDENTITY = "host:1:abc"
@@ -68,11 +69,13 @@ async def test_the_script_writes_the_queue_list_and_the_record_only(
         "1700000000.0", "send_email", "0", jid_of(job), job])
 
     assert reply == [1]
+    live = keys.live_records("emails")  # the record: a field of the queue's live hash
     assert sorted(await store.client.keys(f"{keys.namespace}:*")) == sorted(
-        [keys.queue("emails").encode(), record.encode()])
-    assert key_slot(record.encode()) == key_slot(keys.queue("emails").encode())
+        [keys.queue("emails").encode(), live.encode()])
+    assert key_slot(live.encode()) == key_slot(record.encode()) == key_slot(
+        keys.queue("emails").encode())
     assert await items(store, keys.queue("emails")) == [job]
-    assert await store.client.hget(record, "state") == b"queued"
+    assert (await stored_record(store.client, keys, "emails", jid_of(job)))["state"] == "queued"
 
 
 async def test_publishes_the_queue_name_on_the_wake_channel(store: Store, keys: Keys) -> None:

@@ -18,6 +18,7 @@ from tests.redis.lua.helpers import (
     plant_wrong_type,
     run_raw,
     still_planted,
+    stored_record,
 )
 
 IDENTITY = "host:1:abc"
@@ -83,9 +84,8 @@ async def test_two_pairs_in_one_call_each_move_onto_their_own_list(
     assert await store.client.exists(keys.queue("emails"), keys.queue("reports")) == 0
     # Each record is found through its own pair's prefix (its queue's slot).
     for queue, job in (("emails", emails), ("reports", reports)):
-        record = keys.record(queue, jid_of(job))
-        assert await store.client.hmget(record, "state", "by") == [b"running",
-                                                                   IDENTITY.encode()]
+        fields = await stored_record(store.client, keys, queue, jid_of(job))
+        assert [fields.get("state"), fields.get("by")] == ["running", IDENTITY]
 
 
 async def test_count_is_respected_and_the_rest_stays_queued(store: Store, keys: Keys) -> None:

@@ -20,6 +20,7 @@ from tests.redis.lua.helpers import (
     run_raw,
     scored,
     still_planted,
+    stored_record,
 )
 
 IDENTITY = "host:1:abc"
@@ -76,7 +77,7 @@ async def test_the_script_does_not_record_the_queue_name(store: Store, keys: Key
     member = make_job("emails")
     record = keys.record("emails", jid_of(member))
     await store.client.zadd(keys.schedule("emails"), {member: 1.0})
-    await store.client.hset(record, "state", "scheduled")
+    await store.client.hset(record, "state", "scheduled")  # as 0.2 wrote it: a key
     await store.client.expire(record, 3600)
 
     moved = await run_raw(store, "promote", [keys.schedule("emails"), keys.queue("emails")],
@@ -84,9 +85,10 @@ async def test_the_script_does_not_record_the_queue_name(store: Store, keys: Key
                            "1700000000.0", KEEP_STATUS, LIVE_TTL, "0", member, member])
 
     assert moved == 1
+    # The record moved to the queue's live hash (same slot), its key gone.
     assert sorted(await store.client.keys(f"{keys.namespace}:*")) == sorted(
-        [keys.queue("emails").encode(), record.encode()])
-    assert await store.client.hget(record, "state") == b"queued"
+        [keys.queue("emails").encode(), keys.live_records("emails").encode()])
+    assert (await stored_record(store.client, keys, "emails", jid_of(member)))["state"] == "queued"
 
 
 async def test_due_jobs_are_fetched_in_the_order_they_were_due(store: Store) -> None:

@@ -23,16 +23,18 @@ from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.liveness import Requeued, as_bytes
 from cogworker_async.redis.store import Failure, SetName, Store
 from cogworker_async.settings import KEEP_STATUS
-from cogworker_async.status import CANCELLED, CANCELS_TTL, LIVE_TTL, Ended
+from cogworker_async.status import CANCELLED, CANCELS_TTL, LIVE_TTL, Ended, unpack
 from tests.redis.lua.helpers import (
     NOT_UTF8,
     fetched,
     items,
     jid_of,
     make_job,
+    record_ttl,
     redis_now,
     run_raw,
     scored,
+    stored_record,
 )
 
 IDENTITY = "host:1:abc"
@@ -44,12 +46,11 @@ SLACK = 5
 
 
 async def record(store: Store, jid: str, queue: str = QUEUE) -> dict[str, str]:
-    fields = await store.client.hgetall(store.keys.record(queue, jid))
-    return {as_bytes(k).decode(): as_bytes(v).decode() for k, v in fields.items()}
+    return await stored_record(store.client, store.keys, queue, jid)
 
 
 async def ttl(store: Store, jid: str, queue: str = QUEUE) -> int:
-    return int(await store.client.ttl(store.keys.record(queue, jid)))
+    return await record_ttl(store.client, store.keys, queue, jid)
 
 
 async def running(store: Store, identity: str = IDENTITY, **extra: Any) -> bytes:
@@ -611,7 +612,7 @@ async def test_progress_is_refused_unless_the_record_says_this_process_runs_it(
 
     assert reply == 0
     assert await record(store, jid_of(raw)) == before
-    assert await store.client.exists(keys.record(QUEUE, jid_of(raw))) == (case != "no record")
+    assert bool(await record(store, jid_of(raw))) == (case != "no record")
 
 
 # -- a crash between steps: each step is one script ------------------------------------
@@ -728,13 +729,11 @@ async def test_no_move_leaves_a_record_without_a_ttl(store: Store, keys: Keys) -
     await store.file_entry(QUEUE, "schedule", scheduled_bare, 0.0)  # no record
     assert await promote_due(store, "schedule") == 1  # a record again (with its TTL):
     # a job retried by hand from dead after its record expired must be followed again
-    assert await store.client.hget(keys.record(QUEUE, jid_of(scheduled_bare)),
-                                   "state") == b"queued"
+    assert (await record(store, jid_of(scheduled_bare)))["state"] == "queued"
     await store.fetch(IDENTITY, [QUEUE], 3)
-    await store.client.delete(*(keys.record(QUEUE, jid_of(raw)) for raw in (bare,
-                                                                             scheduled_bare)))
+    await store.client.hdel(keys.live_records(QUEUE), jid_of(bare), jid_of(scheduled_bare))
     assert await store.give_back(IDENTITY, QUEUE, bare)
-    assert await store.client.exists(keys.record(QUEUE, jid_of(bare))) == 0
+    assert await record(store, jid_of(bare)) == {}
     await store.set_progress(IDENTITY, [(QUEUE, jid_of(scheduled_bare), 0.5, None)])
     assert await store.file_failure(IDENTITY, QUEUE, scheduled_bare, "retry",
                                     scheduled_bare, 0.0)  # no Failure: no record
@@ -746,10 +745,13 @@ async def test_no_move_leaves_a_record_without_a_ttl(store: Store, keys: Keys) -
     assert await store.cancel_job(QUEUE, "never-enqueued") == "unknown"
 
     records = await store.client.keys(f"{keys.namespace}:*:job:*")
-    assert records, "the scenario wrote records"
+    live = await store.client.hgetall(keys.live_records(QUEUE))
+    assert records or live, "the scenario wrote records"
     for key in records:
-        assert await store.client.type(key) == b"hash"
+        assert await store.client.type(key) == b"string"  # a finished record, packed
         assert await store.client.ttl(key) > 0, key
+    for jid, packed in live.items():  # a live record's bound, for the sweep
+        assert float(unpack(packed)["until"]) > time.time(), jid
 
 
 async def test_a_job_without_a_jid_has_no_record(store: Store, keys: Keys) -> None:
@@ -757,11 +759,15 @@ async def test_a_job_without_a_jid_has_no_record(store: Store, keys: Keys) -> No
     await store.ack(IDENTITY, QUEUE, [(raw, None)])
 
     assert await store.client.keys(f"{keys.namespace}:*:job:*") == []
+    assert await store.client.hlen(keys.live_records(QUEUE)) == 0
 
 
-async def test_a_record_of_the_wrong_type_never_stops_a_move(store: Store, keys: Keys) -> None:
+@pytest.mark.parametrize("which", ["record key", "live hash"])
+async def test_a_record_of_the_wrong_type_never_stops_a_move(
+    store: Store, keys: Keys, which: str
+) -> None:
     raw = make_job()
-    key = keys.record(QUEUE, jid_of(raw))
+    key = keys.record(QUEUE, jid_of(raw)) if which == "record key" else keys.live_records(QUEUE)
     await store.client.set(key, "not a hash")
 
     await store.enqueue(QUEUE, [raw])
@@ -782,10 +788,14 @@ async def test_a_record_of_the_wrong_type_never_stops_a_move(store: Store, keys:
     await store.fetch(IDENTITY, [QUEUE], 1)
     assert await store.ack(IDENTITY, QUEUE, [(raw, jid_of(raw))]) == 1
     assert await places(store, jid_of(raw)) == ["dead"]  # the old entry, nothing else
-    assert await store.client.get(key) == b"not a hash"
-    # A chosen jid replaces it with a record that works.
+    if which == "record key":  # damaged: the job's end wrote a record over it
+        assert (await record(store, jid_of(raw)))["state"] == "succeeded"
+    else:  # a live hash that is not one is never deleted (it may be a co-tenant's)
+        assert await store.client.get(key) == b"not a hash"
+    # A chosen jid starts a record that works; with a live hash that is not one, none.
     assert await store.enqueue(QUEUE, [raw], chosen=True) == 1
-    assert (await record(store, jid_of(raw)))["state"] == "queued"
+    assert (await record(store, jid_of(raw))).get("state") == (
+        "queued" if which == "record key" else None)
 
 
 # -- the hand-over's unsettled failures ------------------------------------------------
@@ -852,3 +862,67 @@ async def test_closing_leaves_finished_and_missing_records_alone(store: Store) -
 
     assert (await record(store, jid_of(done)))["state"] == "succeeded"
     assert await store.client.exists(store.keys.record(QUEUE, jid_of(ghost))) == 0
+
+
+# -- an upgrade: records written by 0.2 (one key per job, whatever its state) ----------
+
+
+async def as_written_by_0_2(store: Store, raw: bytes, state: str = "queued",
+                            ttl: int = 3600) -> str:
+    """``raw`` on QUEUE with the record 0.2 wrote for it: a hash at its key, with a TTL."""
+    jid = jid_of(raw)
+    await store.client.lpush(store.keys.queue(QUEUE), raw)
+    key = store.keys.record(QUEUE, jid)
+    await store.client.hset(key, mapping={"state": state, "name": "send_email",
+                                          "enqueued_at": "1700000000.5"})
+    await store.client.expire(key, ttl)
+    return jid
+
+
+async def test_a_0_2_record_is_read_and_moves_to_the_live_hash_at_its_next_move(
+    store: Store, keys: Keys
+) -> None:
+    raw = make_job()
+    jid = await as_written_by_0_2(store, raw)
+    assert (await store.job_status(jid, [QUEUE])).state == "queued"
+    assert await store.alive_in(jid, [QUEUE]) == [QUEUE]
+
+    await store.fetch(IDENTITY, [QUEUE], 1)
+
+    # Moved: a live field now, its fields kept, bounded by what its key had left.
+    assert await store.client.exists(keys.record(QUEUE, jid)) == 0
+    found = await store.job_status(jid, [QUEUE])
+    assert (found.state, found.process, found.name, found.enqueued_at) == (
+        "running", IDENTITY, "send_email", 1700000000.5)
+    assert 3600 - SLACK <= await ttl(store, jid) <= 3600
+    await store.ack(IDENTITY, QUEUE, [(raw, jid)])
+    assert (await store.job_status(jid, [QUEUE])).state == "succeeded"
+    assert await store.client.hexists(keys.live_records(QUEUE), jid) == 0
+
+
+async def test_a_0_2_record_of_a_queued_job_can_be_cancelled(store: Store, keys: Keys) -> None:
+    raw = make_job()
+    jid = await as_written_by_0_2(store, raw)
+
+    assert await store.cancel_job(QUEUE, jid) == "cancelled"
+    assert await store.cancel_job(QUEUE, jid) == "cancelled"  # the first's answer
+
+    fetched_now = await store.fetch(IDENTITY, [QUEUE], 1)
+    assert fetched_now.jobs == []  # dropped unrun
+    found = await store.job_status(jid, [QUEUE])
+    assert (found.state, found.cancel_requested) == ("cancelled", False)
+    assert 0 < await ttl(store, jid) <= KEEP_STATUS
+
+
+async def test_a_0_2_record_of_a_finished_job_is_read_until_it_expires(
+    store: Store, keys: Keys
+) -> None:
+    jid = "done-in-0.2"
+    key = keys.record(QUEUE, jid)
+    await store.client.hset(key, mapping={"state": "succeeded", "result": "42",
+                                          "finished_at": "1700000001.0"})
+    await store.client.expire(key, 600)
+
+    found = await store.job_status(jid, [QUEUE])
+    assert (found.state, found.result, found.has_result) == ("succeeded", 42, True)
+    assert await store.alive_in(jid, [QUEUE]) == []

@@ -13,6 +13,7 @@ from tests.redis.lua.helpers import (
     jid_of,
     make_job,
     plant_wrong_type,
+    record_ttl,
     redis_now,
     run_raw,
     scored,
@@ -58,7 +59,7 @@ async def test_the_callers_clock_is_only_a_fallback(store: Store, keys: Keys) ->
     [(_, score)] = await scored(store, keys.schedule(QUEUE))
     assert score == pytest.approx(now + 10, abs=5)
     # The record's TTL counts from the due time by the same clock: not a day short.
-    ttl = await store.client.ttl(keys.record(QUEUE, jid_of(job)))
+    ttl = await record_ttl(store.client, keys, QUEUE, jid_of(job))
     assert ttl == pytest.approx(LIVE_TTL + 10, abs=5)
 
 

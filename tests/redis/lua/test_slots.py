@@ -317,12 +317,17 @@ async def add_stats(s: Setup) -> None:
     assert await s.store.flush_stats(f"{IDENTITY}:run", StatsFlush(1, 3, 1, runs))
 
 
+async def sweep_records(s: Setup) -> None:
+    await s.store.enqueue("emails", [make_job("emails")])
+    assert await s.store.sweep_records("emails") == ("0", 0)
+
+
 SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
         ack, add_stats, beat, bury_orphan, cancel, close_record, cron_claim, due, enqueue,
         enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
         limit_bucket, limit_concurrent, limit_window, move_member, park_unsettled, progress,
-        promote, release_lock, relist, requeue, schedule, take_lock,
+        promote, release_lock, relist, requeue, schedule, sweep_records, take_lock,
     )
 }
 

@@ -14,6 +14,7 @@ import redis.asyncio
 from cogworker_async import JobCancelled, JobFailed
 from cogworker_async.redis.keys import Keys
 from cogworker_async.status import LIVE_TTL
+from tests.redis.lua.helpers import record_ttl
 from tests.waiting import wait_until
 from tests.worker.e2e import jobsapp
 from tests.worker.e2e.conftest import (
@@ -66,8 +67,10 @@ async def test_a_job_that_keeps_no_result_ends_with_none_and_a_bounded_record(
 ) -> None:
     jid = await jobs.record.enqueue("plain")
     assert jid is not None
-    record = Keys(namespace).record("default", jid)
-    assert LIVE_TTL - 60 < await r.ttl(record) <= LIVE_TTL  # alive: the long bound
+    keys = Keys(namespace)
+    record = keys.record("default", jid)
+    # Alive: a field of the queue's live hash, with the long bound.
+    assert LIVE_TTL - 60 < await record_ttl(r, keys, "default", jid) <= LIVE_TTL
     worker = start_worker()
     await wait_ready(r, namespace, worker)
     assert await jobs.app.result(jid, timeout=10) is None  # polled: no publish for it
@@ -75,6 +78,7 @@ async def test_a_job_that_keeps_no_result_ends_with_none_and_a_bounded_record(
     assert found.state == "succeeded"
     assert not found.has_result
     assert 0 < await r.ttl(record) <= jobs.app.settings.keep_status
+    assert await r.hexists(keys.live_records("default"), jid) == 0  # finished: left it
 
 
 async def test_result_raises_for_dead_cancelled_unknown_and_late_jobs(
@@ -265,6 +269,7 @@ async def test_an_app_that_tracks_no_jobs_runs_them_and_writes_no_record(
     finally:
         await untracked.app.close()
     assert [key async for key in r.scan_iter(match=f"{namespace}:*:job:*")] == []
+    assert await r.exists(Keys(namespace).live_records("default")) == 0
 
 
 async def _ran_four(r: redis.asyncio.Redis, namespace: str) -> bool:

@@ -30,7 +30,7 @@ import redis.asyncio
 
 from cogworker_async import status
 from cogworker_async.redis.keys import Keys
-from cogworker_async.redis.liveness import as_bytes
+from tests.redis.lua.helpers import stored_record
 from tests.servers import ServerProcess
 from tests.worker.chaos.processes import chaosapp, valuesapp
 from tests.worker.chaos.processes.conftest import (
@@ -108,9 +108,7 @@ async def _records(r: redis.asyncio.Redis,
         key = raw.decode()
         queue = keys.queue_name_of(key)
         jid = key[len(keys.record_prefix(queue)):]
-        fields = {as_bytes(name): as_bytes(value)
-                  for name, value in (await r.hgetall(key)).items()}
-        read = status.read(jid, fields)
+        read = status.read(jid, await stored_record(r, keys, queue, jid))
         found.setdefault(jid, []).append((queue, read, int(await r.ttl(key))))
     return found
 

@@ -1,0 +1,26 @@
+-- sweep_records: drop the live records (``lua/_record.lua``) whose bound has passed: a
+-- job that vanished without a move (its queue deleted by hand, a key evicted) must not
+-- leave its record in the live hash forever. A live record's bound (``until``) is set at
+-- its enqueue and renewed at each retry, the live TTL ahead; a job still waiting then is
+-- run all the same, and its status says ``unknown`` until it ends (as a 0.2 record that
+-- expired did).
+-- KEYS[1] the queue's live hash
+-- ARGV[1] the HSCAN cursor ("0": from the start)   ARGV[2] fields to look at (COUNT)
+-- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
+-- Returns {next cursor ("0": a whole pass is done), how many were dropped}.
+-- One step per call: a record renewed since the HSCAN cannot be dropped in between.
+-- A live hash of the wrong type is left alone ({"0", 0}).
+local scanned = redis.pcall("HSCAN", KEYS[1], ARGV[1], "COUNT", tonumber(ARGV[2]))
+if type(scanned) ~= "table" or scanned.err then return {"0", 0} end
+local now = redis_now(ARGV[3])
+local dropped = 0
+local entries = scanned[2]
+for i = 1, #entries, 2 do
+  local fields = unpack_record(entries[i + 1])
+  local till = fields and tonumber(fields["until"] or "")
+  if not fields or (till and till < now) then
+    redis.call("HDEL", KEYS[1], entries[i])
+    dropped = dropped + 1
+  end
+end
+return {scanned[1], dropped}
