@@ -24,8 +24,8 @@ from cogworker_async.status import (
     unpack,
 )
 
-SWEEP_COUNT = 200
-"""Live records looked at per step of a sweep (one per queue per upkeep pass)."""
+SWEEP_COUNT = 500
+"""Live records looked at per step of a sweep (``recovery.SWEEP_EVERY``)."""
 
 
 def _text(value: bytes | str) -> str:

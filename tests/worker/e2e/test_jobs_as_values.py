@@ -338,3 +338,25 @@ async def test_result_waits_survive_a_lost_subscription(
         worker = start_worker()
         await wait_ready(r, namespace, worker)
     assert sorted(result["n"] for result in results) == [0, 1, 2]
+
+
+async def test_a_worker_sweeps_the_live_record_of_a_job_that_vanished(
+    jobs: Jobs, r: redis.asyncio.Redis, namespace: str, start_worker: StartWorker
+) -> None:
+    # A queued job's list deleted by hand long ago: its live record is past its bound.
+    keys = Keys(namespace)
+    seconds, _ = await r.time()
+    await r.hset(keys.live_records("default"), "vanished",
+                 f"queued\tsend_email\t1.0\t{int(seconds) - 1}")
+    waiting = await jobs.record.enqueue("stays")
+    assert waiting is not None
+    worker = start_worker()
+    await wait_ready(r, namespace, worker)
+
+    # Within a sweep step (every 5 s): gone, and nothing else.
+    await wait_while_alive(worker, lambda: _gone(r, keys), timeout=20)
+    assert (await jobs.app.status(waiting)).state in ("queued", "running", "succeeded")
+
+
+async def _gone(r: redis.asyncio.Redis, keys: Keys) -> bool:
+    return not await r.hexists(keys.live_records("default"), "vanished")
