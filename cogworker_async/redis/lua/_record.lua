@@ -218,6 +218,22 @@ local function new_record(key, ttl, ...)
   lib.write(key, lib.set({}, ...), ttl, nil)
 end
 
+-- live_records_of: the live hash of the queue whose record prefix is ``prefix``
+-- ("<slot>job:" -> "<slot>jobs").
+local function live_records_of(prefix)
+  return string.sub(prefix, 1, -5) .. "jobs"
+end
+
+-- queued_text: the packed record of a job just queued, named ``name``, enqueued at
+-- ``enqueued_at`` (the caller's clock: near enough for the bound), bounded ``ttl``
+-- seconds; nil if the time is not a number (``queued_record`` then writes what it can).
+local function queued_text(name, enqueued_at, ttl)
+  local since = tonumber(enqueued_at)
+  if not since then return nil end
+  return "queued\t" .. record_text(name) .. "\t" .. enqueued_at .. "\t" ..
+         tostring(math.ceil(since + tonumber(ttl)))
+end
+
 -- queued_record: the record of a job just pushed on its queue with a fresh jid, packed
 -- as text at once.
 local function queued_record(key, ttl, name, enqueued_at)
@@ -295,7 +311,7 @@ end
 -- finish_record: the record of a job that ran says how it ended (``state``, at ``now``,
 -- its ``result`` as JSON or false), kept ``ttl`` seconds; a cancel it had is spent. The
 -- usual record — live, running once, no cancel — is edited as text and SET whole.
-local finished_tail, finished_tail_of = nil, nil
+local finished_tail, finished_tail_of, expiry_text, expiry_of = nil, nil, nil, nil
 local function finish_record(key, ttl, state, now, result)
   local live, jid = live_place(key)
   local text = live and redis.pcall("HGET", live, jid)
@@ -309,7 +325,10 @@ local function finish_record(key, ttl, state, now, result)
       end
       local finished = state .. string.sub(text, tab) .. finished_tail
       if result then finished = finished .. "\tresult=" .. record_text(result) end
-      redis.pcall("SET", key, finished, "EX", math.max(1, math.ceil(tonumber(ttl))))
+      if expiry_of ~= ttl then -- as text, once: a number is formatted at every call
+        expiry_of, expiry_text = ttl, tostring(math.max(1, math.ceil(tonumber(ttl))))
+      end
+      redis.pcall("SET", key, finished, "EX", expiry_text)
       redis.pcall("HDEL", live, jid)
       return
     end

@@ -30,11 +30,18 @@ end
 for first = 1, #raws, 1000 do
   length = redis.call("LPUSH", KEYS[1], unpack(raws, first, math.min(first + 999, #raws)))
 end
+-- Every job of one call has the same name, enqueue time and bound: the same record text,
+-- packed once (each string a script makes is work for Lua's collector).
+local live, text = nil, nil
+if prefix ~= "" then live, text = live_records_of(prefix), queued_text(ARGV[6], ARGV[5], ttl) end
 for i = 8, last, 2 do
   if ARGV[i] ~= "" and prefix ~= "" then -- a job without a jid (by hand): no record
-    local record = prefix .. ARGV[i]
-    if ARGV[7] == "1" then record_library().drop(record) end -- a finished run's go
-    queued_record(record, ttl, ARGV[6], ARGV[5])
+    if ARGV[7] == "1" then record_library().drop(prefix .. ARGV[i]) end -- a finished run's go
+    if text then
+      redis.pcall("HSET", live, ARGV[i], text)
+    else
+      queued_record(prefix .. ARGV[i], ttl, ARGV[6], ARGV[5])
+    end
   end
 end
 local refused = wake(ARGV[2], ARGV[1])

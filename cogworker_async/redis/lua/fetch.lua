@@ -63,7 +63,7 @@ end
 for i = 1, #KEYS - 1, 2 do
   local index = (i + 1) / 2
   local prefix = ARGV[5 + index]
-  local live = prefix ~= "" and string.sub(prefix, 1, -5) .. "jobs" -- "<slot>jobs"
+  local live = prefix ~= "" and live_records_of(prefix)
   local slot = ARGV[5 + n + index]
   local quota = want
   if slot and slot ~= "" then
