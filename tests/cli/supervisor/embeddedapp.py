@@ -7,7 +7,7 @@ import os
 
 import anyio
 
-from cogworker_async import App
+from cogworker_async import App, current_job
 
 jobs = App(namespace=os.environ.get("E2E_NAMESPACE", "fleet"), shutdown_timeout=20.0,
            track_jobs=True)
@@ -15,5 +15,6 @@ jobs = App(namespace=os.environ.get("E2E_NAMESPACE", "fleet"), shutdown_timeout=
 
 @jobs.job(name="slow")
 async def slow(seconds: float) -> str:
+    await current_job().set_progress(0.0, "started")  # the test waits for it: it runs
     await anyio.sleep(seconds)
     return "done"

@@ -39,8 +39,11 @@ async def test_ctrl_c_lets_a_running_job_settle_on_the_embedded_server(
         jid = await embeddedapp.slow.enqueue(2.0)
         assert jid is not None
 
+        # Started, not only fetched: the fetch already says "running", and a job fetched
+        # but not started when the signal comes is given back, unrun (queued again).
         async def running() -> bool:
-            return (await embeddedapp.jobs.status(jid)).state == "running"
+            found = await embeddedapp.jobs.status(jid)
+            return found.state == "running" and found.progress is not None
         await wait_until(running, timeout=10, every=0.05)
         os.killpg(worker.pid, signal.SIGINT)  # Ctrl-C
         await wait_until(lambda: worker.poll() is not None, timeout=40)
