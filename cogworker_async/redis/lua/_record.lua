@@ -225,11 +225,15 @@ local function live_records_of(prefix)
 end
 
 -- queued_text: the packed record of a job just queued, named ``name``, enqueued at
--- ``enqueued_at`` (the caller's clock: near enough for the bound), bounded ``ttl``
--- seconds; nil if the time is not a number (``queued_record`` then writes what it can).
+-- ``enqueued_at`` (the caller's clock, as the job says), bounded ``ttl`` seconds past
+-- Redis' clock (a caller's clock may be far off: a bound in the past would have the sweep
+-- drop a waiting job's record); made once per call. nil if the time is not a number
+-- (``queued_record`` then writes what it can).
 local function queued_text(name, enqueued_at, ttl)
   local since = tonumber(enqueued_at)
   if not since then return nil end
+  local ok, time = pcall(redis.call, "TIME")
+  if ok then since = tonumber(time[1]) end
   return "queued\t" .. record_text(name) .. "\t" .. enqueued_at .. "\t" ..
          tostring(math.ceil(since + tonumber(ttl)))
 end

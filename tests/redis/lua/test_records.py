@@ -926,3 +926,19 @@ async def test_a_0_2_record_of_a_finished_job_is_read_until_it_expires(
     found = await store.job_status(jid, [QUEUE])
     assert (found.state, found.result, found.has_result) == ("succeeded", 42, True)
     assert await store.alive_in(jid, [QUEUE]) == []
+
+
+async def test_a_live_records_bound_counts_from_redis_clock_not_the_callers(
+    store: Store, keys: Keys
+) -> None:
+    # An enqueuer whose clock is a year behind: its job's record must not be born past
+    # its bound (the sweep would drop it while the job waits).
+    raw = make_job()
+    reply = await run_raw(store, "enqueue", [keys.queue(QUEUE)], [
+        QUEUE, keys.wake_channel, keys.record_prefix(QUEUE), LIVE_TTL,
+        repr(time.time() - 366 * 24 * 3600), "send_email", "0", jid_of(raw), raw])
+
+    assert reply == [1]
+    assert LIVE_TTL - SLACK <= await ttl(store, jid_of(raw)) <= LIVE_TTL
+    assert await store.sweep_records(QUEUE) == ("0", 0)
+    assert (await record(store, jid_of(raw)))["state"] == "queued"
