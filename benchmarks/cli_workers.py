@@ -49,7 +49,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "peers"
 VENVS = HERE / ".venvs"
-OUR_BIN = HERE.parent / ".venv" / "bin"
+OUR_BIN = HERE / ".venvs" / "cogworker" / "bin"  # run.py's our_worker_python()
 
 SLOT = struct.Struct("<qddd")
 """jobs, last start, first start, CPU at the first job: ``peers/common.py``'s ``SLOT``."""

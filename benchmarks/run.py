@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -74,6 +75,10 @@ VENV_REQUIREMENTS: dict[str, list[str]] = {
     "streaq": ["streaq==7.2.*", "uvloop"],
     "rq": ["rq==2.*", "hiredis"],
     "tools": ["py-spy"],
+    # Ours as a user installs it (its base dependencies and uvloop; no development tools,
+    # no opentelemetry: a worker with opentelemetry-api installed traces, and pays its
+    # import), editable so that it runs the checkout's code.
+    "cogworker": ["-e", f"{ROOT}[speed]"],
 }
 
 PACKAGES: dict[str, list[str]] = {  # versions reported per venv
@@ -195,7 +200,22 @@ def ensure_our_python() -> Path:
 
 
 def interpreter(system: System) -> Path:
-    return ensure_our_python() if system.venv is None else ensure_venv(system.venv)
+    return our_worker_python() if system.venv is None else ensure_venv(system.venv)
+
+
+@functools.cache
+def our_worker_python() -> Path:
+    """Ours in ``benchmarks/.venvs/cogworker``, with the package's bytecode compiled as a
+    wheel's install does (and as a user's first start leaves it): an editable install
+    would otherwise compile it at every start where PYTHONDONTWRITEBYTECODE is set."""
+    python = ensure_venv(OURS)
+    found = subprocess.run([str(python), "-c", "import cogworker_async, os; "
+                            "print(os.path.dirname(cogworker_async.__file__))"],
+                           capture_output=True, text=True, check=True)
+    subprocess.run([str(python), "-m", "compileall", "-q", found.stdout.strip()],
+                   check=True, stdout=subprocess.DEVNULL)
+    return python
+
 
 
 def versions(python: Path, packages: list[str]) -> dict[str, str]:

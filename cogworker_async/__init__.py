@@ -3,7 +3,6 @@
 A job, once enqueued, is never lost; a job that already ran is never silently run again.
 """
 
-from cogworker_async.admin import Inspector
 from cogworker_async.app import App, Worker
 from cogworker_async.context import JobContext, current_job
 from cogworker_async.errors import (
@@ -30,6 +29,21 @@ from cogworker_async.settings import Settings
 from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.version import __version__
 from cogworker_async.worker.observers import Death
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cogworker_async.admin import Inspector
+
+
+def __getattr__(name: str) -> object:
+    # The admin API is loaded on first use: a worker never reads it, and its import
+    # (the set, stats and limits readers) is a tenth of a worker's start-up.
+    if name == "Inspector":
+        from cogworker_async.admin import Inspector
+
+        return Inspector
+    raise AttributeError(f"module 'cogworker_async' has no attribute {name!r}")
 
 __all__ = [
     "App",

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar, over
 import anyio
 
 from cogworker_async import environment, urls
-from cogworker_async.admin.periodic import periodic_infos
 from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
 from cogworker_async.embedded import EmbeddedServer
@@ -292,6 +291,8 @@ class App:
     async def periodic_jobs(self) -> list[dict[str, Any]]:
         """Each periodic job: name, schedule, timezone, next run and last run (epoch s;
         last run None before the first tick). ``Inspector(app).periodic`` tells more."""
+        from cogworker_async.admin.periodic import periodic_infos  # a worker never asks
+
         return [{name: getattr(info, name) for name in PERIODIC_FIELDS}
                 for info in await periodic_infos(self)]
 

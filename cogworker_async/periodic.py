@@ -16,7 +16,6 @@ from datetime import UTC, datetime, tzinfo
 from typing import Final
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
 
 TICK_EPSILON: Final = 0.001
 RUNNING_LOCK_TTL: Final = 3600.0
@@ -40,6 +39,8 @@ class Periodic:
     tz: tzinfo
 
     def __post_init__(self) -> None:
+        from croniter import croniter  # loaded by the first periodic job, not at start
+
         if not isinstance(self.schedule, str) or not croniter.is_valid(self.schedule):
             raise ValueError(f"invalid cron schedule {self.schedule!r} for {self.name}")
 
@@ -48,10 +49,14 @@ class Periodic:
         # get_prev is strictly before its start: start a hair after now so that a
         # tick exactly now counts as due.
         start = datetime.fromtimestamp(now + TICK_EPSILON, self.tz)
+        from croniter import croniter
+
         return float(croniter(self.schedule, start).get_prev(float))
 
     def next_tick(self, now: float) -> float:
         """The first tick after ``now`` (epoch s)."""
+        from croniter import croniter
+
         return float(croniter(self.schedule, datetime.fromtimestamp(now, self.tz))
                      .get_next(float))
 

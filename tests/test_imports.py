@@ -38,3 +38,20 @@ def test_the_library_imports_neither_rich_nor_typer(modules: str) -> None:
 def test_the_admin_commands_do() -> None:
     """The check above can fail: the CLI's modules load both."""
     assert loaded_after("cogworker_async.cli.admin") == set(CLI_LIBRARIES)
+
+
+WORKER_NEVER_USES: Final = ("cogworker_async.admin", "rich", "croniter", "pydantic",
+                            "cogworker_async.cli.admin", "cogworker_async.web")
+"""What a worker's start (``cogworker-async run``) has no use for: the admin model and
+tables, a calendar (until a periodic job is defined), an options parser's validation
+library. Each is a share of the start-up time a worker pays before its first job."""
+
+
+def test_a_worker_start_loads_only_what_a_worker_uses() -> None:
+    code = ("import sys; import cogworker_async.cli as cli; cli._commands_for(['run']); "
+            "from cogworker_async import App; App('redis://127.0.0.1:1/0'); "
+            f"print(' '.join(m for m in {WORKER_NEVER_USES!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=IMPORT_TIMEOUT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []

@@ -40,12 +40,7 @@ import traceback
 import typer
 
 from cogworker_async.app import App
-from cogworker_async.cli import admin as admin_commands
-from cogworker_async.cli import job as job_command
-from cogworker_async.cli import metrics as metrics_commands
-from cogworker_async.cli import migrate as migrate_command
 from cogworker_async.cli import run as run_command
-from cogworker_async.cli import web as web_command
 from cogworker_async.cli.exits import EXIT_HARD_STOP, EXIT_OK, EXIT_REDIS, EXIT_USAGE, explain, fail
 from cogworker_async.cli.run import (
     MAX_PORT,
@@ -66,12 +61,6 @@ __all__ = [
     "load_app", "main", "version",
 ]
 
-cli = typer.Typer(
-    name="cogworker-async",
-    help="An asyncio-native background job worker on Redis.",
-    no_args_is_help=True,
-    add_completion=False,
-)
 
 
 def load_app(target: str) -> App:
@@ -107,19 +96,65 @@ def _raised_at(exc: BaseException) -> str:
     return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
-run_command.register(cli, load_app)  # run: work jobs (or supervise --processes workers)
-web_command.register(cli, load_app)  # web: the dashboard
-admin_commands.register(cli, load_app)  # stats, queues, scheduled, retries, dead, ...
-migrate_command.register(cli, load_app)  # migrate-keys (from the 0.1 key layout)
-metrics_commands.register(cli, load_app)  # metrics-summary (runs per job class)
-job_command.register(cli, load_app)  # job JID [--cancel]: one job's status record
-metrics_commands.register_exporter(cli, load_app)  # metrics: the system-wide gauges
+def _typer() -> typer.Typer:
+    return typer.Typer(
+        name="cogworker-async",
+        help="An asyncio-native background job worker on Redis.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
 
 
-@cli.command()
 def version() -> None:
     """Print the version."""
     typer.echo(__version__)
+
+
+def _every_command() -> typer.Typer:
+    """The whole command line. The admin commands' modules import the admin model, rich
+    and the tables: loaded only when one of them (or the list of commands) is asked for."""
+    from cogworker_async.cli import admin as admin_commands
+    from cogworker_async.cli import job as job_command
+    from cogworker_async.cli import metrics as metrics_commands
+    from cogworker_async.cli import migrate as migrate_command
+    from cogworker_async.cli import web as web_command
+
+    every = _typer()
+    run_command.register(every, load_app)  # run: work jobs (or supervise --processes workers)
+    web_command.register(every, load_app)  # web: the dashboard
+    admin_commands.register(every, load_app)  # stats, queues, scheduled, retries, dead, ...
+    migrate_command.register(every, load_app)  # migrate-keys (from the 0.1 key layout)
+    metrics_commands.register(every, load_app)  # metrics-summary (runs per job class)
+    job_command.register(every, load_app)  # job JID [--cancel]: one job's status record
+    metrics_commands.register_exporter(every, load_app)  # metrics: the system-wide gauges
+    every.command()(version)
+    return every
+
+
+def _run_only() -> typer.Typer:
+    """``run`` and ``version``: what a worker's start needs (two commands, so that typer
+    keeps ``run`` a sub-command), a fifth less to import than the whole command line."""
+    only = _typer()
+    run_command.register(only, load_app)
+    only.command()(version)
+    return only
+
+
+def _commands_for(argv: list[str]) -> typer.Typer:
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return _run_only() if first in ("run", "version") else _every_command()
+
+
+cli: typer.Typer
+
+
+def __getattr__(name: str) -> object:
+    # ``cli``, the whole command line, is built on first use (the tests' CliRunner):
+    # ``main`` builds only what the command it runs needs.
+    if name == "cli":
+        built = globals()["cli"] = _every_command()
+        return built
+    raise AttributeError(f"module 'cogworker_async.cli' has no attribute {name!r}")
 
 
 def main() -> None:
@@ -127,7 +162,7 @@ def main() -> None:
     a command: a Redis or configuration error is one line and its exit code (see the
     module docstring); anything else is a bug and keeps its traceback."""
     try:
-        cli()
+        _commands_for(sys.argv[1:])()
     except Exception as exc:
         explained = explain(exc)
         if explained is None:

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn, cast
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, cast
 
 import anyio
 import typer
@@ -36,7 +36,6 @@ import typer
 from cogworker_async import environment, logs, urls
 from cogworker_async.app import App, Worker
 from cogworker_async.cli import supervisor as supervising
-from cogworker_async.cli.common import LoadApp
 from cogworker_async.cli.exits import EXIT_HARD_STOP, EXIT_OK, EXIT_REDIS, explain, fail, leaves
 from cogworker_async.errors import CogworkerError, why
 from cogworker_async.redis.connection import connect, server_info
@@ -44,6 +43,9 @@ from cogworker_async.redis.errors import REFUSING, UNREACHABLE
 from cogworker_async.settings import Settings
 from cogworker_async.worker import stopper
 from cogworker_async.worker.manager import Manager
+
+if TYPE_CHECKING:
+    from cogworker_async.cli.common import LoadApp  # which imports the admin model
 
 # The name the worker's own lines had before ``run`` left ``cli/__init__.py``: a log
 # filter or an alert on "cogworker_async.cli" keeps matching them.

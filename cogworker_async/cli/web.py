@@ -9,13 +9,15 @@ that is not an App is typer's usage error (``load_app`` raises ``BadParameter``)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cogworker_async.cli.common import LoadApp
 from cogworker_async.cli.exits import EXIT_USAGE, fail
 from cogworker_async.errors import CogworkerError
+
+if TYPE_CHECKING:
+    from cogworker_async.cli.common import LoadApp  # which imports the admin model
 
 
 def register(cli: typer.Typer, load_app: LoadApp) -> None:
