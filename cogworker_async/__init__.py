@@ -3,6 +3,8 @@
 A job, once enqueued, is never lost; a job that already ran is never silently run again.
 """
 
+from typing import TYPE_CHECKING
+
 from cogworker_async.app import App, Worker
 from cogworker_async.context import JobContext, current_job
 from cogworker_async.errors import (
@@ -29,8 +31,6 @@ from cogworker_async.settings import Settings
 from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.version import __version__
 from cogworker_async.worker.observers import Death
-
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from cogworker_async.admin import Inspector

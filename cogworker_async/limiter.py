@@ -46,6 +46,7 @@ import anyio
 
 from cogworker_async.context import CURRENT
 from cogworker_async.errors import OverLimit, why
+from cogworker_async.limit_calls import LimitCalls
 from cogworker_async.redis import limits
 from cogworker_async.redis.limits import Decision, LimiterUsage, LimitStore, limiter_usage
 from cogworker_async.redis.limits import Kind as Kind  # where a limit is described
@@ -91,6 +92,12 @@ class Runner:
     """(limiter, member) whose release met Redis away: a live process's slot is never
     freed by anyone else, so they are released again by ``release_late`` (each upkeep
     pass, and before each acquisition) until Redis takes it."""
+
+    calls: LimitCalls = field(init=False)
+    """Its jobs' limiter calls, batched (``limit_calls.py``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "calls", LimitCalls(self.store, self.unreleased))
 
     async def release_late(self) -> None:
         """Release what could not be released when its job left the limiter."""
@@ -222,7 +229,7 @@ class Limiter:
         deadline = time.monotonic() + self.wait
         tries = 0
         while True:
-            decision = await self._try(store, member)
+            decision = await self._try(store, member, runner)
             if decision.admitted:
                 self._held.set((*self._held.get(),
                                 None if member is None else (store, member, runner)))
@@ -244,8 +251,16 @@ class Limiter:
             store, member, runner = held[-1]
             await self._release(store, member, runner)
 
-    async def _try(self, store: LimitStore, member: str | None) -> Decision:
+    async def _try(self, store: LimitStore, member: str | None,
+                   runner: Runner | None) -> Decision:
         spec = self.spec
+        if runner is not None:  # in a worker: batched with its other jobs' calls
+            try:
+                return await runner.calls.take(self.name, spec, member)
+            except BaseException:
+                if member is not None:  # as below: it may have been taken
+                    await self._release(store, member, runner)
+                raise
         if member is None:
             take = limits.take_window if spec.kind == "window" else limits.take_token
             return await take(store, self.name, spec.capacity, spec.seconds or 0.0)
@@ -258,9 +273,14 @@ class Limiter:
             raise
 
     async def _release(self, store: LimitStore, member: str, runner: Runner | None) -> None:
-        """Give the slot back: shielded (a cancelled job still releases) and bounded. If
-        Redis stays away, a worker's slot is released again later (``Runner``); a slot
-        taken outside any worker ends with its lease."""
+        """Give the slot back, even when the job is being cancelled. In a worker the
+        release goes with its other jobs' (``limit_calls.py``), is sent whatever happens
+        to this task, and one that meets Redis away is released again later
+        (``Runner``). Outside a worker: shielded and bounded; a slot Redis does not take
+        back ends with its lease."""
+        if runner is not None:
+            await runner.calls.release(self.name, member)
+            return
         with anyio.CancelScope(shield=True):
             for attempt in range(1, RELEASE_ATTEMPTS + 1):
                 try:
@@ -268,12 +288,8 @@ class Limiter:
                     return
                 except Exception as exc:
                     if attempt == RELEASE_ATTEMPTS:
-                        if runner is not None:
-                            runner.unreleased.add((self.name, member))
-                        log.warning("couldn't release a slot of limiter %r (%s): %s",
-                                    self.name, why(exc),
-                                    "released again once Redis is back" if runner
-                                    else "it is freed when its lease ends")
+                        log.warning("couldn't release a slot of limiter %r (%s): it is "
+                                    "freed when its lease ends", self.name, why(exc))
                         return
                     await anyio.sleep(RELEASE_PAUSE * attempt)
 

@@ -16,7 +16,6 @@ from datetime import UTC, datetime, tzinfo
 from typing import Final
 from zoneinfo import ZoneInfo
 
-
 TICK_EPSILON: Final = 0.001
 RUNNING_LOCK_TTL: Final = 3600.0
 """Seconds a periodic job's running lock lives at most (a crashed run frees it then)."""

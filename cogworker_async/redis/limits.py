@@ -101,6 +101,9 @@ class Decision:
     """Redis TIME of the decision (epoch s)."""
     freed: int = 0
     """Slots of holders whose process was gone, freed by this call (concurrent)."""
+    granted: int = 1
+    """How many of the acquisitions asked for in the call were admitted (the first
+    ones): a window's or a bucket's call may ask for several."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,16 +150,28 @@ def _decision(reply: Any, *, timed: bool) -> Decision:
         retry_after = int(extra) / 1000 if int(extra) > 0 else None
     else:
         freed = int(extra)
-    return Decision(bool(int(admitted)), int(level), retry_after, float(now), freed)
+    granted = int(admitted)
+    return Decision(granted > 0, int(level), retry_after, float(now), freed, granted)
 
 
 async def take_slot(store: LimitStore, name: str, capacity: int, member: str) -> Decision:
     """Take a slot of concurrent limiter ``name`` for ``member`` if fewer than
     ``capacity`` hold one (``lua/limit_concurrent.lua``)."""
+    return (await take_slots(store, name, capacity, [member]))[0]
+
+
+async def take_slots(store: LimitStore, name: str, capacity: int,
+                     members: Sequence[str]) -> list[Decision]:
+    """Take a slot for each of ``members``, in order, in one script call: the decision of
+    each (the first refused once the limiter is full)."""
     keys = store.keys
     reply = await store.scripts.run("limit_concurrent", [keys.limiter(name, "holders")], [
-        capacity, member, keys.process(""), repr(time.time()), HOLDERS_IDLE_TTL])
-    return _decision(reply, timed=False)
+        capacity, members[0], keys.process(""), repr(time.time()), HOLDERS_IDLE_TTL,
+        *members[1:]])
+    level, freed, now = int(reply[1]), int(reply[2]), float(reply[3])
+    flags = reply[4].decode() if isinstance(reply[4], bytes) else str(reply[4])
+    return [Decision(flag == "1", level, None, now, freed if i == 0 else 0, int(flag == "1"))
+            for i, flag in enumerate(flags[:len(members)])]
 
 
 async def release_slot(store: LimitStore, name: str, member: str) -> None:
@@ -164,17 +179,27 @@ async def release_slot(store: LimitStore, name: str, member: str) -> None:
     await store.client.zrem(store.keys.limiter(name, "holders"), member)
 
 
-async def take_window(store: LimitStore, name: str, capacity: int, seconds: float) -> Decision:
-    """Count one acquisition in window limiter ``name`` if its window has room."""
+async def release_slots(store: LimitStore, name: str, members: Sequence[str]) -> None:
+    """Give back the slots of ``members`` (idempotent), in one command."""
+    await store.client.zrem(store.keys.limiter(name, "holders"), *members)
+
+
+async def take_window(store: LimitStore, name: str, capacity: int, seconds: float,
+                      wanted: int = 1) -> Decision:
+    """Count ``wanted`` acquisitions in window limiter ``name`` as far as its window has
+    room: ``Decision.granted`` of them (``admitted``: at least one)."""
     reply = await store.scripts.run("limit_window", [store.keys.limiter(name, "window")],
-                             [capacity, repr(float(seconds)), repr(time.time())])
+                                    [capacity, repr(float(seconds)), repr(time.time()),
+                                     wanted])
     return _decision(reply, timed=True)
 
 
-async def take_token(store: LimitStore, name: str, capacity: int, seconds: float) -> Decision:
-    """Take a token of bucket limiter ``name`` if it has one."""
+async def take_token(store: LimitStore, name: str, capacity: int, seconds: float,
+                     wanted: int = 1) -> Decision:
+    """Take up to ``wanted`` tokens of bucket limiter ``name``: ``Decision.granted``."""
     reply = await store.scripts.run("limit_bucket", [store.keys.limiter(name, "bucket")],
-                             [capacity, repr(float(seconds)), repr(time.time())])
+                                    [capacity, repr(float(seconds)), repr(time.time()),
+                                     wanted])
     return _decision(reply, timed=True)
 
 

@@ -118,10 +118,13 @@ class _Scripts:
             raise NotImplementedError(f"script {script!r} has no in-memory twin in "
                                       "cogworker_async.testing")
         store = self.store
-        if any(keys[0] == store.keys.limiter(name, part) for name in store.refusing
-               for part in LIMITER_PARTS):
-            return [0, int(args[0]), 0, time.time()]
-        return [1, 1, 0, time.time()]
+        refused = any(keys[0] == store.keys.limiter(name, part) for name in store.refusing
+                      for part in LIMITER_PARTS)
+        if script == "limit_concurrent":  # ARGV[2] and ARGV[6...]: the members asked for
+            flags = ("0" if refused else "1") * (1 + max(0, len(args) - 5))
+            return [0 if refused else 1, int(args[0]) if refused else 1, 0, time.time(), flags]
+        wanted = int(args[3]) if len(args) > 3 else 1  # a window's or a bucket's count
+        return [0, int(args[0]), 0, time.time()] if refused else [wanted, 1, 0, time.time()]
 
 
 class _Client:

@@ -10,7 +10,11 @@
 -- ARGV[4] the caller's clock (epoch s), used only if TIME is refused
 -- ARGV[5] the holders key's idle TTL (s): renewed by every call; it goes only when
 -- nobody took or asked for a slot for that long
--- Returns {1 admitted | 0 refused, holders after the call, slots freed, now}.
+-- ARGV[6...] more members to add after ARGV[2], in order (the acquisitions of one
+-- process that asked at about the same time: one call for all of them)
+-- Returns {1 admitted | 0 refused (ARGV[2]'s), holders after the call, slots freed, now,
+-- one "1" or "0" per member in order (ARGV[2]'s first)}: a member is refused only when
+-- every earlier one was admitted or refused and the limiter is full.
 -- A slot dies with its process: the beat's alive marker has a TTL, so a holder whose
 -- process was SIGKILLed (or stopped: it deletes its marker) is freed by the next call
 -- that finds the limiter full, without a TTL guess on the hold itself. A live process's
@@ -24,13 +28,18 @@ if kind ~= "zset" and kind ~= "none" then
 end
 local now = redis_now(ARGV[4])
 local capacity = tonumber(ARGV[1])
+local members = {ARGV[2]}
+for i = 6, #ARGV do members[#members + 1] = ARGV[i] end
 local count = redis.call("ZCARD", KEYS[1])
-local freed = 0
-if count >= capacity and redis.call("ZSCORE", KEYS[1], ARGV[2]) == false then
+local freed, cleaned = 0, false
+
+-- Frees the slots whose holder is gone; once per call, when the first member that is
+-- not held already finds the limiter full.
+local function free_gone()
   local alive = {}
-  local members = redis.call("ZRANGE", KEYS[1], 0, -1, "WITHSCORES")
-  for i = 1, #members, 2 do
-    local member, taken = members[i], tonumber(members[i + 1])
+  local held = redis.call("ZRANGE", KEYS[1], 0, -1, "WITHSCORES")
+  for i = 1, #held, 2 do
+    local member, taken = held[i], tonumber(held[i + 1])
     local identity, jid, token, lease = string.match(member, "^([^\t]*)\t([^\t]*)\t([^\t]+)\t?([^\t]*)$")
     local gone
     if identity == nil then
@@ -50,14 +59,23 @@ if count >= capacity and redis.call("ZSCORE", KEYS[1], ARGV[2]) == false then
   end
   count = count - freed
 end
-local admitted = 0
-if count < capacity then
-  count = count + redis.call("ZADD", KEYS[1], "NX", now, ARGV[2])
-  admitted = 1
-elseif redis.call("ZSCORE", KEYS[1], ARGV[2]) then
-  admitted = 1 -- already held (a repeated call)
+
+local flags = {}
+for i, member in ipairs(members) do
+  if count >= capacity and not cleaned and redis.call("ZSCORE", KEYS[1], member) == false then
+    cleaned = true
+    free_gone()
+  end
+  if count < capacity then
+    count = count + redis.call("ZADD", KEYS[1], "NX", now, member)
+    flags[i] = "1"
+  elseif redis.call("ZSCORE", KEYS[1], member) then
+    flags[i] = "1" -- already held (a repeated call)
+  else
+    flags[i] = "0"
+  end
 end
 if count > 0 then
   redis.call("EXPIRE", KEYS[1], math.max(1, math.ceil(tonumber(ARGV[5]))))
 end
-return {admitted, count, freed, string.format("%.6f", now)}
+return {tonumber(flags[1]), count, freed, string.format("%.6f", now), table.concat(flags)}

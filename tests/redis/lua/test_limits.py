@@ -343,3 +343,77 @@ async def limit_window(s: Any) -> None:
 
 async def limit_bucket(s: Any) -> None:
     assert (await limits.take_token(s.store, NAME, 1, LONG)).admitted
+
+
+# -- many acquisitions in one call (a worker's batched calls: limit_calls.py) -------------
+
+
+async def test_one_call_admits_members_in_order_until_full(store: Store) -> None:
+    await alive(store, ME)
+    asked = [member(ME, f"j{i}") for i in range(4)]
+
+    decisions = await limits.take_slots(store, NAME, 3, asked)
+
+    assert [d.admitted for d in decisions] == [True, True, True, False]
+    assert await holders(store) == set(asked[:3])
+
+
+async def test_a_batched_call_repeated_adds_nothing_twice_and_admits_the_same(
+    store: Store,
+) -> None:
+    await alive(store, ME)
+    asked = [member(ME, "j1"), member(ME, "j2")]
+    first = await limits.take_slots(store, NAME, 2, asked)
+
+    again = await limits.take_slots(store, NAME, 2, asked)  # a lost reply, sent again
+
+    assert [d.admitted for d in first] == [d.admitted for d in again] == [True, True]
+    assert again[0].level == 2
+    assert await holders(store) == set(asked)
+
+
+async def test_a_batched_call_frees_the_slots_of_a_gone_process_for_its_members(
+    store: Store,
+) -> None:
+    await alive(store, ME)
+    await take(store, member(OTHER, "old1"))  # OTHER has no alive marker: gone
+    await take(store, member(OTHER, "old2"))
+
+    decisions = await limits.take_slots(store, NAME, 2, [member(ME, "a"), member(ME, "b")])
+
+    assert [d.admitted for d in decisions] == [True, True]
+    assert decisions[0].freed == 2
+    assert await holders(store) == {member(ME, "a"), member(ME, "b")}
+
+
+async def test_releasing_many_members_frees_each(store: Store) -> None:
+    await alive(store, ME)
+    asked = [member(ME, f"j{i}") for i in range(3)]
+    await limits.take_slots(store, NAME, 3, asked)
+
+    await limits.release_slots(store, NAME, asked[:2])
+    await limits.release_slots(store, NAME, asked[:2])  # idempotent
+
+    assert await holders(store) == {asked[2]}
+
+
+async def test_a_window_grants_as_many_as_it_has_room_for(store: Store) -> None:
+    first = await limits.take_window(store, NAME, 5, LONG, 3)
+    second = await limits.take_window(store, NAME, 5, LONG, 3)
+    third = await limits.take_window(store, NAME, 5, LONG, 3)
+
+    assert (first.granted, first.level) == (3, 3)
+    assert (second.granted, second.level) == (2, 5)
+    assert (third.admitted, third.granted, third.level) == (False, 0, 5)
+
+
+async def test_a_bucket_grants_as_many_whole_tokens_as_it_has(store: Store) -> None:
+    first = await limits.take_token(store, NAME, 5, LONG, 4)
+    second = await limits.take_token(store, NAME, 5, LONG, 4)
+    third = await limits.take_token(store, NAME, 5, LONG, 4)
+
+    assert (first.granted, first.level) == (4, 1)
+    assert (second.granted, second.level) == (1, 0)
+    assert (third.admitted, third.granted) == (False, 0)
+    assert third.retry_after is not None
+    assert third.retry_after > 0
