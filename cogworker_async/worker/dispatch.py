@@ -19,6 +19,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cogworker_async.redis.errors import Unavailable
+from cogworker_async.scopes import cancel_scope
 from cogworker_async.settings import Settings
 from cogworker_async.worker.fetch import Fetcher, Work
 from cogworker_async.worker.ledger import Ledger
@@ -122,7 +123,7 @@ class Dispatcher:
             work = await inbox.get()
             if shutdown.stopping:  # quiet: a job that has not started is not started now
                 self.ledger.finish(work)
-                with anyio.CancelScope(shield=True):
+                with cancel_scope(shield=True):
                     await self.settler.settle(work, GiveBack())
                 self.ledger.slots.release()
                 continue

@@ -27,6 +27,7 @@ from cogworker_async.limiter import RUNNER, Runner
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.retries import attempt_of
 from cogworker_async.run_metrics import Tally
+from cogworker_async.scopes import cancel_scope
 from cogworker_async.settings import Settings
 from cogworker_async.status import Ended
 from cogworker_async.tracing import TraceOptions
@@ -149,7 +150,7 @@ class Processor:
         attempt = Attempt(work)
         ledger = self.ledger
         try:
-            with anyio.CancelScope() as scope:
+            with cancel_scope() as scope:
                 ledger.start(work, scope)
                 attempt.scope = scope
                 await self._attempt(attempt)
@@ -157,7 +158,7 @@ class Processor:
             ledger.stop(work)
             # Shielded: a job that ran must be settled even while the worker is being
             # cancelled (each Redis call is bounded by the socket timeout).
-            with anyio.CancelScope(shield=True):
+            with cancel_scope(shield=True):
                 await self._settle(attempt)
             ledger.finish(work)  # after the settle: settled or pending, never a stray
             thread_done = attempt.leftover.thread_done
