@@ -33,9 +33,11 @@ This package imports them; they never import it (no import cycles).
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import traceback
+from typing import Annotated
 
 import typer
 
@@ -97,12 +99,28 @@ def _raised_at(exc: BaseException) -> str:
 
 
 def _typer() -> typer.Typer:
-    return typer.Typer(
+    commands = typer.Typer(
         name="cogworker-async",
         help="An asyncio-native background job worker on Redis.",
         no_args_is_help=True,
         add_completion=False,
     )
+    commands.callback()(_options)
+    return commands
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
+def _options(
+    show_version: Annotated[bool, typer.Option(
+        "--version", help="Print the version and exit.", is_eager=True,
+        callback=_print_version)] = False,
+) -> None:
+    """An asyncio-native background job worker on Redis."""
 
 
 def version() -> None:
@@ -128,7 +146,7 @@ def _every_command() -> typer.Typer:
     job_command.register(every, load_app)  # job JID [--cancel]: one job's status record
     metrics_commands.register_exporter(every, load_app)  # metrics: the system-wide gauges
     every.command()(version)
-    return every
+    return _plain_help(every)
 
 
 def _run_only() -> typer.Typer:
@@ -137,7 +155,17 @@ def _run_only() -> typer.Typer:
     only = _typer()
     run_command.register(only, load_app)
     only.command()(version)
-    return only
+    return _plain_help(only)
+
+
+def _plain_help(commands: typer.Typer) -> typer.Typer:
+    """Each command's help as a person reads it: a docstring's paragraphs with their
+    lines joined (the terminal wraps them), and no reStructuredText markup."""
+    for info in commands.registered_commands:
+        text = info.help or inspect.getdoc(info.callback) or ""
+        paragraphs = [" ".join(part.split()) for part in text.split("\n\n")]
+        info.help = "\n\n".join(paragraphs).replace("``", "'")
+    return commands
 
 
 def _commands_for(argv: list[str]) -> typer.Typer:

@@ -127,26 +127,36 @@ def _queues_command(load_app: LoadApp) -> Callable[..., None]:
             queue = check_queue_name(name)
         except ValueError as exc:
             fail(str(exc))
-        if action == "clear":
-            confirm(f"Delete every job on queue {queue!r}?", yes)
         app = open_app(load_app, target, redis_url)
+        if pause or resume:
+            _pause_or_resume(app, queue, "pause" if pause else "resume", as_json, yes)
+            return
+        _known_or_fail(app, queue)
         if delete:
             tokens = check_tokens(delete, position=True)
             done = run_in_loop(app, lambda insp: insp.queue(queue).delete(tokens))
             report("delete", done, as_json)
         elif clear:
+            confirm(f"Delete every job on queue {queue!r}?", yes)
             count = run_in_loop(app, lambda insp: insp.queue(queue).clear())
             report("clear", Done(count), as_json)
-        elif pause or resume:
-            if pause and not run_in_loop(app, lambda insp: _in_use(insp, queue)):
-                # A pause has no TTL: a typo's would sit in Redis for good, doing nothing.
-                confirm(f"No worker of this App serves queue {queue!r} and no job was "
-                         "ever enqueued on it (a typo?): pause it anyway?", yes)
-            _pause_or_resume(app, queue, "pause" if pause else "resume", as_json)
         else:
             _show_queue_page(app, queue, page, size, as_json)
 
     return queues
+
+
+def _known_or_fail(app: App, queue: str) -> None:
+    """Exit 2 naming the queues there are, for a queue neither the App nor Redis knows:
+    a typo must not read as an empty queue (or a clear that found nothing)."""
+    async def known(insp: Inspector) -> tuple[bool, list[str]]:
+        registered = await insp.queues.names()
+        return (queue in registered or queue in insp.known_queues(),
+                sorted(set(registered) | insp.known_queues()))
+    found, names = run_in_loop(app, known)
+    if not found:
+        fail(f"no queue {queue!r}: no job of this App uses it and none was ever enqueued "
+             f"on it (queues: {', '.join(names) or 'none'})")
 
 
 async def _in_use(insp: Inspector, queue: str) -> bool:
@@ -154,9 +164,13 @@ async def _in_use(insp: Inspector, queue: str) -> bool:
     return queue in insp.known_queues() or queue in await insp.queues.names()
 
 
-def _pause_or_resume(app: App, queue: str, action: str, as_json: bool) -> None:
+def _pause_or_resume(app: App, queue: str, action: str, as_json: bool, yes: bool) -> None:
     """Pause or resume; saying so when it already was (exit 0: the state asked for
     holds either way)."""
+    if action == "pause" and not run_in_loop(app, lambda insp: _in_use(insp, queue)):
+        # A pause has no TTL: a typo's would sit in Redis for good, doing nothing.
+        confirm(f"No worker of this App serves queue {queue!r} and no job was "
+                "ever enqueued on it (a typo?): pause it anyway?", yes)
     changed = run_in_loop(app, lambda insp: getattr(insp.queues, action)(queue))
     state = "paused" if action == "pause" else "running"
     if as_json:

@@ -34,7 +34,7 @@ def _command(load_app: LoadApp) -> Callable[..., None]:
         port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
         log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
     ) -> None:
-        """Serve the web dashboard (needs the ``web`` extra) until SIGTERM/SIGINT."""
+        """Serve the web dashboard (needs the web extra) until SIGTERM/SIGINT."""
         try:
             from cogworker_async.web import serve
         except ImportError as exc:

@@ -118,6 +118,7 @@ class Manager:
                                   self.streaks.stats)
         self.hooks = HookRunner(hooks) if hooks else None
         self.metrics = process_metrics(settings, self.vitals, registry.keys())
+        self._jobs_queues = {definition.options.queue for definition in registry.values()}
         # The run metrics' tally is fed by the processor directly (always on, the
         # cheapest path); observers only when there are any.
         self.observers = Observers([o for o in (self.hooks, self.metrics) if o is not None])
@@ -243,11 +244,27 @@ class Manager:
             finally:
                 metrics.cancel_scope.cancel()
 
+    async def _warn_of_unknown_queues(self) -> None:
+        """Say so, once at start, of each served queue that no job of the App uses and
+        on which nothing was ever enqueued: ``--queue emials`` would otherwise wait on
+        an empty queue for good, in silence. Served anyway (a queue may be new)."""
+        # Not the settings' default queue: with ``--queue emials`` alone, that is it.
+        known = {"default", *self._jobs_queues}
+        unknown = [name for name in self.settings.queue_names if name not in known]
+        if not unknown:
+            return
+        registered = set(await self.store.queue_names())
+        for name in unknown:
+            if name not in registered:
+                log.warning("queue %r: no job of this App uses it and nothing was ever "
+                            "enqueued on it (a typo?); served anyway", name)
+
     async def _work(self, *, task_status: TaskStatus[None]) -> None:
         reliable = self.fetcher.reliable
         await self.store.check_server(reliable=reliable)
         # Served queues are registered (the dashboard, the poller and recovery find each
         # queue's slot through the registry) before anything is fetched from them.
+        await self._warn_of_unknown_queues()  # before registering makes them known
         await self.store.register_queues(self.settings.queue_names)
         await self._register_limiters()
         # The first beat before the first fetch: a job must never sit on the list of a
