@@ -33,6 +33,7 @@ from cogworker_async.admin.sets import JobSet
 from cogworker_async.app import App
 from cogworker_async.cli import tables
 from cogworker_async.cli.common import (
+    EXIT_PARTIAL,
     SETS,
     AsJson,
     Clear,
@@ -55,6 +56,7 @@ from cogworker_async.cli.common import (
     confirm,
     emit_json,
     fail,
+    is_token,
     one_action,
     open_app,
     report,
@@ -245,9 +247,9 @@ def _set_command(load_app: LoadApp, which: str) -> Callable[..., None]:
             fail("dead jobs are dead already: --kill is for scheduled and retries")
         named = tokens.get(action)
         if named is not None:
-            checked = check_tokens(named, position=False)
+            checked = check_tokens(named, position=False, jids=True)
             done = run_in_loop(open_app(load_app, target, redis_url),
-                        lambda insp: _act(insp.job_set(which), action, checked))
+                        lambda insp: _act(insp.job_set(which), action, checked, which))
         else:
             confirm(_BULK_QUESTION[action].format(which=which), yes)
             done = run_in_loop(open_app(load_app, target, redis_url),
@@ -257,9 +259,24 @@ def _set_command(load_app: LoadApp, which: str) -> Callable[..., None]:
     return command
 
 
-async def _act(job_set: JobSet, action: str, tokens: list[str]) -> Done:
+async def _act(job_set: JobSet, action: str, named: list[str], which: str) -> Done:
+    tokens = [name if is_token(name, position=False) else await _token_of(job_set, name, which)
+              for name in named]  # every jid found before anything is done
     acts = {"retry": job_set.retry, "delete": job_set.delete, "kill": job_set.kill}
     return await acts[action](tokens)
+
+
+async def _token_of(job_set: JobSet, jid: str, which: str) -> str:
+    """The token of the one entry of the set whose job has ``jid`` (a bounded search);
+    exit 1 if there is none, 2 if there are several (a token tells them apart)."""
+    found = await job_set.search(jid)
+    holding = [record for record in found.items if record.jid == jid]
+    if len(holding) > 1:
+        fail(f"{len(holding)} entries of {which} hold jid {jid!r}: name one by its token")
+    if not holding:
+        looked = "" if found.complete else " (among the entries a search reads at most)"
+        fail(f"no entry of {which} holds jid {jid!r}{looked}", EXIT_PARTIAL)
+    return holding[0].token
 
 
 async def _act_on_all(job_set: JobSet, action: str) -> Done:

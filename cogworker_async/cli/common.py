@@ -30,6 +30,7 @@ from cogworker_async.admin.records import (
 from cogworker_async.app import App
 from cogworker_async.errors import CogworkerError
 from cogworker_async.redis.errors import AuthenticationError, ConnectionLost, RedisError
+from cogworker_async.status import check_jid
 from cogworker_async.urls import mask
 
 T = TypeVar("T")
@@ -49,11 +50,14 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON (and nothing el
 PageNumber = Annotated[int, typer.Option("--page", help="Page to show (from 1).")]
 PageSize = Annotated[int, typer.Option("--size", help=f"Entries a page (1..{MAX_PAGE_SIZE}).")]
 RetryTokens = Annotated[list[str] | None, typer.Option(
-    "--retry", metavar="TOKEN", help="Put this entry on its queue now (repeatable).")]
+    "--retry", metavar="TOKEN", help="Put this entry on its queue now (repeatable; its "
+    "jid names it too).")]
 DeleteTokens = Annotated[list[str] | None, typer.Option(
-    "--delete", metavar="TOKEN", help="Delete this entry (repeatable).")]
+    "--delete", metavar="TOKEN", help="Delete this entry (repeatable; in the scheduled, "
+    "retry and dead sets its jid names it too).")]
 KillTokens = Annotated[list[str] | None, typer.Option(
-    "--kill", metavar="TOKEN", help="Move this entry to dead (repeatable; not for dead).")]
+    "--kill", metavar="TOKEN", help="Move this entry to dead (repeatable; not for dead; "
+    "its jid names it too).")]
 RetryAll = Annotated[bool, typer.Option("--retry-all", help="Put every entry on its queue now.")]
 DeleteAll = Annotated[bool, typer.Option("--delete-all", help="Delete every entry.")]
 KillAll = Annotated[bool, typer.Option("--kill-all",
@@ -162,14 +166,32 @@ def confirm(question: str, yes: bool) -> None:
         raise typer.Exit(EXIT_PARTIAL)
 
 
-def check_tokens(tokens: list[str], *, position: bool) -> list[str]:
+def check_tokens(tokens: list[str], *, position: bool, jids: bool = False) -> list[str]:
     """Every token well formed, before anything is done: a typo in the third token must
     not leave the first two acted on and the rest not. ``position``: queue tokens
-    (``position:digest``); else set tokens (``score:digest``)."""
+    (``position:digest``); else set tokens (``score:digest``). ``jids``: a value that is
+    no token may be a jid instead (``is_token`` tells them apart)."""
     for token in tokens:
-        if not _well_formed(token, position=position):
-            fail(f"not an entry token: {token!r} (copy one from the token column)")
+        if is_token(token, position=position):
+            continue
+        if jids and _is_jid(token):
+            continue
+        fail(f"not an entry token{' or jid' if jids else ''}: {token!r} (copy one from "
+             "the token column)")
     return tokens
+
+
+def is_token(token: str, *, position: bool) -> bool:
+    """Whether ``token`` is an entry's token (else, where jids are taken, a jid)."""
+    return _well_formed(token, position=position)
+
+
+def _is_jid(value: str) -> bool:
+    try:
+        check_jid(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _well_formed(token: str, *, position: bool) -> bool:

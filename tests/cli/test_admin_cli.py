@@ -261,11 +261,18 @@ def test_a_malformed_token_is_refused_before_anything_is_done(jobs: adminapp.Job
     [entry] = doomed(jobs, 1)
     in_loop(jobs, lambda: jobs.ok.enqueue("kept"))
     [queued] = invoke_json("queues", "default")["items"]
-    for args in (("dead", "--delete", entry["token"]),
-                 ("queues", "default", "--delete", queued["token"])):
-        result = invoke(*args, "--delete", "not-a-token")
-        assert result.exit_code == 2
-        assert result.stderr.startswith("error: not an entry token: 'not-a-token'")
+    # A set's action takes a jid too: what is neither a token nor a jid is refused, and a
+    # jid no entry holds names nothing (exit 1); either way before anything is done.
+    for args, bad, code, said in (
+            (("dead", "--delete", entry["token"]), 'not"a-jid', 2,
+             "error: not an entry token or jid: 'not\"a-jid'"),
+            (("dead", "--delete", entry["token"]), "not-a-token", 1,
+             "error: no entry of dead holds jid 'not-a-token'"),
+            (("queues", "default", "--delete", queued["token"]), "not-a-token", 2,
+             "error: not an entry token: 'not-a-token'")):
+        result = invoke(*args, "--delete", bad)
+        assert result.exit_code == code, result.output
+        assert result.stderr.startswith(said), result.stderr
         assert no_traceback(result.output)
     # The good tokens given with the bad one were not acted on either.
     assert invoke_json("dead")["total"] == 1

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from cogworker_async import App, __version__
 from cogworker_async.cli import EXIT_USAGE, cli
 from tests.cli import adminapp
-from tests.cli.conftest import in_loop, invoke
+from tests.cli.conftest import in_loop, invoke, invoke_json
+from tests.cli.test_admin_cli import doomed
 
 COMMANDS = sorted(typer.main.get_command(cli).commands)  # type: ignore[attr-defined]
 
@@ -65,3 +66,21 @@ async def test_a_worker_warns_of_a_queue_nobody_uses_and_serves_it(
     warned = [r.getMessage() for r in caplog.records if "a typo?" in r.getMessage()]
     assert len(warned) == 1
     assert "'emials'" in warned[0]
+
+
+def test_a_dead_job_is_retried_by_its_jid_and_an_unknown_jid_changes_nothing(
+    jobs: adminapp.Jobs,
+) -> None:
+    newest, oldest = doomed(jobs, 2)
+
+    missing = invoke("dead", "--retry", oldest["jid"], "--retry", "f" * 24)
+    assert missing.exit_code == 1
+    assert "no entry of dead holds jid" in missing.stderr
+    assert {item["jid"] for item in invoke_json("dead")["items"]} == {newest["jid"],
+                                                                      oldest["jid"]}
+
+    retried = invoke("dead", "--retry", oldest["jid"])
+    assert retried.exit_code == 0, retried.output
+    assert [item["jid"] for item in invoke_json("dead")["items"]] == [newest["jid"]]
+    [queued] = invoke_json("queues", "default")["items"]
+    assert queued["jid"] == oldest["jid"]
