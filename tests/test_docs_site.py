@@ -14,6 +14,7 @@ from typing import Final
 
 import pytest
 
+from cogworker_async import __version__
 from tests.test_docs import MADE_BY_RUNS, mentioned
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -75,6 +76,13 @@ def test_the_api_reference_is_generated_from_the_docstrings(site: Path) -> None:
     assert 'id="cogworker_async.web.create_dashboard"' in web
     admin = (site / "reference" / "admin" / "index.html").read_text("utf-8")
     assert 'id="cogworker_async.Inspector"' in admin
+
+
+@needs_mkdocs
+def test_every_page_names_the_packages_version(site: Path) -> None:
+    """The footer says which version a reader is reading about: the package's own."""
+    index = (site / "index.html").read_text("utf-8")
+    assert f"cogworker-async {__version__}" in index
 
 
 def test_the_sites_pages_name_only_paths_that_exist() -> None:

@@ -47,7 +47,7 @@ class Records(Part):
                 pipe.get(self.keys.record(queue, jid))
             replies = await pipe.execute(raise_on_error=False)
         found: list[dict[str, str]] = []
-        hashes: list[int] = []  # records 0.2 wrote: a hash at the key
+        hashes: list[int] = []  # records earlier builds wrote: a hash at the key
         for index in range(len(pairs)):
             live, finished = replies[2 * index], replies[2 * index + 1]
             fields = unpack(live) if isinstance(live, bytes | str) else {}

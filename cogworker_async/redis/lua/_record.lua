@@ -13,7 +13,7 @@
 --   SET ... EX — but for a cancelled job whose
 --   copy is still in a queue or set (``cancel`` "1"): that one stays live until the next
 --   move drops the copy, so the cancel is never forgotten before.
--- A record written by 0.2 or earlier is a hash at its key whatever its state: it is read
+-- A record written by an earlier build is a hash at its key whatever its state: it is read
 -- there, and moves at its job's next move (an upgrade loses nothing).
 -- The two moves every job makes, fetch and ack, take a fast path (``fetch_record``,
 -- ``finish_record``): the packed text is edited as a string, never unpacked.
@@ -120,7 +120,7 @@ local function record_library()
       if fields then return fields, "key" end
       return nil, nil -- damaged: no record
     end
-    local flat = redis.pcall("HGETALL", key) -- as 0.2 wrote it
+    local flat = redis.pcall("HGETALL", key) -- as earlier builds wrote it
     if type(flat) ~= "table" or flat.err or #flat == 0 then return nil, nil end
     local fields = {}
     for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
@@ -133,7 +133,7 @@ local function record_library()
   local function lib_write(key, fields, ttl, origin)
     local live, jid = live_place(key)
     if live and (LIVE_STATES[fields.state] or fields.cancel == "1") then
-      if not ttl and not fields["until"] then -- from 0.2's layout: its key's TTL, or 14 days
+      if not ttl and not fields["until"] then -- from the earlier layout: its key's TTL, or 14 days
         local left = origin == "key" and redis.pcall("TTL", key)
         ttl = (type(left) == "number" and left > 0) and left or 1209600
       end

@@ -2,7 +2,7 @@
 -- job that vanished without a move (its queue deleted by hand, a key evicted) must not
 -- leave its record in the live hash forever. A live record's bound (``until``) is set at
 -- its enqueue and renewed at each retry, the live TTL ahead; a job still waiting then is
--- run all the same, and its status says ``unknown`` until it ends (as a 0.2 record that
+-- run all the same, and its status says ``unknown`` until it ends (as an earlier build's record that
 -- expired did).
 -- KEYS[1] the queue's live hash
 -- ARGV[1] the HSCAN cursor ("0": from the start)   ARGV[2] fields to look at (COUNT)

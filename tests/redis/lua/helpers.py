@@ -95,7 +95,7 @@ async def stored_record(client: Any, keys: Any, queue: str, jid: str) -> dict[st
     key = keys.record(queue, jid)
     if await client.type(key) == b"string":  # finished: packed, as a live one
         return unpack(await client.get(key))
-    flat = await client.hgetall(key)  # as 0.2 wrote it
+    flat = await client.hgetall(key)  # as earlier builds wrote it
     return {as_bytes(k).decode(): as_bytes(v).decode() for k, v in flat.items()}
 
 

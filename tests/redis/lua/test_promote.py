@@ -77,7 +77,7 @@ async def test_the_script_does_not_record_the_queue_name(store: Store, keys: Key
     member = make_job("emails")
     record = keys.record("emails", jid_of(member))
     await store.client.zadd(keys.schedule("emails"), {member: 1.0})
-    await store.client.hset(record, "state", "scheduled")  # as 0.2 wrote it: a key
+    await store.client.hset(record, "state", "scheduled")  # as earlier builds wrote it: a key
     await store.client.expire(record, 3600)
 
     moved = await run_raw(store, "promote", [keys.schedule("emails"), keys.queue("emails")],

@@ -864,12 +864,13 @@ async def test_closing_leaves_finished_and_missing_records_alone(store: Store) -
     assert await store.client.exists(store.keys.record(QUEUE, jid_of(ghost))) == 0
 
 
-# -- an upgrade: records written by 0.2 (one key per job, whatever its state) ----------
+# -- an upgrade: records earlier builds wrote (one key per job, whatever its state) -----
 
 
 async def as_written_by_0_2(store: Store, raw: bytes, state: str = "queued",
                             ttl: int = 3600) -> str:
-    """``raw`` on QUEUE with the record 0.2 wrote for it: a hash at its key, with a TTL."""
+    """``raw`` on QUEUE with the record an earlier build wrote for it: a hash at its
+    key, with a TTL."""
     jid = jid_of(raw)
     await store.client.lpush(store.keys.queue(QUEUE), raw)
     key = store.keys.record(QUEUE, jid)
