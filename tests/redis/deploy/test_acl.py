@@ -49,7 +49,9 @@ PARKED: Final = "parked"
 KEYS: Final = Keys(deployapp.NAMESPACE)
 FAR: Final = 3600.0
 """Seconds ahead a job is scheduled that must still be waiting when the dashboard acts."""
-CLI_COMMANDS: Final = (("stats",), ("queues",), ("queues", PARKED), ("scheduled",),
+# A queue's page of the App's own queue: the dashboard has cleared PARKED by then, and a
+# queue neither the App nor Redis knows any more is refused (a typo's safeguard).
+CLI_COMMANDS: Final = (("stats",), ("queues",), ("queues", "default"), ("scheduled",),
                        ("retries",), ("dead",), ("dead", "--search", "boom"),
                        ("processes",), ("periodic",))
 
