@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -28,6 +27,7 @@ from cogworker_async.errors import why
 from cogworker_async.redis import limits
 from cogworker_async.redis.errors import LostReply
 from cogworker_async.redis.limits import Decision, LimitSpec, LimitStore
+from cogworker_async.waiters import settle_all
 
 log = logging.getLogger("cogworker_async.limiter")
 
@@ -105,13 +105,13 @@ class LimitCalls:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            _settle(waiting, None)
+            settle_all(waiting, None)
 
     async def _take_all(self, name: str, spec: LimitSpec, chunk: list[_Take]) -> None:
         try:
             decisions = await self._ask(name, spec, chunk)
         except Exception as exc:
-            _settle(chunk, exc)
+            settle_all(chunk, exc)
             return
         for (_, done), decision in zip(chunk, decisions, strict=True):
             if not done.done():
@@ -125,10 +125,10 @@ class LimitCalls:
             if not done.done():
                 done.set_exception(lost)
         for _, asked in self._takes.values():
-            _settle(asked, lost)
+            settle_all(asked, lost)
         for name, waiting in self._releases.items():
             self._keep(name, waiting, lost)
-            _settle(waiting, None)
+            settle_all(waiting, None)
         self._takes, self._releases = {}, {}
 
     def _keep(self, name: str, waiting: list[_Release], exc: BaseException) -> None:
@@ -144,14 +144,3 @@ class LimitCalls:
         decision = await take(self.store, name, spec.capacity, spec.seconds or 0.0, len(chunk))
         refused = replace(decision, admitted=False, granted=0)  # once a call, not a job
         return [decision if i < decision.granted else refused for i in range(len(chunk))]
-
-
-def _settle(waiting: Sequence[tuple[Any, asyncio.Future[Any]]],
-            exc: Exception | None) -> None:
-    for _, done in waiting:
-        if done.done():
-            continue
-        if exc is None:
-            done.set_result(None)
-        else:
-            done.set_exception(exc)

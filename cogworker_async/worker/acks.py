@@ -16,6 +16,7 @@ from typing import Final
 from cogworker_async.redis.errors import LostReply
 from cogworker_async.redis.store import Store
 from cogworker_async.status import SUCCEEDED, Ended
+from cogworker_async.waiters import settle_all
 
 MAX_BATCH: Final = 500
 """Acks sent in one script call at most."""
@@ -54,22 +55,12 @@ class AckBatcher:
                         await self.store.ack(self.identity, queue,
                                              [(raw, jid, ended) for _, raw, jid, ended, _ in acks])
                     except Exception as exc:
-                        _settle_all(acks, exc)
+                        settle_all(acks, exc)
                     else:
-                        _settle_all(acks, None)
+                        settle_all(acks, None)
         finally:
             self._flushing = False
             # Cancelled or stopped mid-flight: whoever is still waiting must not wait
             # forever; as an uncertain reply, the settler retries (acks are idempotent).
             left, self._waiting = self._waiting, []
-            _settle_all(left, LostReply("ack flush interrupted"))
-
-
-def _settle_all(batch: list[_Waiting], exc: Exception | None) -> None:
-    for *_, done in batch:
-        if done.done():
-            continue
-        if exc is None:
-            done.set_result(None)
-        else:
-            done.set_exception(exc)
+            settle_all(left, LostReply("ack flush interrupted"))
