@@ -66,7 +66,7 @@ Payload = TypedDict("Payload", {
     "orphaned_from": str,
     "orphaned_process": dict[str, Any],
 }, total=False)
-"""A job as stored: a JSON object (the README's "Where jobs live" documents it). Each
+"""A job as stored: a JSON object (docs/reference/keys.md, "Payloads", lists its fields). Each
 group of fields above names the module that owns it: the one that says what the field
 means (and the modules that write and read it).
 

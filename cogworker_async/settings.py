@@ -145,7 +145,7 @@ class Settings:
     """Seconds a finished job's status record (succeeded, dead, cancelled) is kept when
     the job keeps no result (``keep_result``): ``status(jid)`` answers that long after
     the end, then says ``unknown``. Every job has a record while it is alive; this
-    bounds the memory of the ones that ended (the README's keys table); 0 keeps them a
+    bounds the memory of the ones that ended (docs/reference/keys.md); 0 keeps them a
     second."""
     track_jobs: bool = True
     """Keep a status record per job (``status``, ``result``, ``cancel``, progress,
@@ -164,7 +164,7 @@ class Settings:
     tracing_baggage: bool = False
     """Carry the enqueuer's W3C baggage in payloads to the run. Off by default: baggage
     often holds what should not sit in Redis (session ids, e-mails), and whoever can
-    write a payload chooses what reaches the job (docs/tracing.md, "Trust")."""
+    write a payload chooses what reaches the job (docs/guides/observability.md, "Trust")."""
     tracing_remote: TracingRemote = "parent"
     """What a run's span makes of the enqueue's context from the payload: ``"parent"``
     (the run is in the enqueuer's trace; the worker's sampler decides whether it is

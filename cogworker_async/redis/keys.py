@@ -14,8 +14,9 @@ in braces, which alone decides the slot):
   app — the registries of queues and processes, beat info, stats, the recovery lock and
   the dashboard's records. No script moves a job through these.
 
-docs/design.md ("Keys and slots") gives the argument, script by script; the README's keys
-table lists every key with its type and bound.
+docs/design.md ("Keys and slots") gives the argument, script by script; the keys table,
+docs/reference/keys.md, lists every key with its type and bound (tests/test_keys_table.py
+holds it to the names made here).
 """
 
 from __future__ import annotations
