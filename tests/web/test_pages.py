@@ -90,7 +90,7 @@ async def test_busy_tab_shows_the_process_and_its_running_job(board: Board,
         html = (await client.get("/busy")).text
         assert manager.identity in html
         assert "web.hold" in html
-        assert "running for" in html
+        assert "Running for" in html  # the running jobs table's column
         assert "of 3" in html  # busy slots of its concurrency
         board.release.set()
 
