@@ -214,6 +214,38 @@ class Admin:
             return []  # a key of another type reads as an empty queue, as in queue_heads
         return [as_bytes(raw) for raw in reversed(reply)]
 
+    async def queue_ends(self, name: str, count: int) -> tuple[int, list[bytes]]:
+        """(length, jobs) of a queue: its ``count`` newest and the ``count`` that run
+        next, each once (a queue of up to ``2 * count`` jobs: all of them). Where a
+        bounded look for one queued job reads: one just enqueued or about to run is at
+        an end, and a long queue's middle is never loaded whole."""
+        key = self.keys.queue(name)
+        # One transaction (one key, one slot): the length and both ends of the same list.
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.llen(key)
+            pipe.lrange(key, 0, count - 1)
+            pipe.lrange(key, -count, -1)
+            try:
+                length, newest, next_up = await pipe.execute()
+            except redis.exceptions.ResponseError as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                return 0, []  # a key of another type reads as an empty queue
+        overlap = max(0, len(newest) + len(next_up) - int(length))
+        return int(length), [as_bytes(raw) for raw in [*newest, *next_up[overlap:]]]
+
+    async def in_progress_jobs(self, queue: str, identity: str, limit: int) -> list[bytes]:
+        """The first ``limit`` jobs a process fetched from ``queue`` and has not settled
+        (its in-progress list: as long as its slots and prefetch, but read bounded)."""
+        try:
+            reply = await self.client.lrange(self.keys.in_progress(queue, identity), 0,
+                                             limit - 1)
+        except redis.exceptions.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            return []
+        return [as_bytes(raw) for raw in reply]
+
     async def queue_remove(self, name: str, raw: bytes) -> bool:
         """Remove one job (exact bytes) from a queue; False if it is gone (it may have run)."""
         # redis-py types the value as str; the stored bytes are what must match.

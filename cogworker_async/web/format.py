@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from cogworker_async.admin.records import printable
+
 MINUTE: Final = 60.0
 HOUR: Final = 3600.0
 DAY: Final = 86400.0
@@ -87,6 +89,36 @@ def plural(count: int, word: str) -> str:
 def pretty(value: Any) -> str:
     """A value as indented JSON (for the job page's ``<pre>``; escaped by the template)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=repr)
+
+
+SHOWN_BYTES: Final = 4096
+"""Bytes of a value's pretty JSON a page shows (a job's arguments): the rest is cut,
+and the page says how large the whole is. A job may carry up to ``max_payload_bytes``
+(512 KiB by default), which would make a page of megabytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capped:
+    """A value's pretty JSON, cut at a size: what a page shows of it."""
+
+    text: str
+    total_bytes: int
+    """Size of the whole pretty JSON (UTF-8)."""
+    shown_bytes: int
+
+    @property
+    def cut(self) -> bool:
+        return self.shown_bytes < self.total_bytes
+
+
+def capped(value: Any, limit: int = SHOWN_BYTES) -> Capped:
+    """``value`` as ``pretty`` JSON, its first ``limit`` bytes (never half a character)."""
+    # A lone surrogate (JSON's "\ud800") cannot be encoded: U+FFFD, as every page shows it.
+    whole = printable(pretty(value)).encode("utf-8")
+    if len(whole) <= limit:
+        return Capped(whole.decode("utf-8"), len(whole), len(whole))
+    text = whole[:limit].decode("utf-8", "ignore")  # a character cut in two: left out
+    return Capped(text, len(whole), len(text.encode("utf-8")))
 
 
 BRIEF_CHARS: Final = 80

@@ -5,7 +5,9 @@ the jid search in every page's header, which lands on it.
 A jid names a job, not where it is: the page reads the record through
 ``Inspector.jobs`` (a lookup in each queue's slot, never a scan), so it shows a job that
 is queued, running or long finished alike. A jid with no record is not an error: the
-page says "unknown" (never enqueued here, or its record expired) with a 200.
+page says "unknown" (never enqueued here, or its record expired) with a 200. Its
+arguments come from the job's payload, where it is now (``Inspector.jobs.copy``: a
+bounded look), cut at ``format.SHOWN_BYTES``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from cogworker_async.web.site import Site
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 BAD_REQUEST: Final = 400
+SET_PAGES: Final = {"schedule": "scheduled", "retry": "retries", "dead": "dead"}
+"""The tab (and route prefix) of each set a job's payload may be found in."""
 
 
 def _problem(jid: str) -> str | None:
@@ -56,8 +60,9 @@ def page(site: Site) -> Endpoint:
             return await site.render(request, "job_status.html", status=BAD_REQUEST, tab="",
                                      job=None, jid=jid, problem=problem)
         found = await site.inspector.jobs.status(jid)
+        copy = await site.inspector.jobs.copy(found)
         return await site.render(request, "job_status.html", tab="", job=found, jid=jid,
-                                 problem=None)
+                                 problem=None, copy=copy, set_pages=SET_PAGES)
     return view
 
 

@@ -83,7 +83,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(duration=format.duration, relative=format.relative, utc=format.utc,
                        size=format.size, pretty=format.pretty, backtrace=format.backtrace,
                        plural=format.plural, na=format.na, brief=format.brief,
-                       percent=format.percent)
+                       percent=format.percent, capped=format.capped)
     return env
 
 

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import anyio
 import httpx
+import markupsafe
 import pytest
 
 from cogworker_async import current_job
@@ -235,3 +236,85 @@ def test_progress_is_never_shown_done_early_and_info_stays_one_short_line() -> N
     assert len(long) == format.BRIEF_CHARS
     assert long.startswith('{"step": "xxx')
     assert long.endswith("…")
+
+
+# -- its arguments (read from wherever its payload is now) ------------------------------
+
+
+def pretty_shown(value: Any) -> str:
+    """``value``'s pretty JSON as ``text_of`` reads it off a page (spaces collapsed)."""
+    return " ".join(format.pretty(value).split())
+
+
+async def test_a_job_page_shows_its_arguments_wherever_the_job_is(
+        board: Board, extra: Extra, client: httpx.AsyncClient) -> None:
+    queued = await board.ok.enqueue(tag="<b>queued</b>")
+    later = await board.ok.enqueue_in(3600, "<i>later</i>")
+    assert queued is not None
+    assert later is not None
+    page = await client.get(f"/jobs/{queued}")
+    assert "Keyword arguments" in text_of(page)
+    assert pretty_shown({"tag": "<b>queued</b>"}) in text_of(page)
+    assert "<b>queued</b>" not in page.text  # escaped, never markup
+    shown = text_of(await client.get(f"/jobs/{later}"))
+    assert pretty_shown(["<i>later</i>"]) in shown
+    assert "its entry in Scheduled" in shown  # a link to the set's own page of it
+
+    await board.dead_from("<s>dead</s>")
+    await board.retries_from("<u>retrying</u>")
+    for found in [*(await board.inspector.dead.page()).items,
+                  *(await board.inspector.retries.page()).items]:
+        assert found.jid is not None
+        page = await client.get(f"/jobs/{found.jid}")
+        assert pretty_shown(found.args) in text_of(page), found.args
+        assert f'href="/{"dead" if found.name == "web.boom" else "retries"}/job/' in page.text
+
+    running = await extra.working.enqueue("<em>running</em>")
+    assert running is not None
+    async with board.app.worker():
+        await wait_until(state_is(board, running, "running"))
+        assert pretty_shown(["<em>running</em>"]) in text_of(await client.get(f"/jobs/{running}"))
+        extra.go_on.set()
+        await wait_until(state_is(board, queued, "succeeded"))
+    shown = text_of(await client.get(f"/jobs/{queued}"))
+    assert "No arguments to show: a finished job's payload is not kept" in shown
+
+
+async def test_a_huge_argument_is_cut_saying_how_big_it_is(
+        board: Board, client: httpx.AsyncClient) -> None:
+    huge = "é<" * 25_000  # 75,000 bytes of UTF-8: two-byte characters, and markup
+    jid = await board.ok.enqueue(huge)
+    assert jid is not None
+    page = await client.get(f"/jobs/{jid}")
+    assert page.status_code == 200
+    whole = format.capped([huge])
+    assert whole.cut
+    assert whole.total_bytes == len(format.pretty([huge]).encode())
+    said = f"Cut: the first {format.size(whole.shown_bytes)} of {format.size(whole.total_bytes)}"
+    assert said == "Cut: the first 4.0 KiB of 73.2 KiB"
+    assert said + " shown." in text_of(page)
+    assert f'{markupsafe.escape(whole.text)}…</pre>' in page.text  # as Jinja escapes it
+    assert len(page.text) < 4 * format.SHOWN_BYTES + 8_000  # the page, not the argument
+    assert "é<é" not in page.text  # escaped
+
+
+async def test_a_queued_job_deep_in_a_long_queue_is_said_not_found_so_far(
+        board: Board, client: httpx.AsyncClient) -> None:
+    filler = [((f"filler-{i}",), {}) for i in range(300)]
+    await board.ok.enqueue_many(filler)
+    jid = await board.ok.enqueue("in the middle")
+    await board.ok.enqueue_many(filler)
+    assert jid is not None
+    shown = text_of(await client.get(f"/jobs/{jid}"))
+    assert f"Job {jid} queued" in shown
+    assert ("No arguments to show: the job was not found in its queue (this page reads the "
+            "ends of a long queue") in shown
+
+
+def test_capped_json_is_cut_at_a_whole_character() -> None:
+    small = format.capped({"a": 1})
+    assert (small.text, small.cut) == ('{\n  "a": 1\n}', False)
+    cut = format.capped(["é" * 10], limit=10)  # '[\n  "' is 5 bytes, then 2 bytes each
+    assert cut.text == '[\n  "éé'
+    assert (cut.shown_bytes, cut.total_bytes, cut.cut) == (9, 28, True)
+    assert format.capped(["\ud800"]).text == '[\n  "\ufffd"\n]'  # as every page shows it
