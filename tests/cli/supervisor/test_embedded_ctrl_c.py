@@ -1,7 +1,8 @@
 """Ctrl-C in the terminal of a worker on the embedded server. The terminal signals its
 whole foreground process group; the embedded server runs in a session of its own, so it
 is still there while the worker gives its running job its shutdown_timeout, and the
-job's outcome is written (it would otherwise stay 'running', to be run again)."""
+job's outcome is written (it would otherwise stay 'running', to be run again). The
+server is the folder's: it is still running after the worker has gone."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cogworker_async.embedded import EmbeddedServer
 from tests.cli.supervisor import embeddedapp
 from tests.waiting import wait_until
 from tests.workerproc import ROOT
@@ -48,7 +50,7 @@ async def test_ctrl_c_lets_a_running_job_settle_on_the_embedded_server(
         os.killpg(worker.pid, signal.SIGINT)  # Ctrl-C
         await wait_until(lambda: worker.poll() is not None, timeout=40)
         await embeddedapp.jobs.close()
-        # The server again (this test process starts it from the same data dir).
+        assert EmbeddedServer(data).status().running  # outlived the worker that started it
         status = await embeddedapp.jobs.status(jid)
         assert (worker.returncode, status.state) == (0, "succeeded"), log.read_text()[-3000:]
     finally:
@@ -56,3 +58,4 @@ async def test_ctrl_c_lets_a_running_job_settle_on_the_embedded_server(
             worker.kill()
             worker.wait(10)
         await embeddedapp.jobs.close()
+        EmbeddedServer(data).stop()
