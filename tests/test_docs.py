@@ -52,3 +52,45 @@ def test_the_documents_name_paths_at_all() -> None:
     named = {path for _, path in every_mention()}
     assert "docs/design.md" in named
     assert "docs/deployment.md" in named
+
+
+_TREE_NAME: Final = re.compile(r"[\w.]+/?")
+README: Final = ROOT / "README.md"
+README_MAX_BYTES: Final = 15_000
+"""The README is the project's front page (what it is, the promise, the two commands, an
+example, where the manual is), not the manual: the manual is the site built from docs/."""
+
+
+def module_tree(text: str) -> list[str]:
+    """The paths named by the fenced tree that starts with ``cogworker_async/`` (two
+    spaces of indentation a level; a line names one or more entries, then says what
+    they are)."""
+    start = text.index("```\ncogworker_async/\n") + len("```\n")
+    parents: list[str] = []
+    paths = []
+    for line in text[start:text.index("```", start)].splitlines():
+        level = (len(line) - len(line.lstrip(" "))) // 2
+        del parents[level:]
+        for name in re.split(r"\s{2,}", line.strip()):
+            if not _TREE_NAME.fullmatch(name):
+                break
+            paths.append("".join(parents) + name)
+            if name.endswith("/"):
+                parents.append(name)
+    return paths
+
+
+def test_the_module_tree_names_modules_that_exist() -> None:
+    """docs/development.md's map of the package names only what is there."""
+    paths = module_tree((ROOT / "docs" / "development.md").read_text("utf-8"))
+    assert "cogworker_async/worker/manager.py" in paths
+    assert "cogworker_async/cli/migrate.py" in paths  # three on one line
+    missing = [path for path in paths if not (ROOT / path).exists()]
+    assert not missing, f"docs/development.md's module tree names what is gone: {missing}"
+
+
+def test_the_readme_is_a_front_page_not_a_manual() -> None:
+    size = len(README.read_bytes())
+    assert size <= README_MAX_BYTES, (
+        f"README.md is {size:,} bytes, over {README_MAX_BYTES:,}: move the detail into its "
+        "page of docs/ and link to it")
