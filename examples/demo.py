@@ -1,11 +1,14 @@
 """The demo behind ``make run``: enqueue a batch, work it in this process, show progress.
 
-With no COGWORKER_REDIS_URL it starts the embedded server (data in ./.cogworker).
+With no COGWORKER_REDIS_URL it starts the embedded server (data in ./.cogworker), which
+keeps running after the demo, so that the dashboard command it prints at the end shows
+what the demo did.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -58,11 +61,24 @@ async def main() -> None:
             if waiting == 0 and retrying == 0 and dead >= 1 and processed >= total:
                 break
             await anyio.sleep(0.2)
-    print(f"\nDone in {time.monotonic() - started:.1f}s: every job ran; the declined payments "
-          "succeeded on retry; the broken feed is in the dead set with its error:")
+    print(f"\nDone in {time.monotonic() - started:.1f}s: every job ran, the declined payments "
+          "succeeded on retry, and the broken feed import is dead:")
     [entry] = (await insp.dead.page(1, size=1)).items
-    print(f"  {entry.raw.decode()[:160]}...")
+    print(f"  {entry.name} {entry.jid}: {entry.error_class}: {entry.error_message}")
+    print(*ending(jobs.redis_url()), sep="\n")
     await jobs.close()
+
+
+def ending(url: str) -> list[str]:
+    """The last lines: how to look at it all, and (embedded) how to stop the server."""
+    cli = Path(sys.executable).parent / "cogworker-async"
+    here = os.path.relpath(cli) if cli.exists() else "cogworker-async"
+    lines = ["Open the dashboard (then http://127.0.0.1:8000):",
+             f"  {here} web examples.app:jobs"]
+    if url.startswith("unix://"):
+        lines += ["The embedded server keeps running, with the demo's jobs, until:",
+                  f"  {here} embedded stop"]
+    return lines
 
 
 if __name__ == "__main__":
