@@ -1,10 +1,12 @@
-"""The move from the 0.1 key layout to the per-slot one (``redis/keys.py``), run once by
-``cogworker-async migrate-keys`` (``cli/migrate.py``), with every 0.1 worker stopped.
+"""The move from the first key layout (before hash-tagged keys) to the per-slot one
+(``redis/keys.py``), run once by ``cogworker-async migrate-keys`` (``cli/migrate.py``),
+with every worker of the first layout stopped.
 
-0.1 named every key ``<namespace>:<what>``, with one schedule, retry and dead set for all
-queues. ``migrate`` moves what matters — jobs, stats, periodic claims, unique locks —
-and deletes what stopped 0.1 processes left about themselves (registries, beats,
-markers, locks, orphan counters): the new layout rebuilds those as workers start.
+The first builds named every key ``<namespace>:<what>``, with one schedule, retry and
+dead set for all queues. ``migrate`` moves what matters — jobs, stats, periodic claims,
+unique locks — and deletes what the stopped old-layout processes left about themselves
+(registries, beats, markers, locks, orphan counters): the new layout rebuilds those as
+workers start.
 
 Each batch is written where it goes before it is removed from where it was (the
 scripts' rule, docs/design.md): a crash midway leaves duplicates — a job that may run
@@ -16,14 +18,15 @@ formatted, and this module makes the plan (which key is what) and the report; th
 commands themselves are sent by ``redis/migrate_v01.py`` (only ``redis/`` talks to
 redis-py), on the Store's client.
 
-Queue order: a queue's old jobs are taken from the old list's fetch end (0.1 clients
-still running push on the other end, which leaves the batch read where it was), kept in
+Queue order: a queue's old jobs are taken from the old list's fetch end (old-layout
+clients still running push on the other end, which leaves the batch read where it was), kept in
 order in a staging list in the new queue's slot, then put on the new queue's fetch end
 one LMOVE at a time (one slot: exactly once). The old next-to-run job runs first, before
 jobs that upgraded clients already enqueued — exactly so when no worker of this version
-fetches while it runs. Jobs on 0.1 in-progress lists (running, or finished but not
-settled, when 0.1 stopped) go back on their queue ahead of its waiting jobs: they run
-again (at-least-once, as after any crash). Jobs that 0.1 clients push after a run are
+fetches while it runs. Jobs on old in-progress lists (running, or finished but not
+settled, when the old workers stopped) go back on their queue ahead of its waiting jobs:
+they run again (at-least-once, as after any crash). Jobs that old-layout clients push
+after a run are
 taken by the next one, onto the fetch end (ahead of the jobs already moved): run it
 again once every client is upgraded.
 """
@@ -50,22 +53,23 @@ GLOB_SPECIAL: Final = "\\*?[]"
 
 
 class OldWorkersAlive(CogworkerError):
-    """A 0.1 process still marks itself alive: it would keep using the old keys."""
+    """A process of the first key layout still marks itself alive: it would keep using
+    the old keys."""
 
     def __init__(self, namespace: str, identities: list[str]) -> None:
         self.identities = identities
         super().__init__(
-            f"{len(identities)} worker(s) of 0.1 look alive in namespace {namespace!r} "
-            f"({', '.join(identities[:5])}): stop every 0.1 worker first (one that stops "
-            "removes its marker; a killed one's expires after orphan_threshold, 20 s by "
-            "default), or pass --force if they are gone")
+            f"{len(identities)} worker(s) of the first key layout look alive in namespace "
+            f"{namespace!r} ({', '.join(identities[:5])}): stop every worker of an earlier "
+            "build first (one that stops removes its marker; a killed one's expires after "
+            "orphan_threshold, 20 s by default), or pass --force if they are gone")
 
 
 @dataclass(frozen=True, slots=True)
 class OldKeys:
-    """The 0.1 key names (``<namespace>:<what>``, no hash tags), as 0.1's keys.py made
-    them; only this migration still knows them. The namespace may hold braces: 0.1
-    advised ``{cogworker}`` on Redis Cluster."""
+    """The first layout's key names (``<namespace>:<what>``, no hash tags), as the first
+    builds' keys.py made them; only this migration still knows them. The namespace may
+    hold braces: the first builds advised ``{cogworker}`` on Redis Cluster."""
 
     namespace: str
 
@@ -105,7 +109,7 @@ class OldKeys:
         return "".join("\\" + c if c in GLOB_SPECIAL else c for c in self.namespace) + ":*"
 
 
-# Every 0.1 key by its name after "<namespace>:": exact names, then prefixes.
+# Every first-layout key by its name after "<namespace>:": exact names, then prefixes.
 KINDS: Final = {
     "queues": "registry", "schedule": "schedule", "retry": "retry", "dead": "dead",
     "repeat_orphans": "repeat_orphans", "unsettled": "unsettled",
@@ -122,8 +126,9 @@ PREFIXES: Final = (
 
 
 def kind_of(what: str) -> tuple[str, str] | None:
-    """``(kind, the rest of the name)`` of a 0.1 key named ``<namespace>:<what>``; None
-    for a key 0.1 did not write (a new-layout key ``<namespace>:{...}`` among them)."""
+    """``(kind, the rest of the name)`` of a first-layout key named
+    ``<namespace>:<what>``; None for a key the first layout did not write (a new-layout
+    key ``<namespace>:{...}`` among them)."""
     if what in KINDS:
         return KINDS[what], ""
     for prefix, kind in PREFIXES:
@@ -141,9 +146,9 @@ class MigrationReport:
     namespace: str
     dry_run: bool
     queued: dict[str, int] = field(default_factory=dict)
-    """Jobs from the 0.1 queue lists."""
+    """Jobs from the old queue lists."""
     requeued: dict[str, int] = field(default_factory=dict)
-    """Jobs from 0.1 in-progress lists, put back on their queue: they run again."""
+    """Jobs from old in-progress lists, put back on their queue: they run again."""
     staged: int = 0
     """Jobs an interrupted run left in staging, now on their queue."""
     scheduled: dict[str, int] = field(default_factory=dict)
@@ -161,13 +166,14 @@ class MigrationReport:
     """Unique locks whose job was not found waiting (queued, scheduled, retrying): a
     lock is only a guard against a duplicate enqueue, so dropping one loses no job."""
     deleted: int = 0
-    """0.1 bookkeeping keys deleted (registries, beats, markers, locks, counters)."""
+    """Old bookkeeping keys deleted (registries, beats, markers, locks, counters)."""
     alive: list[str] = field(default_factory=list)
-    """0.1 identities whose alive marker was found."""
+    """Identities of old-layout processes whose alive marker was found."""
     skipped: list[str] = field(default_factory=list)
-    """0.1 keys left in place, with why (a key of the wrong type, a bad value)."""
+    """Old keys left in place, with why (a key of the wrong type, a bad value)."""
     unknown: list[str] = field(default_factory=list)
-    """Keys under the old namespace that 0.1 did not write: left alone (first few)."""
+    """Keys under the old namespace that the first layout did not write: left alone
+    (first few)."""
     unknown_count: int = 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -185,11 +191,12 @@ async def migrate(
     store: Store, old_namespace: str, *, default_queue: str,
     periodic_queues: Mapping[str, str], dry_run: bool = False, force: bool = False,
 ) -> MigrationReport:
-    """Move the 0.1 keys of ``old_namespace`` into ``store``'s namespace (new layout).
+    """Move the first layout's keys of ``old_namespace`` into ``store``'s namespace (new
+    layout).
 
     ``default_queue`` takes entries whose queue cannot be read; ``periodic_queues`` maps
     each periodic job's name to its queue (its claim goes there, else to the default).
-    Refuses (``OldWorkersAlive``) while a 0.1 worker marks itself alive, unless
+    Refuses (``OldWorkersAlive``) while an old-layout worker marks itself alive, unless
     ``force``; a dry run reads and counts, and writes nothing."""
     if not isinstance(old_namespace, str) or not old_namespace:
         raise ValueError("the old namespace must be a non-empty string")
@@ -215,9 +222,9 @@ async def _scan(store: Store, old: OldKeys) -> Plan:
         try:
             what = key[len(prefix):].decode("utf-8")
         except UnicodeDecodeError:
-            what = "\ufffd"  # no name 0.1 wrote: unknown
+            what = "\ufffd"  # no name the first layout wrote: unknown
         if what.startswith("{"):
-            continue  # the new layout's (same namespace): never a name 0.1 wrote
+            continue  # the new layout's (same namespace): never a first-layout name
         kind, rest = kind_of(what) or ("", "")
         plan.setdefault(kind, []).append((key, rest))
     for entries in plan.values():

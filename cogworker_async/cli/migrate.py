@@ -1,7 +1,8 @@
-"""``cogworker-async migrate-keys``: the one-off move of an App's keys from the 0.1 layout
-(``admin/migrate.py``), with the admin commands' conventions (``cli/common.py``): errors at
-one boundary, ``--json`` for a script, and its exit codes — 0 done; 1 refused (a 0.1
-worker looks alive) or some 0.1 key left in place; 2 bad usage; 3 Redis out of reach.
+"""``cogworker-async migrate-keys``: the one-off move of an App's keys from the first key
+layout (before hash-tagged keys; ``admin/migrate.py``), with the admin commands'
+conventions (``cli/common.py``): errors at one boundary, ``--json`` for a script, and its
+exit codes — 0 done; 1 refused (a worker of the first layout looks alive) or some old key
+left in place; 2 bad usage; 3 Redis out of reach.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from cogworker_async.admin.migrate import MigrationReport, OldWorkersAlive, migr
 from cogworker_async.cli import common
 
 OldNamespace = Annotated[str | None, typer.Option(
-    help="The namespace 0.1 used (default: the App's). It may hold braces, as 0.1 "
-         "advised on Redis Cluster: --old-namespace '{cogworker}'.")]
+    help="The namespace the first key layout used (default: the App's). It may hold "
+         "braces, as was advised for Redis Cluster then: --old-namespace '{cogworker}'.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Count what would move; change nothing.")]
 Force = Annotated[bool, typer.Option(
-    "--force", help="Migrate although a 0.1 worker marks itself alive (it is gone).")]
+    "--force", help="Migrate although a worker of the first key layout marks itself alive "
+                    "(it is gone).")]
 
 SHOWN: tuple[tuple[str, str], ...] = (
     ("queued", "jobs waiting on queues"),
@@ -53,8 +55,9 @@ def _command(load_app: common.LoadApp) -> Any:
         dry_run: DryRun = False, force: Force = False,
         redis_url: common.RedisUrl = None, as_json: common.AsJson = False,
     ) -> None:
-        """Move the App's keys from the 0.1 layout to this version's, once, after every
-        0.1 worker stopped (safe to run again: it finishes what an interrupted run left)."""
+        """Move the App's keys from the first key layout (before hash-tagged keys) to the
+        current one, once, after every worker of an earlier build stopped (safe to run
+        again: it finishes what an interrupted run left)."""
         if old_namespace is not None and not old_namespace:
             common.fail("--old-namespace must not be empty")
         app = common.open_app(load_app, target, redis_url)

@@ -35,7 +35,8 @@ def check_namespace(namespace: str) -> str:
         raise ValueError(
             f"namespace {namespace!r} contains a brace: keys carry their own hash tags "
             "(one slot per queue, see docs/design.md), so name it without '{' and '}' "
-            "(0.1 advised '{cogworker}' for Redis Cluster: use 'cogworker')")
+            "(the first key layout advised '{cogworker}' for Redis Cluster: use "
+            "'cogworker')")
     return namespace
 
 
@@ -166,8 +167,9 @@ class Keys:
         return key[len(self.namespace) + 2:key.index("}", len(self.namespace) + 2)]
 
     def migrating(self, queue: str) -> str:
-        """List of jobs being moved from the 0.1 layout onto ``queue`` (``migrate-keys``);
-        exists only during a migration, or after one was interrupted."""
+        """List of jobs being moved from the first key layout onto ``queue``
+        (``migrate-keys``); exists only during a migration, or after one was
+        interrupted."""
         return self._queue(queue, "queue:migrating")
 
     def schedule(self, queue: str) -> str:

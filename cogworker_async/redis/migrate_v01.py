@@ -1,7 +1,8 @@
-"""The Redis side of the move from the 0.1 key layout (``admin/migrate.py``): the
-commands that read the 0.1 keys and write them into the per-slot layout.
+"""The Redis side of the move from the first key layout (before hash-tagged keys;
+``admin/migrate.py``): the commands that read the old keys and write them into the
+per-slot layout.
 
-``admin/migrate.py`` holds the model — the 0.1 names (``OldKeys``), which kind each key
+``admin/migrate.py`` holds the model — the old names (``OldKeys``), which kind each key
 is, the report — and finds the keys (``scan_keys``), then hands this module its plan;
 here is what sends the commands, so that only ``redis/`` talks to redis-py. It imports
 nothing of ``admin/`` (the core never imports the tools built on it): what it counts
@@ -30,8 +31,8 @@ from cogworker_async.settings import check_queue_name
 from cogworker_async.unique import DEFAULT_TTL
 
 Plan = dict[str, list[tuple[bytes, str]]]
-"""kind -> ``(key, the rest of its name)`` of each 0.1 key found; kind "" for a key
-under the old namespace that 0.1 did not write."""
+"""kind -> ``(key, the rest of its name)`` of each first-layout key found; kind "" for
+a key under the old namespace that the first layout did not write."""
 
 
 class Tallies(Protocol):
@@ -195,7 +196,7 @@ class Mover:
         lists = [(key, self.to_staging, report.requeued)
                  for key, _ in plan.get("in_progress", [])]
         for key, name in plan.get("queue", []):
-            if not _queue_name(name):  # no queue list of 0.1's after all
+            if not _queue_name(name):  # no old queue list after all
                 report.skipped.append(f"{_text(key)}: not a queue name")
                 continue
             lists.append((key, partial(self.to_queue, name), report.queued))
@@ -398,7 +399,7 @@ class Mover:
             offset += len(batch)
 
     async def delete(self, keys: list[bytes]) -> None:
-        """Delete 0.1 bookkeeping, one key a command (they may be on several nodes)."""
+        """Delete old bookkeeping, one key a command (they may be on several nodes)."""
         self.report.deleted += len(keys)
         if self.dry_run:
             return
