@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar, over
 
 import anyio
 
-from cogworker_async import environment, urls
+from cogworker_async import environment, logs, urls
 from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
 from cogworker_async.embedded import EmbeddedServer
@@ -416,8 +416,16 @@ class App:
         """Run a worker for the duration of the block (a FastAPI/aiohttp lifespan).
 
         Leaving the block stops it gracefully: running jobs get ``shutdown_timeout``
-        seconds, then are cancelled and given back.
+        seconds, then are cancelled and given back. If the application has set up no
+        logging (uvicorn sets up only its own loggers), the worker's lines go to stderr
+        while it runs (``logs.heard``).
         """
+        with logs.heard():
+            async with self._worker(overrides) as manager:
+                yield manager
+
+    @asynccontextmanager
+    async def _worker(self, overrides: dict[str, Any]) -> AsyncIterator[Worker]:
         settings = dataclasses.replace(self.settings, **overrides)
         url = self._pick_url(settings) if "redis_url" in overrides else self.redis_url()
         store = Store.from_url(url, settings.namespace, dead_limits_of(settings),

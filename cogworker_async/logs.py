@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -179,6 +180,32 @@ def configure(level: int, fmt: str) -> None:
     handler.setFormatter(formatter_for(fmt))
     handler.addFilter(JobContextFilter())
     logging.basicConfig(level=level, handlers=[handler])
+
+
+@contextmanager
+def heard(level: int = logging.INFO) -> Iterator[None]:
+    """For the duration of the block, the worker's own lines reach stderr if nobody has
+    set up logging: a worker embedded under uvicorn (which configures its own loggers,
+    not the root) or in a plain script would otherwise say nothing of its start, its stop
+    or a failing job (Python's last resort prints warnings only, bare). Any handler on
+    the root or on ``cogworker_async`` means the application decides: nothing is added."""
+    logger = logging.getLogger("cogworker_async")
+    if logging.getLogger().handlers or logger.handlers:
+        yield
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(TextFormatter())
+    handler.addFilter(JobContextFilter())
+    handler.setLevel(level)
+    before = logger.level
+    if logger.getEffectiveLevel() > level:
+        logger.setLevel(level)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before)
 
 
 def _ordered(head: Mapping[str, object], extras: Mapping[str, object],

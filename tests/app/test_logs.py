@@ -259,3 +259,47 @@ def test_an_application_s_own_text_lines_are_left_as_they_are() -> None:
     log, lines = logger_to(TextFormatter())
     log.info("two\nlines")
     assert lines[0].endswith("shop.orders: two\nlines")
+
+
+EMBEDDED: Final = """
+import asyncio, logging, sys
+from cogworker_async import App
+
+jobs = App(sys.argv[1], namespace=sys.argv[2], poll_interval=0.05)
+if sys.argv[3] == "own":
+    logging.basicConfig(stream=sys.stdout, format="own: %(message)s", level=logging.INFO)
+
+@jobs.job(retry=0)
+async def broken() -> None:
+    raise ValueError("bad feed")
+
+async def main() -> None:
+    async with jobs.worker():
+        jid = await broken.enqueue()
+        while (await jobs.status(jid)).state != "dead":
+            await asyncio.sleep(0.02)
+    await jobs.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("setup", ["none", "own"])
+def test_an_embedded_worker_is_heard_when_nobody_set_up_logging(
+    redis_url: str, namespace: str, setup: str,
+) -> None:
+    """Under uvicorn (which sets up its own loggers only) a worker in the lifespan said
+    nothing; with the application's own logging, its lines go there, once."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", EMBEDDED, redis_url, namespace, setup],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    if setup == "none":
+        assert " INFO cogworker_async.worker.manager: worker " in done.stderr
+        assert "ValueError: bad feed" in done.stderr
+        assert done.stdout == ""
+    else:
+        assert done.stderr == ""
+        assert done.stdout.count("started: queues") == 1
