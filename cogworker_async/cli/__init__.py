@@ -142,7 +142,7 @@ def _every_command() -> typer.Typer:
     run_command.register(every, load_app)  # run: work jobs (or supervise --processes workers)
     web_command.register(every, load_app)  # web: the dashboard
     admin_commands.register(every, load_app)  # stats, queues, scheduled, retries, dead, ...
-    migrate_command.register(every, load_app)  # migrate-keys (from the 0.1 key layout)
+    migrate_command.register(every, load_app)  # migrate-keys (from the first key layout)
     metrics_commands.register(every, load_app)  # metrics-summary (runs per job class)
     job_command.register(every, load_app)  # job JID [--cancel]: one job's status record
     metrics_commands.register_exporter(every, load_app)  # metrics: the system-wide gauges

@@ -28,7 +28,7 @@ Force = Annotated[bool, typer.Option(
 
 SHOWN: tuple[tuple[str, str], ...] = (
     ("queued", "jobs waiting on queues"),
-    ("requeued", "jobs in progress when 0.1 stopped (they run again)"),
+    ("requeued", "jobs in progress when the old workers stopped (they run again)"),
     ("staged", "jobs an interrupted run had staged"),
     ("scheduled", "scheduled jobs"),
     ("retries", "jobs waiting for a retry"),
@@ -41,7 +41,7 @@ SHOWN: tuple[tuple[str, str], ...] = (
     ("cron_claims", "periodic claims"),
     ("unique_locks", "unique locks"),
     ("unique_dropped", "unique locks dropped (their job waits nowhere)"),
-    ("deleted", "0.1 bookkeeping keys deleted"),
+    ("deleted", "bookkeeping keys of the first layout deleted"),
 )
 
 
@@ -88,7 +88,7 @@ def _print(report: MigrationReport, as_json: bool) -> None:
         common.emit_json(report.as_dict())
         return
     done = "would move (dry run: nothing changed)" if report.dry_run else "moved"
-    typer.echo(f"0.1 keys of {report.old_namespace!r} -> {report.namespace!r}: {done}")
+    typer.echo(f"first-layout keys of {report.old_namespace!r} -> {report.namespace!r}: {done}")
     for name, label in SHOWN:
         value = getattr(report, name)
         if isinstance(value, dict):
@@ -99,10 +99,10 @@ def _print(report: MigrationReport, as_json: bool) -> None:
             typer.echo(f"  {label}: {value}")
     if report.alive:
         why = "the migration refuses until they stop" if report.dry_run else "--force"
-        typer.echo(f"warning: 0.1 worker(s) marked alive ({why}): "
+        typer.echo(f"warning: worker(s) of the first layout marked alive ({why}): "
                    f"{', '.join(report.alive)}", err=True)
     for reason in report.skipped:
         typer.echo(f"left in place: {reason}", err=True)
     if report.unknown_count:
         typer.echo(f"{report.unknown_count} key(s) under {report.old_namespace!r} are not "
-                   f"0.1's and were left alone: {', '.join(report.unknown)}", err=True)
+                   f"the first layout's and were left alone: {', '.join(report.unknown)}", err=True)
