@@ -51,7 +51,7 @@ test-matrix: $(STAMP)
 	done
 
 lint: $(STAMP)
-	$(BIN)/ruff check cogworker_async cogworker_async_pytest.py tests examples
+	$(BIN)/ruff check cogworker_async cogworker_async_pytest.py tests examples scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
