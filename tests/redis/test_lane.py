@@ -6,6 +6,7 @@ call cancelled mid-flight never leaves its reply for the next caller."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import pytest
@@ -94,6 +95,25 @@ async def _cancel_one_fetch_then_fetch(store: Store) -> None:
     assert await store.client.llen(store.keys.queue("q")) + len(in_progress) == 2
 
 
+async def test_an_idle_connection_already_closed_is_replaced_before_anything_is_sent(
+    redis_server: ServerProcess,
+) -> None:
+    """A server that died with bytes unread resets the connection: no EOF for
+    ``can_read`` to see, but the loop has closed the transport. The next call must not
+    be sent on it (it would fail, its outcome unknown): it takes a fresh connection."""
+    client = connect(redis_server.url)
+    lane = Lane(client)
+    try:
+        assert await lane.call(b"PING") == b"PONG"
+        closed = lane._idle[0]
+        closed._writer.transport.close()  # type: ignore[union-attr]
+        assert await lane.call(b"PING") == b"PONG"
+        assert lane._idle[0] is not closed
+    finally:
+        await lane.aclose()
+        await client.aclose()
+
+
 def test_on_uvloop_a_connection_the_server_reset_is_a_lost_connection(
     redis_server: ServerProcess,
 ) -> None:
@@ -108,9 +128,19 @@ def test_on_uvloop_a_connection_the_server_reset_is_a_lost_connection(
         lane = Lane(client)
         try:
             assert await lane.call(b"PING") == b"PONG"
-            lane._idle[0]._writer.transport.close()  # type: ignore[attr-defined]
+            # A connection found closed when taken is replaced (``_take``): the reset
+            # here lands between the take and the send, the window no check can close.
+            take = lane._take
+
+            async def reset_after_take() -> Any:
+                conn = await take()
+                conn._writer.transport.close()  # type: ignore[union-attr]
+                return conn
+
+            lane._take = reset_after_take  # type: ignore[method-assign]
             with pytest.raises(redis.exceptions.ConnectionError) as lost:
                 await lane.call(b"PING")
+            lane._take = take  # type: ignore[method-assign]
             assert await lane.call(b"PING") == b"PONG"  # the next call connects afresh
             return lost.value
         finally:
