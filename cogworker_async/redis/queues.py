@@ -100,7 +100,7 @@ class Queues(Part):
                 self.client.mark_stale()
             raise
         finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
 
     async def backlog(self, queues: Sequence[str]) -> tuple[int, list[str]]:
         """Jobs of ``queues`` waiting to run now: queued, plus due scheduled and retry

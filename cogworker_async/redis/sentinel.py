@@ -166,7 +166,7 @@ def connect(parsed: urls.SentinelURL, *, timeout: float, retry: Any,
             driver: dict[str, Any]) -> redis.asyncio.Redis:
     """An async client of the service's master, wherever the sentinels say it is."""
     master, sentinels = _settings(parsed, timeout, retry, driver)
-    watch = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    watch = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(parsed.sentinels), sentinel_kwargs=sentinels)
     client = watch.master_for(parsed.service, redis_class=_SentinelRedis,
                               connection_pool_class=_FollowingPool,
@@ -179,9 +179,9 @@ def connect_sync(parsed: urls.SentinelURL, *, timeout: float, retry: Any,
                  driver: dict[str, Any]) -> redis.Redis:
     """A blocking client of the service's master (the heartbeat thread's)."""
     master, sentinels = _settings(parsed, timeout, retry, driver)
-    watch = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    watch = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(parsed.sentinels), sentinel_kwargs=sentinels)
-    client = watch.master_for(  # type: ignore[no-untyped-call]
+    client = watch.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         parsed.service, redis_class=_SentinelRedisSync,
         connection_pool_class=_FollowingPoolSync, **master)
     client.sentinels = watch

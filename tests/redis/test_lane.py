@@ -148,7 +148,8 @@ def test_on_uvloop_a_connection_the_server_reset_is_a_lost_connection(
             await client.aclose()
 
     lost = uvloop.run(main())
-    assert isinstance(lost.__cause__, RuntimeError)
-    assert closed_transport(lost.__cause__)
+    if lost.__cause__ is not None:  # redis-py < 8.2 passes uvloop's RuntimeError on
+        assert isinstance(lost.__cause__, RuntimeError)
+        assert closed_transport(lost.__cause__)
     assert classify(lost) == "unreachable"
     assert maybe_ran(lost)
