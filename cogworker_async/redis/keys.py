@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+BATCH_SETS = ("pending", "succeeded", "dead", "cancelled", "children", "kids")
+"""The sets of a batch after its hash, in the order the batch scripts take them."""
+
 FORBIDDEN_IN_NAMESPACE = "{}"
 """Braces would add a hash tag of their own and put every key in one slot."""
 
@@ -153,6 +156,36 @@ class Keys:
         key; on a cluster, PUBLISH reaches every node)."""
         return self._app("wake")
 
+    # -- batches (the namespace's slot: a batch's members span queues) -------------------
+
+    def batch(self, bid: str) -> str:
+        """Hash of one batch: description, created_at, sealed, state, parent, callbacks
+        (JSON), total, fire/fired (callback kinds due, enqueued), finished_at; bounded
+        while open (renewed by each add) and kept a while once ended."""
+        return self._app(f"batch:{bid}")
+
+    def batch_set(self, bid: str, which: str) -> str:
+        """Set of a batch's member jids by where they are (pending, succeeded, dead,
+        cancelled), or of its child batches' bids (children: not ended; kids: all);
+        bounded as the batch's hash."""
+        return self._app(f"batch:{bid}:{which}")
+
+    def batch_keys(self, bid: str) -> list[str]:
+        """The seven keys of a batch, in the order the batch scripts take them."""
+        return [self.batch(bid), *(self.batch_set(bid, which) for which in BATCH_SETS)]
+
+    @property
+    def batches(self) -> str:
+        """Zset bid -> created_at of the batches (the dashboard's list); entries older
+        than an open batch's bound are trimmed at each open."""
+        return self._app("batches")
+
+    @property
+    def batches_firing(self) -> str:
+        """Zset bid -> when: batches with callbacks decided and not yet enqueued, or an
+        end not yet told to their parent (the relay's work list)."""
+        return self._app("batches_firing")
+
     # -- a queue's slot ----------------------------------------------------------------
 
     def _queue(self, queue: str, suffix: str) -> str:
@@ -184,6 +217,12 @@ class Keys:
         """Zset of ``queue``'s jobs that will not run again unless someone asks (score =
         time of death)."""
         return self._queue(queue, "dead")
+
+    def batch_notes(self, queue: str) -> str:
+        """List of "bid<TAB>jid<TAB>end" notes: batch members of ``queue`` that ended,
+        written by their settle script (``_record.lua``), dropped once relayed to their
+        batch (``batches.py``)."""
+        return self._queue(queue, "batch_notes")
 
     def in_progress(self, queue: str, identity: str) -> str:
         """List of the jobs one process fetched from ``queue`` and has not settled."""

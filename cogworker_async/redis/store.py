@@ -25,6 +25,7 @@ import logging
 
 import redis.asyncio
 
+from cogworker_async.redis.batches import Batches
 from cogworker_async.redis.connection import ServerInfo, check_server, connect, maxmemory_policy
 from cogworker_async.redis.durability import Durability
 from cogworker_async.redis.errors import (  # noqa: F401  (the names callers used to import from here)
@@ -85,6 +86,7 @@ class Store:
         self.records = Records(self.shared, self.queues)
         self.locks = Locks(self.shared)
         self.pausing = Pausing(self.shared)
+        self.batches = Batches(self.shared)
         self.finished_waits = FinishedWaits(client)
         """The one subscription ``result()``'s waiters share (``waits.py``)."""
 

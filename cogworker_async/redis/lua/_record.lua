@@ -70,6 +70,7 @@ local record_library_made = nil
 local function record_library()
   if record_library_made then return record_library_made end
   local LIVE_STATES = {queued = true, scheduled = true, running = true, retrying = true}
+  local FINISHED_STATES = {succeeded = true, dead = true, cancelled = true}
   local PACKED_FIRST = {state = true, name = true, enqueued_at = true, ["until"] = true}
   local record_now = nil -- TIME, once per script run (a bulk enqueue writes many records)
   local function lib_clock()
@@ -132,6 +133,16 @@ local function record_library()
   -- Best effort: a record of the wrong type must never stop the move it describes (pcall).
   local function lib_write(key, fields, ttl, origin)
     local live, jid = live_place(key)
+    if fields.batch and FINISHED_STATES[fields.state] and fields.noted ~= fields.state
+        and live then
+      -- A member of a batch has ended (or ended otherwise: a dead job retried by hand
+      -- that then succeeds): a note for its batch, in this slot's outbox, in the same
+      -- step. ``noted`` makes a rewrite of the same end write none (batches.py relays
+      -- the notes; the batch's sets make a repeated note count once anyway).
+      redis.pcall("RPUSH", string.sub(live, 1, -5) .. "batch_notes",
+                  fields.batch .. "\t" .. jid .. "\t" .. fields.state)
+      fields.noted = fields.state
+    end
     if live and (LIVE_STATES[fields.state] or fields.cancel == "1") then
       if not ttl and not fields["until"] then -- from the earlier layout: its key's TTL, or 14 days
         local left = origin == "key" and redis.pcall("TTL", key)
@@ -321,7 +332,8 @@ local function finish_record(key, ttl, state, now, result)
   local text = live and redis.pcall("HGET", live, jid)
   if type(text) == "string" and not string.find(text, "\tcancel=", 1, true)
       and not string.find(text, "\tfinished_at=", 1, true)
-      and not string.find(text, "\tresult=", 1, true) then
+      and not string.find(text, "\tresult=", 1, true)
+      and not string.find(text, "\tbatch=", 1, true) then -- a member: its note (lib_write)
     local tab = string.find(text, "\t", 1, true)
     if tab then
       if finished_tail_of ~= now then

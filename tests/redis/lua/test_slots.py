@@ -322,9 +322,43 @@ async def sweep_records(s: Setup) -> None:
     assert await s.store.sweep_records("emails") == ("0", 0)
 
 
+async def batch_open(s: Setup) -> None:
+    assert await s.store.batches.open("b-1") == "opened"
+    assert await s.store.batches.open("b-2", parent="b-1") == "opened"  # parent's keys too
+
+
+async def batch_add(s: Setup) -> None:
+    await s.store.batches.open("b-1")
+    assert await s.store.batches.add("b-1", ["j1", "j2"]) == 2
+
+
+async def batch_seal(s: Setup) -> None:
+    await s.store.batches.open("b-1")
+    assert await s.store.batches.seal("b-1") == "success"
+
+
+async def batch_apply(s: Setup) -> None:
+    await s.store.batches.open("b-1")
+    await s.store.batches.add("b-1", ["j1"])
+    assert await s.store.batches.apply("b-1", [("j1", "succeeded")]) == "open"
+
+
+async def batch_fired(s: Setup) -> None:
+    await s.store.batches.open("b-1")
+    await s.store.batches.open("b-2", parent="b-1")
+    await s.store.batches.seal("b-2")
+    assert await s.store.batches.fired("b-2", ["complete", "success"], "b-1") == "success"
+
+
+async def drop_notes(s: Setup) -> None:
+    await s.store.client.rpush(s.keys.batch_notes("emails"), b"b-1\tj1\tsucceeded")
+    assert await s.store.batches.drop_notes("emails", [b"b-1\tj1\tsucceeded"]) == 1
+
+
 SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
-        ack, add_stats, beat, bury_orphan, cancel, close_record, cron_claim, due, enqueue,
+        ack, add_stats, batch_add, batch_apply, batch_fired, batch_open, batch_seal, beat,
+        bury_orphan, cancel, close_record, cron_claim, drop_notes, due, enqueue,
         enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
         limit_bucket, limit_concurrent, limit_window, move_member, park_unsettled, progress,
         promote, release_lock, relist, requeue, schedule, sweep_records, take_lock,

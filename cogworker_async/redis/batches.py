@@ -1,0 +1,155 @@
+"""Batches in Redis: open, add, seal, and the relay of their members' ends.
+
+A batch's keys are in the namespace's slot (its members span queues); a member's end is
+written, by the member's own settle script, as a note in its queue's slot
+(``_record.lua``), and relayed from there to its batch (``apply``, then ``drop_notes``:
+destination first). Every script is in ``lua/batch_*.lua`` with its contract; the
+states and the sets are in ``lua/_batch.lua``. The client side is ``batches.py`` at the
+package's top.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, cast
+
+from cogworker_async.redis.errors import ResponseError
+from cogworker_async.redis.part import Part, as_bytes
+
+OPEN_TTL: Final = 30 * 86400.0
+"""Seconds an open batch's keys live without a member added (an enqueuer that died
+inside its ``async with`` block leaves an open batch nobody will seal)."""
+DONE_TTL: Final = 7 * 86400.0
+"""Seconds an ended batch is kept, for its status."""
+NOTES_PER_READ: Final = 200
+"""Notes the relay reads from a queue's outbox per round."""
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """One member's end, as its settle script wrote it."""
+
+    raw: bytes
+    bid: str
+    jid: str
+    end: str
+
+
+def parse_note(raw: bytes) -> Note | None:
+    """A note's parts; None for one that is not a note (it is dropped, unapplied)."""
+    parts = raw.decode("utf-8", "replace").split("\t")
+    if len(parts) != 3 or parts[2] not in ("succeeded", "dead", "cancelled"):
+        return None
+    return Note(raw, parts[0], parts[1], parts[2])
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """A batch as Redis holds it."""
+
+    bid: str
+    fields: dict[str, str]
+    pending: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    children: list[str]
+
+
+class BatchEnded(Exception):
+    """The batch cannot take members any more (it ended), or is not open."""
+
+
+class Batches(Part):
+    def _now(self) -> float:
+        return time.time()
+
+    async def open(self, bid: str, *, description: str = "", callbacks: str = "{}",
+                   parent: str | None = None, now: float | None = None) -> str:
+        """Open ``bid`` (or open it again); "opened" or "reopened"."""
+        keys = [*self.keys.batch_keys(bid), self.keys.batches,
+                *(self.keys.batch_keys(parent) if parent else [])]
+        try:
+            done = await self.scripts.run("batch_open", keys, [
+                bid, now if now is not None else self._now(), description, callbacks,
+                parent or "", int(OPEN_TTL)])
+        except ResponseError as exc:
+            if str(exc).startswith(("ENDED", "NOPARENT")):
+                raise BatchEnded(str(exc)) from exc
+            raise
+        return as_bytes(done).decode()
+
+    async def add(self, bid: str, jids: Sequence[str]) -> int:
+        """``jids`` join open batch ``bid`` (before they are enqueued); how many pend."""
+        try:
+            return int(await self.scripts.run("batch_add", self.keys.batch_keys(bid),
+                                              [int(OPEN_TTL), *jids]))
+        except ResponseError as exc:
+            if str(exc).startswith(("NOBATCH", "SEALED")):
+                raise BatchEnded(str(exc)) from exc
+            raise
+
+    async def seal(self, bid: str, now: float | None = None) -> str | None:
+        """Seal ``bid``; its state (None: no such batch)."""
+        state = await self.scripts.run(
+            "batch_seal", [*self.keys.batch_keys(bid), self.keys.batches_firing],
+            [bid, now if now is not None else self._now(), int(DONE_TTL)])
+        return as_bytes(state).decode() if state else None
+
+    async def apply(self, bid: str, ends: Sequence[tuple[str, str]],
+                    now: float | None = None) -> str | None:
+        """Members' ``(jid, end)`` applied to ``bid``; its state (None: no such batch)."""
+        args: list[object] = [bid, now if now is not None else self._now(), int(DONE_TTL)]
+        for jid, end in ends:
+            args += [jid, end]
+        state = await self.scripts.run(
+            "batch_apply", [*self.keys.batch_keys(bid), self.keys.batches_firing], args)
+        return as_bytes(state).decode() if state else None
+
+    async def fired(self, bid: str, kinds: Sequence[str], parent: str | None,
+                    now: float | None = None) -> str | None:
+        """The callbacks of ``kinds`` are enqueued; the batch's state (None: gone)."""
+        keys = [*self.keys.batch_keys(bid), self.keys.batches_firing,
+                *(self.keys.batch_keys(parent) if parent else [])]
+        state = await self.scripts.run("batch_fired", keys, [
+            bid, now if now is not None else self._now(), int(DONE_TTL), " ".join(kinds),
+            parent or ""])
+        return as_bytes(state).decode() if state else None
+
+    async def notes(self, queue: str, count: int = NOTES_PER_READ) -> list[bytes]:
+        """The oldest notes in ``queue``'s outbox, as written."""
+        return [as_bytes(raw) for raw in
+                await self.client.lrange(self.keys.batch_notes(queue), 0, count - 1)]
+
+    async def drop_notes(self, queue: str, notes: Sequence[bytes]) -> int:
+        if not notes:
+            return 0
+        return int(await self.scripts.run("drop_notes", [self.keys.batch_notes(queue)],
+                                          list(notes)))
+
+    async def firing(self, count: int = NOTES_PER_READ) -> list[str]:
+        """Batches with callbacks to enqueue or an end to tell their parent."""
+        found = await self.client.zrange(self.keys.batches_firing, 0, count - 1)
+        return [as_bytes(cast("bytes | str", bid)).decode() for bid in found]
+
+    async def read(self, bid: str) -> BatchRecord | None:
+        """Batch ``bid`` as held (None: unknown, or expired)."""
+        keys = self.keys
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.batch(bid))
+            for which in ("pending", "succeeded", "dead", "cancelled"):
+                pipe.scard(keys.batch_set(bid, which))
+            pipe.smembers(keys.batch_set(bid, "kids"))
+            got = await pipe.execute()
+        if not got[0]:
+            return None
+        fields = {as_bytes(k).decode(): as_bytes(v).decode("utf-8", "replace")
+                  for k, v in got[0].items()}
+        return BatchRecord(bid, fields, int(got[1]), int(got[2]), int(got[3]), int(got[4]),
+                           sorted(as_bytes(kid).decode() for kid in got[5]))
+
+    async def members(self, bid: str, which: str) -> list[str]:
+        return sorted(as_bytes(jid).decode() for jid in
+                      await self.client.smembers(self.keys.batch_set(bid, which)))

@@ -1,0 +1,75 @@
+-- Batches: the shared steps of the batch scripts. Prepended by scripts.py to scripts
+-- that call them.
+--
+-- A batch is seven keys in the namespace's slot (``Keys.batch_keys``), passed as KEYS
+-- in this order: its hash (description, created_at, sealed, state, parent, callbacks,
+-- finished_at, total, fire, fired), then the sets of its members' jids by where they
+-- are — pending, succeeded, dead, cancelled — then its open child batches (children)
+-- and all of them (kids). A member's end moves its jid between the sets (SMOVE): never a
+-- counter, so a member that ends twice (run again after a lost ack reply, a recovery)
+-- counts once.
+--
+-- States: open (its ``async with`` block has not exited: nothing can fire), running
+-- (sealed, members pending), then for good: success (every member succeeded), complete
+-- (every member ended, some cancelled, none dead) or dead (some member dead).
+
+-- batch_keys: KEYS[first .. first + 6] as a table (nil if KEYS[first] is absent).
+local function batch_keys(first)
+  if not KEYS[first] then return nil end
+  local k = {}
+  for i = 0, 6 do k[i + 1] = KEYS[first + i] end
+  return k
+end
+
+-- batch_final: whether ``state`` is one a batch ends in.
+local function batch_final(state)
+  return state == "success" or state == "complete" or state == "dead"
+end
+
+-- batch_bound: every key of batch ``k`` expires ``ttl`` seconds from now.
+local function batch_bound(k, ttl)
+  for i = 1, 7 do redis.call("EXPIRE", k[i], ttl) end
+end
+
+-- batch_decide: what batch ``k`` (id ``bid``) has come to, written in the same step:
+-- its state, and the callbacks due (``fire``: kinds decided, waiting for the relay to
+-- enqueue them; ``fired``: kinds enqueued). Idempotent: a kind is decided once, ever;
+-- calling it again decides nothing new. Nothing is decided before the batch is sealed.
+-- The batch joins the ``firing`` set (KEYS: the namespace's) when it has something for
+-- the relay: a callback to enqueue, or its end to tell its parent. Returns its state.
+local function batch_decide(k, firing, bid, now, done_ttl)
+  local got = redis.call("HMGET", k[1], "sealed", "state", "fire", "fired")
+  local sealed, state, fire, fired = got[1], got[2], got[3] or "", got[4] or ""
+  if not state or sealed ~= "1" then return state or false end
+  local decided = " " .. fire .. " " .. fired .. " "
+  local new = {}
+  local function decide(kind)
+    if not string.find(decided, " " .. kind .. " ", 1, true) then
+      new[#new + 1] = kind
+      decided = decided .. kind .. " "
+    end
+  end
+  local dead = redis.call("SCARD", k[4])
+  if dead > 0 then decide("death") end
+  if redis.call("SCARD", k[2]) == 0 and redis.call("SCARD", k[6]) == 0 then
+    local final = "success"
+    if dead > 0 then final = "dead" elseif redis.call("SCARD", k[5]) > 0 then final = "complete" end
+    if final ~= state then
+      redis.call("HSET", k[1], "state", final)
+      if not batch_final(state) then redis.call("HSET", k[1], "finished_at", now) end
+      state = final
+    end
+    decide("complete")
+    if final == "success" then decide("success") end -- also after a dead member retried
+    batch_bound(k, done_ttl)
+  elseif state == "open" then
+    state = "running"
+    redis.call("HSET", k[1], "state", state)
+  end
+  if #new > 0 then
+    local joined = table.concat(new, " ")
+    redis.call("HSET", k[1], "fire", fire == "" and joined or (fire .. " " .. joined))
+    redis.call("ZADD", firing, now, bid)
+  end
+  return state
+end

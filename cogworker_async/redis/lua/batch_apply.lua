@@ -1,0 +1,21 @@
+-- batch_apply: members' ends, relayed from the notes their settle scripts wrote in their
+-- own queue's slot, applied to their batch: each jid leaves pending for the set of its
+-- end; then what the batch has come to is decided (_batch.lua batch_decide).
+-- KEYS[1..7] the batch's keys (_batch.lua)   KEYS[8] the namespace's firing set
+-- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] the bound of an ended batch's keys (s)
+-- ARGV[4..] jid, end pairs (end: "succeeded", "dead" or "cancelled")
+-- Returns the batch's state (false: no such batch: its notes are dropped).
+-- Safe to run twice, and in any order with the others: a jid that is no longer where
+-- its end would take it from is left alone. A member dead and then retried by hand that
+-- succeeds moves from dead to succeeded.
+local k = batch_keys(1)
+if not redis.call("HGET", k[1], "state") then return false end
+local from = {succeeded = {k[2], k[4]}, dead = {k[2]}, cancelled = {k[2]}}
+local to = {succeeded = k[3], dead = k[4], cancelled = k[5]}
+for i = 4, #ARGV - 1, 2 do
+  local jid, ended = ARGV[i], ARGV[i + 1]
+  for _, source in ipairs(from[ended] or {}) do
+    if redis.call("SMOVE", source, to[ended], jid) == 1 then break end
+  end
+end
+return batch_decide(k, KEYS[8], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))

@@ -1,0 +1,39 @@
+-- batch_open: open a batch for members to be added (its ``async with`` block), or open
+-- again one not yet ended (``jobs.batch(bid=...)``): nothing fires until it is sealed.
+-- KEYS[1..7] the batch's keys (_batch.lua)   KEYS[8] the namespace's batch index (zset
+-- bid -> created_at)   KEYS[9..15] (optional) the parent batch's keys
+-- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] description   ARGV[4] callbacks (JSON,
+-- stored as given)   ARGV[5] parent bid ("": none)   ARGV[6] the bound of an open batch's
+-- keys (s, renewed by each add)
+-- Returns "opened", or "reopened" for a batch that existed. Errors (nothing written):
+-- "ENDED batch <bid> has ended" (it cannot take members any more); "NOPARENT ..." for a
+-- parent that does not exist or has ended.
+-- Safe to run twice: a second call reopens what the first opened.
+local k, parent = batch_keys(1), batch_keys(9)
+local state = redis.call("HGET", k[1], "state")
+if state then
+  if batch_final(state) then
+    return redis.error_reply("ENDED batch " .. ARGV[1] .. " has ended (" .. state .. ")")
+  end
+  redis.call("HSET", k[1], "sealed", "0")
+  batch_bound(k, tonumber(ARGV[6]))
+  return "reopened"
+end
+if parent then
+  local parent_state = redis.call("HGET", parent[1], "state")
+  if not parent_state or batch_final(parent_state) then
+    return redis.error_reply("NOPARENT batch " .. ARGV[5] .. " " ..
+                             (parent_state and "has ended" or "does not exist"))
+  end
+end
+local now = tonumber(ARGV[2])
+redis.call("HSET", k[1], "state", "open", "sealed", "0", "created_at", ARGV[2],
+           "description", ARGV[3], "callbacks", ARGV[4], "parent", ARGV[5], "total", 0)
+batch_bound(k, tonumber(ARGV[6]))
+redis.call("ZADD", KEYS[8], now, ARGV[1])
+redis.call("ZREMRANGEBYSCORE", KEYS[8], "-inf", now - tonumber(ARGV[6])) -- long gone
+if parent then -- the parent ends only once this one has: it waits in its children
+  redis.call("SADD", parent[6], ARGV[1])
+  redis.call("SADD", parent[7], ARGV[1])
+end
+return "opened"

@@ -1,0 +1,244 @@
+"""The batch scripts (batch_open, batch_add, batch_seal, batch_apply, batch_fired,
+drop_notes) and the notes a member's own settle script writes when it ends.
+
+A batch counts its members' ends in sets, never a counter: every test here also runs
+the move again, or out of order, and checks nothing counts twice and nothing is lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from cogworker_async.redis.batches import BatchEnded, parse_note
+from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.liveness import as_bytes
+from cogworker_async.redis.store import Failure, Store
+from tests.redis.lua.helpers import fetched, jid_of, make_job
+
+IDENTITY = "host:1:abc"
+QUEUE = "default"
+
+
+async def fields(store: Store, bid: str) -> dict[str, str]:
+    record = await store.batches.read(bid)
+    assert record is not None
+    return record.fields
+
+
+async def firing(store: Store) -> list[str]:
+    return await store.batches.firing()
+
+
+async def test_members_ending_before_the_seal_fire_nothing_until_it(store: Store) -> None:
+    await store.batches.open("b", description="import")
+    assert await store.batches.add("b", ["j1", "j2"]) == 2
+
+    assert await store.batches.apply("b", [("j1", "succeeded"), ("j2", "succeeded")]) == "open"
+    assert await firing(store) == []  # open: its block may still add members
+
+    assert await store.batches.seal("b") == "success"
+    assert (await fields(store, "b"))["fire"] == "complete success"
+    assert await firing(store) == ["b"]
+    assert await store.batches.seal("b") == "success"  # again: nothing decided twice
+    assert (await fields(store, "b"))["fire"] == "complete success"
+
+
+async def test_an_end_applied_twice_or_for_an_unknown_jid_counts_once(store: Store) -> None:
+    await store.batches.open("b")
+    await store.batches.add("b", ["j1", "j2"])
+    await store.batches.seal("b")
+
+    for _ in range(3):  # a member run again, a relay that applied its notes and died
+        assert await store.batches.apply("b", [("j1", "succeeded"), ("zz", "dead")]) == "running"
+
+    record = await store.batches.read("b")
+    assert record is not None
+    assert (record.pending, record.succeeded, record.dead) == (1, 1, 0)
+    assert await firing(store) == []
+    assert await store.batches.apply("b", [("j2", "succeeded")]) == "success"
+
+
+async def test_a_death_decides_on_death_once_and_the_end_is_dead_not_success(
+    store: Store,
+) -> None:
+    await store.batches.open("b")
+    await store.batches.add("b", ["j1", "j2", "j3"])
+    await store.batches.seal("b")
+
+    assert await store.batches.apply("b", [("j1", "dead")]) == "running"
+    assert (await fields(store, "b"))["fire"] == "death"
+    await store.batches.apply("b", [("j2", "dead")])  # a second death: not a second call
+    assert (await fields(store, "b"))["fire"] == "death"
+    assert await store.batches.apply("b", [("j3", "succeeded")]) == "dead"
+    assert (await fields(store, "b"))["fire"] == "death complete"
+
+
+async def test_a_dead_member_retried_by_hand_that_succeeds_makes_it_a_success(
+    store: Store,
+) -> None:
+    await store.batches.open("b")
+    await store.batches.add("b", ["j1"])
+    await store.batches.seal("b")
+    assert await store.batches.apply("b", [("j1", "dead")]) == "dead"
+    await store.batches.fired("b", ["death", "complete"], None)
+
+    assert await store.batches.apply("b", [("j1", "succeeded")]) == "success"
+    assert (await fields(store, "b"))["fire"] == "success"  # complete has fired already
+
+
+async def test_a_cancelled_member_ends_it_complete_without_success(store: Store) -> None:
+    await store.batches.open("b")
+    await store.batches.add("b", ["j1", "j2"])
+    await store.batches.seal("b")
+    assert await store.batches.apply("b", [("j1", "cancelled"), ("j2", "succeeded")]) == "complete"
+    assert (await fields(store, "b"))["fire"] == "complete"
+
+
+async def test_fired_kinds_leave_the_firing_set_and_are_not_due_again(store: Store) -> None:
+    await store.batches.open("b")
+    await store.batches.seal("b")
+    assert await firing(store) == ["b"]
+
+    await store.batches.fired("b", ["complete"], None)
+    assert await firing(store) == ["b"]  # success still to enqueue
+    await store.batches.fired("b", ["success"], None)
+    await store.batches.fired("b", ["success"], None)  # again: a relay that died after it
+
+    got = await fields(store, "b")
+    assert (got["fire"], got["fired"]) == ("", "complete success")
+    assert await firing(store) == []
+
+
+async def test_a_child_ends_its_parent_only_once_its_callbacks_are_enqueued(
+    store: Store,
+) -> None:
+    await store.batches.open("parent")
+    await store.batches.add("parent", ["p1"])
+    await store.batches.open("child", parent="parent")
+    await store.batches.add("child", ["c1"])
+    await store.batches.seal("child")
+    await store.batches.seal("parent")
+    await store.batches.apply("parent", [("p1", "succeeded")])
+    assert (await fields(store, "parent"))["state"] == "running"  # its child is open
+
+    assert await store.batches.apply("child", [("c1", "succeeded")]) == "success"
+    assert (await fields(store, "parent"))["state"] == "running"  # child's callbacks first
+
+    await store.batches.fired("child", ["complete", "success"], "parent")
+    assert (await fields(store, "parent"))["state"] == "success"
+    assert (await fields(store, "parent"))["fire"] == "complete success"
+    record = await store.batches.read("parent")
+    assert record is not None
+    assert record.children == ["child"]
+
+
+async def test_an_ended_batch_takes_no_members_and_a_sealed_one_must_be_reopened(
+    store: Store,
+) -> None:
+    await store.batches.open("b")
+    await store.batches.add("b", ["j1"])
+    await store.batches.seal("b")
+    with pytest.raises(BatchEnded, match="not open"):
+        await store.batches.add("b", ["j2"])
+
+    assert await store.batches.open("b") == "reopened"
+    await store.batches.add("b", ["j2"])
+    await store.batches.apply("b", [("j1", "succeeded"), ("j2", "succeeded")])
+    assert await firing(store) == []  # reopened: unsealed until its block exits again
+    assert await store.batches.seal("b") == "success"
+    with pytest.raises(BatchEnded, match="has ended"):
+        await store.batches.open("b")
+    with pytest.raises(BatchEnded, match="does not exist"):
+        await store.batches.open("c", parent="nobody")
+
+
+async def test_a_batch_of_the_wrong_type_is_refused_before_anything_is_written(
+    store: Store, keys: Keys,
+) -> None:
+    await store.client.set(keys.batch("b"), "not a hash")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        await store.batches.open("b")
+    assert await store.client.exists(keys.batches) == 0
+
+
+# -- the notes a member's settle script writes -----------------------------------------
+
+
+async def member(store: Store, keys: Keys, bid: str) -> bytes:
+    """A job enqueued and fetched whose record says it belongs to batch ``bid``."""
+    raw = make_job(QUEUE)
+    await store.enqueue(QUEUE, [raw])
+    live = keys.live_records(QUEUE)
+    text = await store.client.hget(live, jid_of(raw))
+    assert text is not None
+    await store.client.hset(live, jid_of(raw), as_bytes(text) + f"\tbatch={bid}".encode())
+    result = await store.fetch(IDENTITY, [QUEUE], 1)
+    assert [r for _, r in result.jobs] == [raw]
+    return raw
+
+
+async def notes(store: Store) -> list[tuple[str, str, str]]:
+    found = []
+    for raw in await store.batches.notes(QUEUE):
+        note = parse_note(raw)
+        assert note is not None
+        found.append((note.bid, note.jid, note.end))
+    return found
+
+
+async def test_a_member_acked_writes_one_note_and_a_second_ack_none(
+    store: Store, keys: Keys,
+) -> None:
+    raw = await member(store, keys, "b")
+    assert await store.ack(IDENTITY, QUEUE, [(raw, jid_of(raw))]) == 1
+    assert await store.ack(IDENTITY, QUEUE, [(raw, jid_of(raw))]) == 0
+    assert await notes(store) == [("b", jid_of(raw), "succeeded")]
+    status = await store.job_status(jid_of(raw), [QUEUE])
+    assert status is not None
+    assert status.state == "succeeded"
+
+
+async def test_a_member_filed_dead_writes_its_note_and_a_retry_none(
+    store: Store, keys: Keys,
+) -> None:
+    retried = await member(store, keys, "b")
+    await store.file_failure(IDENTITY, QUEUE, retried, "retry", retried, 30.0,
+                             failure=Failure(jid_of(retried), "E: x", 2))
+    dead = await member(store, keys, "b")
+    await store.file_failure(IDENTITY, QUEUE, dead, "dead", dead, 0.0,
+                             failure=Failure(jid_of(dead), "E: x", 1))
+    await store.file_failure(IDENTITY, QUEUE, dead, "dead", dead, 0.0,
+                             failure=Failure(jid_of(dead), "E: x", 1))  # again: a no-op
+    assert await notes(store) == [("b", jid_of(dead), "dead")]
+
+
+async def test_a_queued_member_cancelled_writes_its_note_once(store: Store, keys: Keys) -> None:
+    raw = make_job(QUEUE)
+    await store.enqueue(QUEUE, [raw])
+    live = keys.live_records(QUEUE)
+    text = await store.client.hget(live, jid_of(raw))
+    assert text is not None
+    await store.client.hset(live, jid_of(raw), as_bytes(text) + b"\tbatch=b")
+
+    assert await store.cancel_job(QUEUE, jid_of(raw)) == "cancelled"
+    assert await store.cancel_job(QUEUE, jid_of(raw)) == "cancelled"
+    await store.fetch(IDENTITY, [QUEUE], 1)  # drops the cancelled copy: the same end
+    assert await notes(store) == [("b", jid_of(raw), "cancelled")]
+
+
+async def test_a_job_in_no_batch_writes_no_note(store: Store, keys: Keys) -> None:
+    [raw] = await fetched(store, IDENTITY, [make_job(QUEUE)])
+    await store.ack(IDENTITY, QUEUE, [(raw, jid_of(raw))])
+    assert await store.client.exists(keys.batch_notes(QUEUE)) == 0
+
+
+async def test_applied_notes_are_dropped_and_dropping_twice_drops_nothing_more(
+    store: Store, keys: Keys,
+) -> None:
+    first, second = await member(store, keys, "b"), await member(store, keys, "b")
+    await store.ack(IDENTITY, QUEUE, [(first, jid_of(first)), (second, jid_of(second))])
+    read = await store.batches.notes(QUEUE)
+    assert len(read) == 2
+
+    assert await store.batches.drop_notes(QUEUE, read[:1]) == 1
+    assert await store.batches.drop_notes(QUEUE, read[:1]) == 0
+    assert await store.batches.notes(QUEUE) == read[1:]
