@@ -82,7 +82,7 @@ class Moves(Part):
 
     async def enqueue(self, queue: str, raws: Sequence[bytes], *,
                       jids: Sequence[str] | None = None, name: str | None = None,
-                      chosen: bool = False) -> int:
+                      chosen: bool = False, batch: str | None = None) -> int:
         """Push jobs on ``queue`` (oldest first), each with its status record, and wake
         idle workers. ``jids`` and ``name`` are read from the jobs when not given.
         ``chosen``: the caller chose the jid; -1 (nothing pushed) while that jid is
@@ -90,7 +90,7 @@ class Moves(Part):
         await self.queues.register_queues([queue])
         args = [queue, self.keys.wake_channel, self.record_prefix(queue), LIVE_TTL,
                 repr(time.time()), name if name is not None else _name_of(raws),
-                "1" if chosen else "0"]
+                "1" if chosen else "0", batch or ""]
         for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws, strict=True):
             args += [jid, raw]
         reply = await self.scripts.run("enqueue", [self.keys.queue(queue)], args, durable=True)
@@ -99,7 +99,7 @@ class Moves(Part):
     async def schedule(
         self, queue: str, raws: Sequence[bytes], *, at: float | None = None,
         delay: float | None = None, jids: Sequence[str] | None = None,
-        name: str | None = None, chosen: bool = False,
+        name: str | None = None, chosen: bool = False, batch: str | None = None,
     ) -> int:
         """Add jobs to ``queue``'s schedule, due at epoch ``at`` or ``delay`` s from
         Redis' clock, each with its status record (``enqueue``'s arguments); -1
@@ -109,7 +109,8 @@ class Moves(Part):
         now = repr(time.time())
         args: list[Any] = [mode, repr(float(value)), now, "0", "0",
                            self.record_prefix(queue), LIVE_TTL, "1" if chosen else "0",
-                           queue, name if name is not None else _name_of(raws), now]
+                           queue, name if name is not None else _name_of(raws), now,
+                           batch or ""]
         for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws, strict=True):
             args += [jid, raw]
         return int(await self.scripts.run("schedule", [self.keys.schedule(queue)], args,
@@ -242,7 +243,7 @@ class Moves(Part):
     async def file_entry(self, queue: str, target: SetName, entry: bytes, delay: float) -> None:
         # No status record: a basic-fetch job is not followed past its enqueue.
         args = ["in", repr(float(delay)), repr(time.time()), *self.trim(target),
-                "", 0, "0", queue, "", 0, "-", entry]
+                "", 0, "0", queue, "", 0, "", "-", entry]
         await self.scripts.run("schedule", [self.zset_key(queue, target)], args, durable=True)
 
     async def due(self, queue: str, target: SetName, limit: int) -> list[bytes]:
@@ -280,7 +281,7 @@ class Moves(Part):
     async def enqueue_unique(
         self, digest: str, jid: str, ttl: float, queue: str, raw: bytes,
         *, at: float | None = None, delay: float | None = None, name: str | None = None,
-        chosen: bool = False,
+        chosen: bool = False, batch: str | None = None,
     ) -> bool:
         """Take the unique lock of ``digest`` for ``jid`` and push (or schedule) ``raw``
         in one step, with its status record; False if another jid holds the lock, or a
@@ -294,7 +295,8 @@ class Moves(Part):
             mode, value, target = "in", delay, keys.schedule(queue)
         args = [jid, max(1, int(ttl * 1000)), mode, repr(float(value)), queue,
                 keys.wake_channel, repr(time.time()), raw, LIVE_TTL,
-                name if name is not None else _name_of([raw]), "1" if chosen else "0"]
+                name if name is not None else _name_of([raw]), "1" if chosen else "0",
+                batch or ""]
         script_keys = [keys.unique(queue, digest), target]
         if self.track_jobs:
             script_keys.append(keys.record(queue, jid))
@@ -305,6 +307,7 @@ class Moves(Part):
         self, queue: str, raws: Sequence[bytes],
         unique: Sequence[tuple[str, str, float, bytes]] = (), *,
         jids: Sequence[str] | None = None, name: str | None = None,
+        batch: str | None = None,
     ) -> list[bool]:
         """Push ``raws`` on ``queue`` and each ``(digest, jid, ttl, raw)`` unique job, in
         one round trip; returns whether each unique job's lock was taken.
@@ -313,7 +316,7 @@ class Moves(Part):
         one ``WAIT`` after them covers them all, under ``durability``): the runner's
         ``run_many``, which runs again alone a call that did not run."""
         await self.queues.register_queues([queue])
-        calls = self._batch_calls(queue, raws, unique, jids, name)
+        calls = self._batch_calls(queue, raws, unique, jids, name, batch)
         if not calls:
             return []
         replies = await self.scripts.run_many(calls, durable=True)
@@ -322,7 +325,7 @@ class Moves(Part):
 
     def _batch_calls(
         self, queue: str, raws: Sequence[bytes], unique: Sequence[tuple[str, str, float, bytes]],
-        jids: Sequence[str] | None, name: str | None,
+        jids: Sequence[str] | None, name: str | None, batch: str | None = None,
     ) -> list[Call]:
         """``push_batch``'s script calls: one for the plain jobs, one per unique job."""
         calls: list[Call] = []
@@ -331,7 +334,7 @@ class Moves(Part):
             name = _name_of([*raws, *(raw for *_, raw in unique)][:1])
         if raws:
             args: list[Any] = [queue, self.keys.wake_channel, self.record_prefix(queue),
-                               LIVE_TTL, now, name, "0"]
+                               LIVE_TTL, now, name, "0", batch or ""]
             for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws,
                                 strict=True):
                 args += [jid, raw]
@@ -341,7 +344,8 @@ class Moves(Part):
                           [self.keys.unique(queue, digest), self.keys.queue(queue),
                            *([self.keys.record(queue, jid)] if self.track_jobs else [])],
                           [jid, max(1, int(ttl * 1000)), "now", "0", queue,
-                           self.keys.wake_channel, now, raw, LIVE_TTL, name, "0"]))
+                           self.keys.wake_channel, now, raw, LIVE_TTL, name, "0",
+                           batch or ""]))
         return calls
 
     def _woken(self, reply: Any) -> list[Any]:

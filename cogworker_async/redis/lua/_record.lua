@@ -240,27 +240,32 @@ end
 -- Redis' clock (a caller's clock may be far off: a bound in the past would have the sweep
 -- drop a waiting job's record); made once per call. nil if the time is not a number
 -- (``queued_record`` then writes what it can).
-local function queued_text(name, enqueued_at, ttl)
+local function queued_text(name, enqueued_at, ttl, batch)
   local since = tonumber(enqueued_at)
   if not since then return nil end
   local ok, time = pcall(redis.call, "TIME")
   if ok then since = tonumber(time[1]) end
-  return "queued\t" .. record_text(name) .. "\t" .. enqueued_at .. "\t" ..
-         tostring(math.ceil(since + tonumber(ttl)))
+  local text = "queued\t" .. record_text(name) .. "\t" .. enqueued_at .. "\t" ..
+               tostring(math.ceil(since + tonumber(ttl)))
+  if batch and batch ~= "" then text = text .. "\tbatch=" .. record_text(batch) end
+  return text
 end
 
 -- queued_record: the record of a job just pushed on its queue with a fresh jid, packed
--- as text at once.
-local function queued_record(key, ttl, name, enqueued_at)
+-- as text at once; ``batch`` ("" or nil: none) the batch it is a member of.
+local function queued_record(key, ttl, name, enqueued_at, batch)
   local live, jid = live_place(key)
   local since = tonumber(enqueued_at) -- the caller's clock: near enough for the bound
+  if batch == "" then batch = nil end
   if not live or not since then
     local lib = record_library()
     return lib.write(key, lib.set({}, "state", "queued", "name", name,
-                                  "enqueued_at", enqueued_at), ttl, nil)
+                                  "enqueued_at", enqueued_at, "batch", batch or false),
+                     ttl, nil)
   end
   redis.pcall("HSET", live, jid, "queued\t" .. record_text(name) .. "\t" .. enqueued_at ..
-              "\t" .. tostring(math.ceil(since + tonumber(ttl))))
+              "\t" .. tostring(math.ceil(since + tonumber(ttl))) ..
+              (batch and ("\tbatch=" .. record_text(batch)) or ""))
 end
 
 local function drop_record(key) return record_library().drop(key) end

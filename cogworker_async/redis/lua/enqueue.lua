@@ -7,7 +7,9 @@
 -- ARGV[6] the jobs' name            ARGV[7] "1": the caller chose the jid (``options(jid=)``):
 -- refuse a jid whose record says it is still queued, scheduled, running or retrying, or
 -- whose cancelled copy has not been dropped yet ("0": fresh jids, not looked up)
--- ARGV[8..] jid, raw job pairs, oldest first
+-- ARGV[8] the batch the jobs join (its bid, in their records: their ends are noted for
+-- it, _record.lua); "": none
+-- ARGV[9..] jid, raw job pairs, oldest first
 -- Returns {length after the push}, or {length, error} if the wake-up could not be
 -- published (the jobs are pushed all the same); {-1} if a chosen jid was refused
 -- (nothing written).
@@ -16,14 +18,14 @@
 -- checked (LLEN) before the first push.
 local prefix, ttl = ARGV[3], ARGV[4]
 if ARGV[7] == "1" and prefix ~= "" then
-  for i = 8, #ARGV, 2 do
+  for i = 9, #ARGV, 2 do
     if record_library().alive(prefix .. ARGV[i]) then return {-1} end
   end
 end
 local length = redis.call("LLEN", KEYS[1])
 local last = #ARGV
 local raws = {}
-for i = 8, last, 2 do
+for i = 9, last, 2 do
   raws[#raws + 1] = ARGV[i + 1]
 end
 -- unpack() has a stack limit: push in chunks.
@@ -33,14 +35,16 @@ end
 -- Every job of one call has the same name, enqueue time and bound: the same record text,
 -- packed once (each string a script makes is work for Lua's collector).
 local live, text = nil, nil
-if prefix ~= "" then live, text = live_records_of(prefix), queued_text(ARGV[6], ARGV[5], ttl) end
-for i = 8, last, 2 do
+if prefix ~= "" then
+  live, text = live_records_of(prefix), queued_text(ARGV[6], ARGV[5], ttl, ARGV[8])
+end
+for i = 9, last, 2 do
   if ARGV[i] ~= "" and prefix ~= "" then -- a job without a jid (by hand): no record
     if ARGV[7] == "1" then record_library().drop(prefix .. ARGV[i]) end -- a finished run's go
     if text then
       redis.pcall("HSET", live, ARGV[i], text)
     else
-      queued_record(prefix .. ARGV[i], ttl, ARGV[6], ARGV[5])
+      queued_record(prefix .. ARGV[i], ttl, ARGV[6], ARGV[5], ARGV[8])
     end
   end
 end

@@ -8,11 +8,13 @@
 -- ARGV[5] queue name   ARGV[6] wake channel   ARGV[7] caller clock   ARGV[8] raw job
 -- ARGV[9] the record's TTL (s, from the due time)   ARGV[10] the job's name
 -- ARGV[11] "1": the caller chose the jid: refused while it is alive (as enqueue.lua)
+-- ARGV[12] the batch the job joins ("" or absent: none; as enqueue.lua)
 -- Returns 1 if pushed, 0 if another jid holds the lock or the chosen jid is alive (a
 -- duplicate: nothing written); {1, error} if pushed but the wake-up could not be published.
 -- The record names the lock (``lock``): a cancel of the job, which never runs to release
 -- it, releases it (cancel.lua).
 -- One step: a crash can never leave a lock without its job, nor a job without its lock.
+local member_of = (ARGV[12] and ARGV[12] ~= "") and ARGV[12] or false
 if ARGV[11] == "1" and KEYS[3] then
   if record_alive(KEYS[3]) then return 0 end
 end
@@ -25,7 +27,7 @@ if ARGV[3] == "now" then
   redis.call("LPUSH", KEYS[2], ARGV[8])
   if KEYS[3] then
     new_record(KEYS[3], ARGV[9], "state", "queued", "name", ARGV[10], "enqueued_at", ARGV[7],
-                "lock", KEYS[1])
+                "lock", KEYS[1], "batch", member_of)
   end
   local refused = wake(ARGV[6], ARGV[5])
   if refused then return {1, refused} end
@@ -38,6 +40,6 @@ end
 redis.call("ZADD", KEYS[2], score, ARGV[8])
 if KEYS[3] then
   new_record(KEYS[3], tonumber(ARGV[9]) + math.max(0, score - now), "state", "scheduled",
-             "name", ARGV[10], "enqueued_at", ARGV[7], "lock", KEYS[1])
+             "name", ARGV[10], "enqueued_at", ARGV[7], "lock", KEYS[1], "batch", member_of)
 end
 return 1

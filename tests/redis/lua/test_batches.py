@@ -164,16 +164,29 @@ async def test_a_batch_of_the_wrong_type_is_refused_before_anything_is_written(
 
 
 async def member(store: Store, keys: Keys, bid: str) -> bytes:
-    """A job enqueued and fetched whose record says it belongs to batch ``bid``."""
+    """A job enqueued as a member of batch ``bid``, and fetched."""
     raw = make_job(QUEUE)
-    await store.enqueue(QUEUE, [raw])
-    live = keys.live_records(QUEUE)
-    text = await store.client.hget(live, jid_of(raw))
-    assert text is not None
-    await store.client.hset(live, jid_of(raw), as_bytes(text) + f"\tbatch={bid}".encode())
+    await store.enqueue(QUEUE, [raw], batch=bid)
     result = await store.fetch(IDENTITY, [QUEUE], 1)
     assert [r for _, r in result.jobs] == [raw]
     return raw
+
+
+async def test_every_enqueue_path_writes_the_batch_in_the_record(
+    store: Store, keys: Keys,
+) -> None:
+    queued, scheduled, unique, many = (make_job(QUEUE) for _ in range(4))
+    await store.enqueue(QUEUE, [queued], batch="b")
+    await store.schedule(QUEUE, [scheduled], delay=60, batch="b")
+    assert await store.enqueue_unique("digest", jid_of(unique), 60, QUEUE, unique, batch="b")
+    await store.push_batch(QUEUE, [many], batch="b")
+    for raw in (queued, scheduled, unique, many):
+        text = as_bytes(await store.client.hget(keys.live_records(QUEUE), jid_of(raw)) or b"")
+        assert b"\tbatch=b" in text, text
+    plain = make_job(QUEUE)
+    await store.enqueue(QUEUE, [plain])
+    assert b"batch=" not in as_bytes(
+        await store.client.hget(keys.live_records(QUEUE), jid_of(plain)) or b"")
 
 
 async def notes(store: Store) -> list[tuple[str, str, str]]:
@@ -213,11 +226,7 @@ async def test_a_member_filed_dead_writes_its_note_and_a_retry_none(
 
 async def test_a_queued_member_cancelled_writes_its_note_once(store: Store, keys: Keys) -> None:
     raw = make_job(QUEUE)
-    await store.enqueue(QUEUE, [raw])
-    live = keys.live_records(QUEUE)
-    text = await store.client.hget(live, jid_of(raw))
-    assert text is not None
-    await store.client.hset(live, jid_of(raw), as_bytes(text) + b"\tbatch=b")
+    await store.enqueue(QUEUE, [raw], batch="b")
 
     assert await store.cancel_job(QUEUE, jid_of(raw)) == "cancelled"
     assert await store.cancel_job(QUEUE, jid_of(raw)) == "cancelled"

@@ -53,7 +53,7 @@ async def test_the_callers_clock_is_only_a_fallback(store: Store, keys: Keys) ->
     now = await redis_now(store)
 
     args = ["in", "10", repr(now - 86_400), "0", "0", keys.record_prefix(QUEUE), LIVE_TTL,
-            "0", QUEUE, "send_email", repr(now - 86_400), jid_of(job), job]
+            "0", QUEUE, "send_email", repr(now - 86_400), "", jid_of(job), job]
     await run_raw(store, "schedule", [keys.schedule(QUEUE)], args)
 
     [(_, score)] = await scored(store, keys.schedule(QUEUE))
