@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar, over
 
 import anyio
 
+from cogworker_async import batch as batch_module
 from cogworker_async import environment, logs, urls
+from cogworker_async.batch import Batch, BatchStatus
 from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
 from cogworker_async.embedded import EmbeddedServer
@@ -35,6 +37,7 @@ from cogworker_async.redis.pausing import Pause
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings, check_queue_name
+from cogworker_async.signature import Signature
 from cogworker_async.status import ALIVE, CancelOutcome, JobStatus, check_jid
 from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
 from cogworker_async.unique import UniqueKey, UniquePolicy, policy_of
@@ -354,6 +357,36 @@ class App:
         if self._client.sink is not None:
             return self._client.sink.cancel(check_jid(jid), queue)
         return await self._lookup.cancel(jid, queue=queue)
+
+    # -- workflows ----------------------------------------------------------------------
+
+    def batch(self, description: str | None = None, *, on_success: Signature | None = None,
+              on_complete: Signature | None = None, on_death: Signature | None = None,
+              bid: str | None = None, parent: str | None = None) -> Batch:
+        """A batch: every job enqueued inside ``async with jobs.batch(...) as batch:``
+        joins it; once the block has exited, ``on_complete`` (every member ended),
+        ``on_success`` (every member succeeded) and ``on_death`` (a member died) are
+        enqueued, each once (signatures: ``report.s(*args)``). ``bid=`` opens again a
+        batch not ended; ``parent=`` (or opening it inside a batch's job) makes it a
+        child batch, which its parent waits for."""
+        if not self.settings.tracked:
+            raise ConfigurationError("batches need job records: this App has "
+                                     "track_jobs=False")
+        return Batch(self, description=description, on_success=on_success,
+                     on_complete=on_complete, on_death=on_death, bid=bid, parent=parent)
+
+    async def batch_status(self, bid: str) -> BatchStatus:
+        """What batch ``bid`` has come to: its state, counts, children, callbacks."""
+        return await batch_module.status_of(self, bid)
+
+    async def cancel_batch(self, bid: str) -> int:
+        """Cancel every member of batch ``bid`` not ended (child batches included);
+        how many were cancelled or asked to stop."""
+        return await batch_module.cancel(self, bid)
+
+    async def batch_results(self, bid: str) -> dict[str, object]:
+        """jid -> the result of each member of ``bid`` that succeeded and keeps one."""
+        return await batch_module.results(self, bid)
 
     # -- flow control -------------------------------------------------------------------
 

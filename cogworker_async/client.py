@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from cogworker_async import job, tracing, unique
+from cogworker_async import context, job, tracing, unique
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 from cogworker_async.errors import UNTRACKED, ConfigurationError
 from cogworker_async.lookup import QueueHints
@@ -198,10 +198,12 @@ class Client:
             raise ValueError(f"the job would expire before it could run: its deadline "
                              f"({deadline:.3f}) is not after "
                              f"{'its due time' if due else 'now'} ({max(now, due or now):.3f})")
+        batch = context.BATCH.get()
         payload = job.build(definition.name, args, kwargs, queue=options.queue,
                             retry=options.retry, now=now, jid=options.jid,
                             keep_result=options.keep_result, expires_at=deadline,
-                            dead_on_expiry=options.dead_on_expiry)
+                            dead_on_expiry=options.dead_on_expiry,
+                            bid=batch.bid if batch is not None else None)
         if self._tracer is not None and self._tracer.active():  # before the middleware,
             # which may read or drop it
             self._tracer.inject(cast("dict[str, Any]", payload))
@@ -272,6 +274,18 @@ class Client:
         if self.sink is not None:  # a test's fake: all of the above ran as for real
             taken = await self.sink.push(push, due=due, chosen=options.jid is not None)
             return push.jid if taken else None
+        batch = context.BATCH.get()
+        if batch is None:
+            return await self._push(definition, options, push, epoch, seconds, None)
+        await batch.joining([push.jid])  # destination first: it is pending before it runs
+        jid = await self._push(definition, options, push, epoch, seconds, batch.bid)
+        if jid is None:
+            await batch.left([push.jid])
+        return jid
+
+    async def _push(self, definition: JobDefinition, options: JobOptions, push: Push,
+                    epoch: float | None, seconds: float | None, bid: str | None,
+                    ) -> str | None:
         store = self.store()
         if not self._policy_checked:
             await self._warn_if_evicting(store)
@@ -283,16 +297,16 @@ class Client:
             digest, ttl = push.unique
             if not await store.enqueue_unique(digest, push.jid, ttl, push.queue, push.raw,
                                               at=epoch, delay=seconds, name=name,
-                                              chosen=chosen):
+                                              chosen=chosen, batch=bid):
                 log.debug("%s: a unique job with the same digest (or jid) is already "
                           "enqueued", definition.name)
                 return None
         elif epoch is not None or seconds is not None:
             if await store.schedule(push.queue, [push.raw], at=epoch, delay=seconds,
-                                    jids=jids, name=name, chosen=chosen) < 0:
+                                    jids=jids, name=name, chosen=chosen, batch=bid) < 0:
                 return _duplicate(push.jid)
         elif await store.enqueue(push.queue, [push.raw], jids=jids, name=name,
-                                 chosen=chosen) < 0:
+                                 chosen=chosen, batch=bid) < 0:
             return _duplicate(push.jid)
         return push.jid
 
@@ -347,11 +361,17 @@ class Client:
         store = self.store()
         if not self._policy_checked:
             await self._warn_if_evicting(store)
+        batch = context.BATCH.get()
+        if batch is not None:
+            await batch.joining([p.jid for p in (*plain, *locked)])
         taken = await store.push_batch(
             options.queue, [p.raw for p in plain],
             [(p.unique[0], p.jid, p.unique[1], p.raw) for p in locked if p.unique],
-            jids=[p.jid for p in plain], name=definition.name)
+            jids=[p.jid for p in plain], name=definition.name,
+            batch=batch.bid if batch is not None else None)
         refused = {p.jid for p, ok in zip(locked, taken, strict=True) if not ok}
+        if batch is not None and refused:
+            await batch.left(sorted(refused))
         return [p.jid if p is not None and p.jid not in refused else None for p in pushes]
 
     async def _warn_if_evicting(self, store: Store) -> None:

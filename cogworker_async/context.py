@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 MAX_INFO_BYTES: Final = 64 * 1024
 """Largest progress ``info`` (as JSON): it is written to Redis, over and over."""
@@ -98,11 +98,34 @@ class JobContext:
         """``set_progress`` for a plain (non-async) job function."""
         self._control.report(fraction, info)
 
+    @property
+    def batch_id(self) -> str | None:
+        """The batch this job is a member of (``jobs.batch``); None: none. A callback
+        job reads the batch it was called for here."""
+        bid = self.payload.get("bid")
+        return bid if isinstance(bid, str) else None
+
     async def was_recovered(self) -> bool:
         """True if this job was ever taken back from a process that died running it
         (so an earlier run may have done part of the work)."""
         return await self._orphanings() > 0
 
+
+class OpenBatch(Protocol):
+    """What an enqueue made inside ``async with jobs.batch(...)`` needs of it."""
+
+    bid: str
+
+    async def joining(self, jids: Sequence[str]) -> None:
+        """``jids`` join the batch: called before they are pushed."""
+
+    async def left(self, jids: Sequence[str]) -> None:
+        """``jids`` were never pushed (a duplicate refused): they leave it."""
+
+
+BATCH: ContextVar[OpenBatch | None] = ContextVar("cogworker_open_batch", default=None)
+"""The batch whose ``async with`` block the caller is in (``batch.py``): every enqueue
+made there joins it."""
 
 CURRENT: ContextVar[JobContext] = ContextVar("cogworker_current_job")
 """The running job's context: set by the worker around each run (``worker/execute.py``),

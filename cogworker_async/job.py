@@ -39,6 +39,10 @@ Payload = TypedDict("Payload", {
     "failed_at": float,
     "retried_at": float,
     "interrupted_count": int,
+    # batch.py's: the batch a job is a member of (its record says so too, for the note
+    # its end writes: redis/lua/_record.lua):
+    "bid": str,
+    "batch_callback": str,
     # unique.py's: client.mark_unique writes them, worker/locks.py reads them:
     "unique_digest": str,
     "unique_policy": UniquePolicy,
@@ -87,7 +91,7 @@ Field = Literal[
     "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
     "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
     "periodic", "periodic_tick", "keep_result", "expires_at", "dead_on_expiry", "limited_count",
-    "limited_at", "trace",
+    "limited_at", "trace", "bid", "batch_callback",
     "raw_payload_base64", "raw_payload_preview", "orphaned_from", "orphaned_process",
 ]
 """The name of a ``Payload`` field: what the accessors take, so that mypy checks it
@@ -232,6 +236,7 @@ def build(
     keep_result: float | None = None,
     expires_at: float | None = None,
     dead_on_expiry: bool = True,
+    bid: str | None = None,
 ) -> Payload:
     """A new job's payload (optional fields only when set: no cost to a job without)."""
     payload: Payload = {
@@ -246,6 +251,8 @@ def build(
     }
     if keep_result is not None:
         payload["keep_result"] = keep_result
+    if bid is not None:
+        payload["bid"] = bid
     if expires_at is not None:
         payload["expires_at"] = expires_at
         if not dead_on_expiry:

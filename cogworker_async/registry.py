@@ -11,8 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from cogworker_async import signature
 from cogworker_async.client import Client, epoch_from, seconds_from
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
+from cogworker_async.signature import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,6 +63,20 @@ class Enqueuer(Generic[P]):
             changes["timeout"] = timeout
         return Enqueuer(self._client, self._definition, replace(self._options, **changes))
 
+    @property
+    def definition(self) -> JobDefinition:
+        return self._definition
+
+    @property
+    def job_options(self) -> JobOptions:
+        """The options enqueues through this object use."""
+        return self._options
+
+    def s(self, /, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """This job and these arguments as a value (a batch's callback, a chain's link),
+        checked now as an enqueue would check them."""
+        return signature.make(self, args, kwargs, self._client.settings.max_payload_bytes)
+
     async def enqueue(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """Enqueue one run now; returns its jid (None: a unique job's duplicate)."""
         return await self._client.enqueue(self._definition, self._options, args, kwargs)
@@ -100,10 +116,6 @@ class JobFunction(Enqueuer[P], Generic[P, R]):
     def name(self) -> str:
         """The registered name, which payloads carry in ``class``."""
         return self._definition.name
-
-    @property
-    def definition(self) -> JobDefinition:
-        return self._definition
 
     def __call__(self, /, *args: P.args, **kwargs: P.kwargs) -> R:
         result: R = self._definition.func(*args, **kwargs)

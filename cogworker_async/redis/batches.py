@@ -83,9 +83,16 @@ class Batches(Part):
 
     async def add(self, bid: str, jids: Sequence[str]) -> int:
         """``jids`` join open batch ``bid`` (before they are enqueued); how many pend."""
+        return await self._members(bid, "join", jids)
+
+    async def leave(self, bid: str, jids: Sequence[str]) -> int:
+        """``jids``, never pushed, leave open batch ``bid``; how many pend."""
+        return await self._members(bid, "leave", jids)
+
+    async def _members(self, bid: str, how: str, jids: Sequence[str]) -> int:
         try:
             return int(await self.scripts.run("batch_add", self.keys.batch_keys(bid),
-                                              [int(OPEN_TTL), *jids]))
+                                              [int(OPEN_TTL), how, *jids]))
         except ResponseError as exc:
             if str(exc).startswith(("NOBATCH", "SEALED")):
                 raise BatchEnded(str(exc)) from exc

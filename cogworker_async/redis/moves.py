@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from cogworker_async import job as job_module
 from cogworker_async.redis.errors import RedisError
@@ -82,7 +82,7 @@ class Moves(Part):
 
     async def enqueue(self, queue: str, raws: Sequence[bytes], *,
                       jids: Sequence[str] | None = None, name: str | None = None,
-                      chosen: bool = False, batch: str | None = None) -> int:
+                      chosen: bool | Literal["once"] = False, batch: str | None = None) -> int:
         """Push jobs on ``queue`` (oldest first), each with its status record, and wake
         idle workers. ``jids`` and ``name`` are read from the jobs when not given.
         ``chosen``: the caller chose the jid; -1 (nothing pushed) while that jid is
@@ -90,7 +90,7 @@ class Moves(Part):
         await self.queues.register_queues([queue])
         args = [queue, self.keys.wake_channel, self.record_prefix(queue), LIVE_TTL,
                 repr(time.time()), name if name is not None else _name_of(raws),
-                "1" if chosen else "0", batch or ""]
+                "2" if chosen == "once" else "1" if chosen else "0", batch or ""]
         for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws, strict=True):
             args += [jid, raw]
         reply = await self.scripts.run("enqueue", [self.keys.queue(queue)], args, durable=True)

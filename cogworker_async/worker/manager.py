@@ -46,6 +46,7 @@ from cogworker_async.redis.store import StatsFlush, Store
 from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings, unserved_limits
 from cogworker_async.version import __version__
+from cogworker_async.worker.batch_relay import BatchRelay
 from cogworker_async.worker.canceller import Canceller
 from cogworker_async.worker.cron import CronTicker, periodic_job
 from cogworker_async.worker.dispatch import Dispatcher
@@ -133,7 +134,8 @@ class Manager:
                                    observers=self.observers, tally=self.tally,
                                    canceller=self.canceller)
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
-        self.poller = Poller(store, settings)
+        self.poller = Poller(store, settings, BatchRelay(store, registry, settings.queue_names)
+                             if settings.tracked else None)
         self.lag = LoopLag()
         self.fence = Fence(store, self.identity, self.ledger, queues=settings.queue_names,
                            retry_pause=settings.heartbeat_interval)

@@ -1,23 +1,27 @@
 -- batch_add: members join an open batch, before they are enqueued (destination first:
--- a member that ends at once finds its jid pending).
+-- a member that ends at once finds its jid pending); or leave it, never pushed (an
+-- enqueue refused as a duplicate).
 -- KEYS[1..7] the batch's keys (_batch.lua)
--- ARGV[1] the bound of an open batch's keys (s)   ARGV[2..] the members' jids
+-- ARGV[1] the bound of an open batch's keys (s)   ARGV[2] "join" or "leave"
+-- ARGV[3..] the members' jids
 -- Returns how many members are pending. Errors (nothing written): "NOBATCH ..." for a
 -- batch that does not exist; "SEALED ..." for one not open (reopen it first).
--- Safe to run twice: a jid already pending is one member.
+-- Safe to run twice: a jid already pending is one member; one gone leaves once.
 local k = batch_keys(1)
 local got = redis.call("HMGET", k[1], "state", "sealed")
 if not got[1] then return redis.error_reply("NOBATCH batch does not exist: " .. k[1]) end
 if got[2] == "1" or batch_final(got[1]) then
   return redis.error_reply("SEALED batch is not open (" .. got[1] .. "): " .. k[1])
 end
-local added = 0
-for i = 2, #ARGV do
-  if redis.call("SISMEMBER", k[3], ARGV[i]) == 0 and redis.call("SISMEMBER", k[4], ARGV[i]) == 0
+local changed = 0
+for i = 3, #ARGV do
+  if ARGV[2] == "leave" then
+    changed = changed - redis.call("SREM", k[2], ARGV[i])
+  elseif redis.call("SISMEMBER", k[3], ARGV[i]) == 0 and redis.call("SISMEMBER", k[4], ARGV[i]) == 0
       and redis.call("SISMEMBER", k[5], ARGV[i]) == 0 then
-    added = added + redis.call("SADD", k[2], ARGV[i])
+    changed = changed + redis.call("SADD", k[2], ARGV[i])
   end
 end
-redis.call("HINCRBY", k[1], "total", added)
+redis.call("HINCRBY", k[1], "total", changed)
 batch_bound(k, tonumber(ARGV[1]))
 return redis.call("SCARD", k[2])

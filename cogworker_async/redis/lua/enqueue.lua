@@ -6,7 +6,9 @@
 -- ARGV[4] the records' TTL (s)      ARGV[5] enqueued_at (the caller's clock)
 -- ARGV[6] the jobs' name            ARGV[7] "1": the caller chose the jid (``options(jid=)``):
 -- refuse a jid whose record says it is still queued, scheduled, running or retrying, or
--- whose cancelled copy has not been dropped yet ("0": fresh jids, not looked up)
+-- whose cancelled copy has not been dropped yet; "2": refuse a jid that has a record at
+-- all, finished too (a batch's callback, enqueued once: batch_relay.py); "0": fresh
+-- jids, not looked up
 -- ARGV[8] the batch the jobs join (its bid, in their records: their ends are noted for
 -- it, _record.lua); "": none
 -- ARGV[9..] jid, raw job pairs, oldest first
@@ -20,6 +22,10 @@ local prefix, ttl = ARGV[3], ARGV[4]
 if ARGV[7] == "1" and prefix ~= "" then
   for i = 9, #ARGV, 2 do
     if record_library().alive(prefix .. ARGV[i]) then return {-1} end
+  end
+elseif ARGV[7] == "2" and prefix ~= "" then -- once: a jid with any record, even finished
+  for i = 9, #ARGV, 2 do
+    if record_library().read(prefix .. ARGV[i]) then return {-1} end
   end
 end
 local length = redis.call("LLEN", KEYS[1])
@@ -40,7 +46,7 @@ if prefix ~= "" then
 end
 for i = 9, last, 2 do
   if ARGV[i] ~= "" and prefix ~= "" then -- a job without a jid (by hand): no record
-    if ARGV[7] == "1" then record_library().drop(prefix .. ARGV[i]) end -- a finished run's go
+    if ARGV[7] ~= "0" then record_library().drop(prefix .. ARGV[i]) end -- a finished run's go
     if text then
       redis.pcall("HSET", live, ARGV[i], text)
     else

@@ -100,7 +100,8 @@ async def test_documented_users_suffice_for_every_role(
     assert Counter(await ran(admin_client))["bad"] == 3
 
 
-_EXPECTED: Final = ("now", "later", "unique", "many-1", "many-2", "sync")
+_EXPECTED: Final = ("now", "later", "unique", "many-1", "many-2", "sync", "in-batch-1",
+                    "in-batch-2", "batch-done")
 
 
 async def _enqueue_everything(url: str) -> None:
@@ -112,6 +113,10 @@ async def _enqueue_everything(url: str) -> None:
         assert len(await jobs.record.enqueue_many([(("many-1",), {}), (("many-2",), {})])) == 2
         assert await jobs.fail.enqueue("bad")
         assert await anyio.to_thread.run_sync(jobs.record.enqueue_sync, "sync")
+        # A batch: its keys and scripts (the worker relays its ends, enqueues its callback).
+        async with jobs.app.batch(on_complete=jobs.record.s("batch-done")):
+            assert await jobs.record.enqueue("in-batch-1")
+            assert await jobs.record.enqueue_many([(("in-batch-2",), {})])
         # Waiting for the dashboard: a queue nobody fetches, and the far schedule.
         for tag in ("parked-1", "parked-2", "parked-3"):
             await jobs.record.options(queue=PARKED).enqueue(tag)

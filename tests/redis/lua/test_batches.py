@@ -251,3 +251,13 @@ async def test_applied_notes_are_dropped_and_dropping_twice_drops_nothing_more(
     assert await store.batches.drop_notes(QUEUE, read[:1]) == 1
     assert await store.batches.drop_notes(QUEUE, read[:1]) == 0
     assert await store.batches.notes(QUEUE) == read[1:]
+
+
+async def test_a_member_never_pushed_leaves_and_counts_for_nothing(store: Store) -> None:
+    await store.batches.open("b")
+    await store.batches.add("b", ["j1", "dup"])
+    assert await store.batches.leave("b", ["dup"]) == 1
+    assert await store.batches.leave("b", ["dup"]) == 1  # again: gone once
+    await store.batches.seal("b")
+    assert await store.batches.apply("b", [("j1", "succeeded")]) == "success"
+    assert (await fields(store, "b"))["total"] == "1"

@@ -1,0 +1,169 @@
+"""Batches from the caller's side: ``async with jobs.batch(...) as batch:``.
+
+Every job enqueued inside the block, by any enqueue path, joins the batch: its jid is
+added to the batch's pending set *before* the job is pushed (``context.BATCH``, read by
+the client), so a member that ends at once is already counted. Leaving the block seals
+the batch: from then on its callbacks can fire, never before (a member ending before its
+siblings are added cannot end the batch early). An exception inside the block seals
+nothing and cancels the members already enqueued. A batch not ended can be opened again
+(``jobs.batch(bid=...)``) to add members. Opened inside a job that is a member of a
+batch (or with ``parent=``), a batch is that batch's child: the parent ends only after it.
+
+Where its members' ends are counted and how its callbacks fire exactly once:
+``redis/lua/_batch.lua``, ``worker/batch_relay.py``, and docs/design.md.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from contextvars import Token
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Final, Literal, Protocol
+
+from cogworker_async import context, signature
+from cogworker_async.redis.store import Store
+from cogworker_async.signature import Signature
+from cogworker_async.status import CancelOutcome, JobStatus, check_jid
+
+
+class App(Protocol):
+    """What a batch needs of its App (``app.App``)."""
+
+    def store(self) -> Store: ...
+
+    async def cancel(self, jid: str, *, queue: str | None = None) -> CancelOutcome: ...
+
+    async def status(self, jid: str, *, queue: str | None = None) -> JobStatus: ...
+
+BatchState = Literal["open", "running", "success", "complete", "dead", "unknown"]
+KINDS: Final = {"on_death": "death", "on_complete": "complete", "on_success": "success"}
+MAX_DESCRIPTION: Final = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatus:
+    """What ``jobs.batch_status(bid)`` says of a batch."""
+
+    bid: str
+    state: BatchState
+    """open (its block has not exited), running, then for good: success (every member
+    succeeded), complete (every member ended, some cancelled, none dead) or dead (a
+    member died); unknown: no such batch, or it ended longer ago than it is kept."""
+    description: str | None = None
+    total: int = 0
+    pending: int = 0
+    succeeded: int = 0
+    dead: int = 0
+    cancelled: int = 0
+    parent: str | None = None
+    children: list[str] = field(default_factory=list)
+    callbacks: dict[str, str] = field(default_factory=dict)
+    """Each callback enqueued so far: kind (death, complete, success) -> its jid."""
+    created_at: float | None = None
+    finished_at: float | None = None
+
+
+def new_bid() -> str:
+    return secrets.token_hex(12)
+
+
+class Batch:
+    """A batch: ``async with`` it to add members; ``bid`` is its id."""
+
+    def __init__(self, app: App, *, description: str | None = None,
+                 on_success: Signature | None = None, on_complete: Signature | None = None,
+                 on_death: Signature | None = None, bid: str | None = None,
+                 parent: str | None = None) -> None:
+        if description is not None and (not isinstance(description, str)
+                                        or len(description) > MAX_DESCRIPTION):
+            raise TypeError(f"description must be a str of at most {MAX_DESCRIPTION} "
+                            f"characters, not {description!r:.80}")
+        self._app = app
+        self.description = description
+        self.callbacks = {kind: checked for name, kind in KINDS.items()
+                          if (checked := signature.check(
+                              {"on_success": on_success, "on_complete": on_complete,
+                               "on_death": on_death}[name], name)) is not None}
+        self._reopen = bid is not None
+        self.bid = check_jid(bid) if bid is not None else new_bid()
+        self.parent = check_jid(parent) if parent is not None else None
+        self._joined: list[str] = []
+        self._token: Token[context.OpenBatch | None] | None = None
+
+    async def __aenter__(self) -> Batch:
+        parent = self.parent
+        if parent is None and not self._reopen:
+            running = context.CURRENT.get(None)
+            parent = running.batch_id if running is not None else None
+        store = self._app.store()
+        await store.batches.open(
+            self.bid, description=self.description or "",
+            callbacks=json.dumps({kind: sig.stored() for kind, sig in self.callbacks.items()}),
+            parent=parent, now=time.time())
+        self.parent = parent
+        self._token = context.BATCH.set(self)
+        return self
+
+    async def joining(self, jids: Sequence[str]) -> None:
+        await self._app.store().batches.add(self.bid, jids)
+        self._joined += jids
+
+    async def left(self, jids: Sequence[str]) -> None:
+        await self._app.store().batches.leave(self.bid, jids)
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        if self._token is not None:
+            context.BATCH.reset(self._token)
+            self._token = None
+        if kind is None:
+            await self._app.store().batches.seal(self.bid)
+            return
+        for jid in self._joined:  # nothing sealed: what joined will not run
+            await self._app.cancel(jid)
+
+
+async def status_of(app: App, bid: str) -> BatchStatus:
+    record = await app.store().batches.read(check_jid(bid))
+    if record is None:
+        return BatchStatus(bid, "unknown")
+    f = record.fields
+    fired = f.get("fired", "").split()
+    state = f.get("state", "unknown")
+    return BatchStatus(
+        bid, state if state in ("open", "running", "success", "complete", "dead")  # type: ignore[arg-type]
+        else "unknown",
+        description=f.get("description") or None, total=int(f.get("total") or 0),
+        pending=record.pending, succeeded=record.succeeded, dead=record.dead,
+        cancelled=record.cancelled, parent=f.get("parent") or None, children=record.children,
+        callbacks={kind: f"{bid}-{kind}" for kind in fired
+                   if kind in json.loads(f.get("callbacks") or "{}")},
+        created_at=float(f["created_at"]) if f.get("created_at") else None,
+        finished_at=float(f["finished_at"]) if f.get("finished_at") else None)
+
+
+async def cancel(app: App, bid: str) -> int:
+    """Cancel every member of ``bid`` not ended, and of its child batches; how many."""
+    store = app.store()
+    cancelled = 0
+    for jid in await store.batches.members(check_jid(bid), "pending"):
+        if await app.cancel(jid) in ("cancelled", "stopping"):
+            cancelled += 1
+    record = await store.batches.read(bid)
+    for child in record.children if record is not None else []:
+        cancelled += await cancel(app, child)
+    return cancelled
+
+
+async def results(app: App, bid: str) -> dict[str, object]:
+    """jid -> result of each member that succeeded and keeps its result."""
+    found: dict[str, object] = {}
+    for jid in await app.store().batches.members(check_jid(bid), "succeeded"):
+        status = await app.status(jid)
+        if status.state == "succeeded" and status.result is not None:
+            found[jid] = status.result
+    return found

@@ -1,0 +1,76 @@
+"""Signatures: a job and its arguments, as a value — ``report.s(month, final=True)``.
+
+What a batch's callbacks are (``jobs.batch(on_complete=report.s(...))``), and what a
+chain links. The arguments are checked where the signature is made, as an enqueue checks
+them (they fit the function, JSON brings them back as they were), so a bad callback is a
+``TypeError`` at the call, never a dead job when the batch ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cogworker_async import job
+from cogworker_async.definition import JobDefinition, JobOptions
+
+
+class Enqueuer(Protocol):
+    """What a signature needs of a job's enqueue methods (``registry.Enqueuer``)."""
+
+    @property
+    def definition(self) -> JobDefinition: ...
+
+    @property
+    def job_options(self) -> JobOptions: ...
+
+    async def enqueue(self, /, *args: Any, **kwargs: Any) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """A job (with its options) and the arguments of one run of it."""
+
+    enqueuer: Enqueuer = field(repr=False)
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.enqueuer.definition.name
+
+    @property
+    def queue(self) -> str:
+        return self.enqueuer.job_options.queue
+
+    async def enqueue(self) -> str | None:
+        """Enqueue this run now; its jid."""
+        return await self.enqueuer.enqueue(*self.args, **self.kwargs)
+
+    def stored(self) -> dict[str, Any]:
+        """What a batch keeps of it, to enqueue when it ends (``batch_relay.py``)."""
+        return {"name": self.name, "args": list(self.args), "kwargs": dict(self.kwargs),
+                "queue": self.queue}
+
+    def __repr__(self) -> str:
+        shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.name}.s({', '.join(shown)})"
+
+
+def make(enqueuer: Enqueuer, args: Sequence[Any], kwargs: Mapping[str, Any],
+         max_bytes: int) -> Signature:
+    """A checked signature: TypeError/ValueError naming what does not fit."""
+    definition = enqueuer.definition
+    definition.check_arguments(args, kwargs)
+    job.encode_new(job.build(definition.name, args, kwargs, queue=enqueuer.job_options.queue,
+                             retry=enqueuer.job_options.retry, now=0.0), max_bytes)
+    return Signature(enqueuer, tuple(args), dict(kwargs))
+
+
+def check(value: object, what: str) -> Signature | None:
+    """``value`` if it is a signature (or None); a TypeError naming ``what`` otherwise."""
+    if value is None or isinstance(value, Signature):
+        return value
+    raise TypeError(f"{what} must be a signature (job.s(*args, **kwargs)), not "
+                    f"{type(value).__name__}: {value!r}")

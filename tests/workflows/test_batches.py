@@ -1,0 +1,208 @@
+"""Batches end to end: a real worker on a real Redis runs the members, relays their
+ends, and enqueues each callback once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from cogworker_async import App, current_job
+from tests.waiting import wait_until
+
+WAIT = 15.0
+
+
+class Calls:
+    """What the jobs saw, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+
+    def of(self, name: str) -> list[Any]:
+        return [value for kind, value in self.seen if kind == name]
+
+
+async def relayed(app: App, queues: tuple[str, ...] = ("default",)) -> bool:
+    """Nothing left for the relay: no member's end waits to be applied and no batch has a
+    callback to enqueue (after this, no callback can fire any more)."""
+    store = app.store()
+    notes = [await store.client.llen(store.keys.batch_notes(q)) for q in queues]
+    return not any(notes) and await store.client.zcard(store.keys.batches_firing) == 0
+
+
+def shop(make_app: Callable[..., App]) -> tuple[App, Calls, dict[str, Any]]:
+    app = make_app(track_jobs=True)
+    calls = Calls()
+    gates: dict[str, anyio.Event] = {}
+
+    @app.job(name="work", retry=0)
+    async def work(n: int) -> int:
+        calls.seen.append(("work", n))
+        if n < 0:
+            raise ValueError(f"bad {n}")
+        return n * 10
+
+    @app.job(name="gated", retry=0)
+    async def gated(key: str) -> None:
+        await gates.setdefault(key, anyio.Event()).wait()
+        calls.seen.append(("gated", key))
+
+    @app.job(name="report", retry=0)
+    async def report(kind: str) -> None:
+        calls.seen.append((kind, current_job().batch_id))
+
+    @app.job(name="spawn", retry=0)
+    async def spawn(count: int) -> None:
+        async with app.batch("inner", on_complete=report.s("inner-complete")):
+            for i in range(count):
+                await work.enqueue(100 + i)
+        calls.seen.append(("spawned", current_job().batch_id))
+
+    return app, calls, {"work": work, "gated": gated, "report": report, "spawn": spawn,
+                        "gates": gates}
+
+
+async def test_a_batch_that_all_succeeds_calls_complete_and_success_once(
+    make_app: Callable[..., App],
+) -> None:
+    app, calls, jobs = shop(make_app)
+    report = jobs["report"]
+    async with app.worker():
+        async with app.batch("five", on_complete=report.s("complete"),
+                             on_success=report.s("success"),
+                             on_death=report.s("death")) as batch:
+            for n in range(3):
+                await jobs["work"].enqueue(n)
+            await jobs["work"].enqueue_many([((3,), {}), ((4,), {})])
+        await wait_until(lambda: bool(calls.of("complete") and calls.of("success")), timeout=WAIT)
+        status = await app.batch_status(batch.bid)
+        await wait_until(lambda: relayed(app), timeout=WAIT)
+
+    assert calls.of("complete") == [batch.bid]
+    assert calls.of("success") == [batch.bid]
+    assert calls.of("death") == []
+    assert sorted(calls.of("work")) == [0, 1, 2, 3, 4]
+    assert (status.state, status.total, status.succeeded, status.pending) == ("success", 5, 5, 0)
+    assert status.description == "five"
+    assert status.callbacks == {"complete": f"{batch.bid}-complete",
+                                "success": f"{batch.bid}-success"}
+
+
+async def test_a_death_calls_on_death_once_and_complete_but_never_success(
+    make_app: Callable[..., App],
+) -> None:
+    app, calls, jobs = shop(make_app)
+    report = jobs["report"]
+    async with app.worker():
+        async with app.batch(on_complete=report.s("complete"), on_success=report.s("success"),
+                             on_death=report.s("death")) as batch:
+            for n in (1, -1, -2, 3):
+                await jobs["work"].enqueue(n)
+        await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)
+        await wait_until(lambda: relayed(app), timeout=WAIT)
+        status = await app.batch_status(batch.bid)
+
+    assert calls.of("death") == [batch.bid]
+    assert calls.of("complete") == [batch.bid]
+    assert calls.of("success") == []
+    assert (status.state, status.dead, status.succeeded) == ("dead", 2, 2)
+
+
+async def test_members_that_end_before_the_block_exits_end_nothing_early(
+    make_app: Callable[..., App],
+) -> None:
+    app, calls, jobs = shop(make_app)
+    async with app.worker():
+        async with app.batch(on_complete=jobs["report"].s("complete")) as batch:
+            first = await jobs["work"].enqueue(1)
+            assert first is not None
+
+            async def first_done() -> bool:
+                return (await app.status(first)).state == "succeeded"
+            await wait_until(first_done, timeout=WAIT)
+
+            async def applied() -> bool:  # the member's end has reached the batch
+                return (await app.batch_status(batch.bid)).succeeded == 1
+            await wait_until(applied, timeout=WAIT)
+            await wait_until(lambda: relayed(app), timeout=WAIT)
+            assert calls.of("complete") == []
+            assert (await app.batch_status(batch.bid)).state == "open"
+            await jobs["work"].enqueue(2)
+        await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)
+    assert (await app.batch_status(batch.bid)).total == 2
+
+
+async def test_an_exception_in_the_block_cancels_its_members_and_seals_nothing(
+    make_app: Callable[..., App],
+) -> None:
+    app, calls, jobs = shop(make_app)
+    enqueued: list[str | None] = []
+    batch = app.batch(on_complete=jobs["report"].s("complete"))
+
+    async def change_of_mind() -> None:
+        async with batch:
+            enqueued.append(await jobs["work"].enqueue(1))
+            raise RuntimeError("changed my mind")
+
+    with pytest.raises(RuntimeError, match="changed my mind"):
+        await change_of_mind()
+    [jid] = enqueued
+    assert jid is not None
+    assert (await app.status(jid)).state == "cancelled"
+    async with app.worker():
+        async def dropped() -> bool:  # the cancelled copy is gone, its end applied
+            store = app.store()
+            return (await store.client.llen(store.keys.queue("default")) == 0
+                    and (await app.batch_status(batch.bid)).cancelled == 1)
+        await wait_until(dropped, timeout=WAIT)
+        await wait_until(lambda: relayed(app), timeout=WAIT)
+    assert calls.seen == []
+    assert (await app.batch_status(batch.bid)).state == "open"
+
+
+async def test_a_child_batch_opened_in_a_member_ends_before_its_parent(
+    make_app: Callable[..., App],
+) -> None:
+    app, calls, jobs = shop(make_app)
+    async with app.worker():
+        async with app.batch(on_complete=jobs["report"].s("outer-complete")) as outer:
+            await jobs["spawn"].enqueue(3)
+        await wait_until(lambda: bool(calls.of("outer-complete")), timeout=WAIT)
+        status = await app.batch_status(outer.bid)
+
+    order = [kind for kind, _ in calls.seen if kind.endswith("complete")]
+    assert order == ["inner-complete", "outer-complete"]
+    [child] = status.children
+    assert calls.of("inner-complete") == [child]
+    child_status = await app.batch_status(child)
+    assert (child_status.parent, child_status.state, child_status.total) == (
+        outer.bid, "success", 3)
+    assert status.state == "success"
+
+
+async def test_cancel_batch_cancels_what_waits_and_the_batch_ends(
+    make_app: Callable[..., App],
+) -> None:
+    app, calls, jobs = shop(make_app)
+    async with app.batch(on_complete=jobs["report"].s("complete")) as batch:
+        for n in range(4):
+            await jobs["work"].enqueue_in(3600, n)  # scheduled: waiting
+    assert await app.cancel_batch(batch.bid) == 4
+    async with app.worker():
+        await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)
+    status = await app.batch_status(batch.bid)
+    assert (status.state, status.cancelled) == ("complete", 4)
+
+
+async def test_results_and_a_bad_callback_is_refused_at_the_call(
+    make_app: Callable[..., App],
+) -> None:
+    app, _, jobs = shop(make_app)
+    with pytest.raises(TypeError):
+        jobs["report"].s("too", "many")
+    with pytest.raises(TypeError, match="on_complete must be a signature"):
+        app.batch(on_complete=jobs["report"])
+    assert (await app.batch_status("nope")).state == "unknown"
