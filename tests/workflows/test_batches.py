@@ -1,5 +1,7 @@
 """Batches end to end: a real worker on a real Redis runs the members, relays their
-ends, and enqueues each callback once."""
+ends, and enqueues each callback once — on a single Redis and on a 3-master cluster,
+with members on queues of different nodes (the batch's keys in the namespace's slot,
+each member's note in its own queue's)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,13 @@ import anyio
 import pytest
 
 from cogworker_async import App, current_job
+from tests.conftest import url_of_topology
 from tests.waiting import wait_until
 
 WAIT = 15.0
+QUEUES = ("default", "emails", "reports")
+
+redis_url = pytest.fixture(params=["single", "cluster"])(url_of_topology)
 
 
 class Calls:
@@ -25,7 +31,7 @@ class Calls:
         return [value for kind, value in self.seen if kind == name]
 
 
-async def relayed(app: App, queues: tuple[str, ...] = ("default",)) -> bool:
+async def relayed(app: App, queues: tuple[str, ...] = QUEUES) -> bool:
     """Nothing left for the relay: no member's end waits to be applied and no batch has a
     callback to enqueue (after this, no callback can fire any more)."""
     store = app.store()
@@ -34,7 +40,7 @@ async def relayed(app: App, queues: tuple[str, ...] = ("default",)) -> bool:
 
 
 def shop(make_app: Callable[..., App]) -> tuple[App, Calls, dict[str, Any]]:
-    app = make_app(track_jobs=True)
+    app = make_app(track_jobs=True, queues=list(QUEUES))
     calls = Calls()
     gates: dict[str, anyio.Event] = {}
 
@@ -74,9 +80,9 @@ async def test_a_batch_that_all_succeeds_calls_complete_and_success_once(
         async with app.batch("five", on_complete=report.s("complete"),
                              on_success=report.s("success"),
                              on_death=report.s("death")) as batch:
-            for n in range(3):
-                await jobs["work"].enqueue(n)
-            await jobs["work"].enqueue_many([((3,), {}), ((4,), {})])
+            for n in range(3):  # one on each queue: on a cluster, three nodes
+                await jobs["work"].options(queue=QUEUES[n]).enqueue(n)
+            await jobs["work"].options(queue="reports").enqueue_many([((3,), {}), ((4,), {})])
         await wait_until(lambda: bool(calls.of("complete") and calls.of("success")), timeout=WAIT)
         status = await app.batch_status(batch.bid)
         await wait_until(lambda: relayed(app), timeout=WAIT)
@@ -99,8 +105,8 @@ async def test_a_death_calls_on_death_once_and_complete_but_never_success(
     async with app.worker():
         async with app.batch(on_complete=report.s("complete"), on_success=report.s("success"),
                              on_death=report.s("death")) as batch:
-            for n in (1, -1, -2, 3):
-                await jobs["work"].enqueue(n)
+            for i, n in enumerate((1, -1, -2, 3)):
+                await jobs["work"].options(queue=QUEUES[i % 3]).enqueue(n)
         await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)
         await wait_until(lambda: relayed(app), timeout=WAIT)
         status = await app.batch_status(batch.bid)

@@ -26,7 +26,7 @@ from typing import Any, Final
 import anyio
 import redis.asyncio
 
-from cogworker_async import App
+from cogworker_async import App, current_job
 from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.registry import JobFunction
 from tests.worker.e2e.jobsapp import NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
@@ -119,6 +119,13 @@ async def fail(tag: str, delay: float) -> None:
     raise RuntimeError(f"boom {tag}")
 
 
+async def callback(kind: str) -> None:
+    """A batch's callback: records ``<kind>:<bid>`` (tests/.../test_batch_storm.py)."""
+    tag = f"{kind}:{current_job().batch_id}"
+    await recorder.started(tag)
+    await recorder.finished(tag)
+
+
 @dataclass(frozen=True)
 class Jobs:
     app: App
@@ -126,6 +133,7 @@ class Jobs:
     poison: JobFunction[[str], Awaitable[None]]
     blocker: JobFunction[[str, float], Awaitable[None]]
     fail: JobFunction[[str, float], Awaitable[None]]
+    callback: JobFunction[[str], Awaitable[None]]
 
 
 def build(redis_url: str, namespace: str, **overrides: Any) -> Jobs:
@@ -136,6 +144,7 @@ def build(redis_url: str, namespace: str, **overrides: Any) -> Jobs:
         poison=app.job(name="poison")(poison),
         blocker=app.job(name="blocker", queue="blocking")(blocker),
         fail=app.job(name="fail", retry=False)(fail),
+        callback=app.job(name="callback")(callback),
     )
 
 
