@@ -6,6 +6,7 @@ A job, once enqueued, is never lost; a job that already ran is never silently ru
 from typing import TYPE_CHECKING
 
 from cogworker_async.app import App, Worker
+from cogworker_async.batch import Batch, BatchStatus
 from cogworker_async.context import JobContext, current_job
 from cogworker_async.errors import (
     CogworkerError,
@@ -28,6 +29,7 @@ from cogworker_async.limiter import Limiter
 from cogworker_async.redis.durability import NotDurable
 from cogworker_async.registry import Enqueuer, JobFunction
 from cogworker_async.settings import Settings
+from cogworker_async.signature import Signature
 from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.version import __version__
 from cogworker_async.worker.observers import Death
@@ -47,6 +49,8 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "App",
+    "Batch",
+    "BatchStatus",
     "CancelOutcome",
     "CogworkerError",
     "ConfigurationError",
@@ -70,6 +74,7 @@ __all__ = [
     "Retry",
     "SerializationError",
     "Settings",
+    "Signature",
     "UnknownJob",
     "UnparseablePayload",
     "Worker",

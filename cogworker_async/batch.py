@@ -62,7 +62,8 @@ class BatchStatus:
     parent: str | None = None
     children: list[str] = field(default_factory=list)
     callbacks: dict[str, str] = field(default_factory=dict)
-    """Each callback enqueued so far: kind (death, complete, success) -> its jid."""
+    """Each callback due or enqueued so far: kind (death, complete, success) -> its jid
+    (``jobs.status(jid)`` says how it went)."""
     created_at: float | None = None
     finished_at: float | None = None
 
@@ -132,7 +133,8 @@ async def status_of(app: App, bid: str) -> BatchStatus:
     if record is None:
         return BatchStatus(bid, "unknown")
     f = record.fields
-    fired = f.get("fired", "").split()
+    # Decided (due or enqueued): a callback's jid is known from the moment it is due.
+    fired = f.get("fired", "").split() + f.get("fire", "").split()
     state = f.get("state", "unknown")
     return BatchStatus(
         bid, state if state in ("open", "running", "success", "complete", "dead")  # type: ignore[arg-type]
