@@ -24,7 +24,7 @@ import anyio
 
 from cogworker_async import batch as batch_module
 from cogworker_async import environment, logs, urls
-from cogworker_async.batch import Batch, BatchStatus
+from cogworker_async.batch import Batch, BatchBackend, BatchStatus
 from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
 from cogworker_async.embedded import EmbeddedServer
@@ -374,6 +374,14 @@ class App:
                                      "track_jobs=False")
         return Batch(self, description=description, on_success=on_success,
                      on_complete=on_complete, on_death=on_death, bid=bid, parent=parent)
+
+    def batch_backend(self) -> BatchBackend:
+        """Where batches are kept: Redis (this event loop's Store), or the testing
+        fake's memory inside a ``testing.fake()``/``inline()`` block."""
+        if self._client.sink is not None:
+            backend: BatchBackend = self._client.sink.batches
+            return backend
+        return self._client.store().batches
 
     async def batch_status(self, bid: str) -> BatchStatus:
         """What batch ``bid`` has come to: its state, counts, children, callbacks."""

@@ -25,15 +25,32 @@ from types import TracebackType
 from typing import Final, Literal, Protocol
 
 from cogworker_async import context, signature
-from cogworker_async.redis.store import Store
+from cogworker_async.redis.batches import BatchRecord
 from cogworker_async.signature import Signature
 from cogworker_async.status import CancelOutcome, JobStatus, check_jid
+
+
+class BatchBackend(Protocol):
+    """Where batches are kept: ``redis/batches.py``, or the testing fake's."""
+
+    async def open(self, bid: str, *, description: str = "", callbacks: str = "{}",
+                   parent: str | None = None, now: float | None = None) -> str: ...
+
+    async def add(self, bid: str, jids: Sequence[str]) -> int: ...
+
+    async def leave(self, bid: str, jids: Sequence[str]) -> int: ...
+
+    async def seal(self, bid: str, now: float | None = None) -> str | None: ...
+
+    async def read(self, bid: str) -> BatchRecord | None: ...
+
+    async def members(self, bid: str, which: str) -> list[str]: ...
 
 
 class App(Protocol):
     """What a batch needs of its App (``app.App``)."""
 
-    def store(self) -> Store: ...
+    def batch_backend(self) -> BatchBackend: ...
 
     async def cancel(self, jid: str, *, queue: str | None = None) -> CancelOutcome: ...
 
@@ -100,8 +117,7 @@ class Batch:
         if parent is None and not self._reopen:
             running = context.CURRENT.get(None)
             parent = running.batch_id if running is not None else None
-        store = self._app.store()
-        await store.batches.open(
+        await self._app.batch_backend().open(
             self.bid, description=self.description or "",
             callbacks=json.dumps({kind: sig.stored() for kind, sig in self.callbacks.items()}),
             parent=parent, now=time.time())
@@ -110,11 +126,11 @@ class Batch:
         return self
 
     async def joining(self, jids: Sequence[str]) -> None:
-        await self._app.store().batches.add(self.bid, jids)
+        await self._app.batch_backend().add(self.bid, jids)
         self._joined += jids
 
     async def left(self, jids: Sequence[str]) -> None:
-        await self._app.store().batches.leave(self.bid, jids)
+        await self._app.batch_backend().leave(self.bid, jids)
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
@@ -122,14 +138,14 @@ class Batch:
             context.BATCH.reset(self._token)
             self._token = None
         if kind is None:
-            await self._app.store().batches.seal(self.bid)
+            await self._app.batch_backend().seal(self.bid)
             return
         for jid in self._joined:  # nothing sealed: what joined will not run
             await self._app.cancel(jid)
 
 
 async def status_of(app: App, bid: str) -> BatchStatus:
-    record = await app.store().batches.read(check_jid(bid))
+    record = await app.batch_backend().read(check_jid(bid))
     if record is None:
         return BatchStatus(bid, "unknown")
     f = record.fields
@@ -150,12 +166,12 @@ async def status_of(app: App, bid: str) -> BatchStatus:
 
 async def cancel(app: App, bid: str) -> int:
     """Cancel every member of ``bid`` not ended, and of its child batches; how many."""
-    store = app.store()
+    backend = app.batch_backend()
     cancelled = 0
-    for jid in await store.batches.members(check_jid(bid), "pending"):
+    for jid in await backend.members(check_jid(bid), "pending"):
         if await app.cancel(jid) in ("cancelled", "stopping"):
             cancelled += 1
-    record = await store.batches.read(bid)
+    record = await backend.read(bid)
     for child in record.children if record is not None else []:
         cancelled += await cancel(app, child)
     return cancelled
@@ -164,7 +180,7 @@ async def cancel(app: App, bid: str) -> int:
 async def results(app: App, bid: str) -> dict[str, object]:
     """jid -> result of each member that succeeded and keeps its result."""
     found: dict[str, object] = {}
-    for jid in await app.store().batches.members(check_jid(bid), "succeeded"):
+    for jid in await app.batch_backend().members(check_jid(bid), "succeeded"):
         status = await app.status(jid)
         if status.state == "succeeded" and status.result is not None:
             found[jid] = status.result

@@ -102,6 +102,11 @@ class Sink(Protocol):
         none is started)."""
         ...
 
+    @property
+    def batches(self) -> Any:
+        """The batch operations while faked (``testing/batches.py``)."""
+        ...
+
     def cancel(self, jid: str, queue: str | None) -> CancelOutcome:
         """``jobs.cancel(jid)`` while faked: a waiting job is dropped unrun."""
         ...
@@ -271,15 +276,18 @@ class Client:
         push = await self._prepare(definition, options, args, kwargs, due)
         if push is None:
             return None
+        batch = context.BATCH.get()
+        if batch is None and self.sink is None:
+            return await self._push(definition, options, push, epoch, seconds, None)
+        if batch is not None:  # destination first: it is pending before it can end
+            await batch.joining([push.jid])
         if self.sink is not None:  # a test's fake: all of the above ran as for real
             taken = await self.sink.push(push, due=due, chosen=options.jid is not None)
-            return push.jid if taken else None
-        batch = context.BATCH.get()
-        if batch is None:
-            return await self._push(definition, options, push, epoch, seconds, None)
-        await batch.joining([push.jid])  # destination first: it is pending before it runs
-        jid = await self._push(definition, options, push, epoch, seconds, batch.bid)
-        if jid is None:
+            jid = push.jid if taken else None
+        else:
+            jid = await self._push(definition, options, push, epoch, seconds,
+                                   batch.bid if batch is not None else None)
+        if jid is None and batch is not None:
             await batch.left([push.jid])
         return jid
 
@@ -354,8 +362,16 @@ class Client:
                 raise TypeError(f"enqueue_many item {index} is not an (args, kwargs) pair") from None  # noqa: E501
             pushes.append(await self._prepare(definition, options, tuple(args), dict(kwargs)))
         if self.sink is not None:  # a test's fake (see ``_enqueue``)
-            return [push.jid if push is not None and await self.sink.push(
+            batch = context.BATCH.get()
+            if batch is not None:
+                await batch.joining([push.jid for push in pushes if push is not None])
+            jids = [push.jid if push is not None and await self.sink.push(
                 push, due=None, chosen=False) else None for push in pushes]
+            turned_away = [push.jid for push, jid in zip(pushes, jids, strict=True)
+                       if push is not None and jid is None]
+            if batch is not None and turned_away:
+                await batch.left(turned_away)
+            return jids
         plain = [p for p in pushes if p is not None and p.unique is None]
         locked = [p for p in pushes if p is not None and p.unique is not None]
         store = self.store()

@@ -34,6 +34,7 @@ from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
 from cogworker_async.status import CancelOutcome, JobStatus
+from cogworker_async.testing.batches import FakeBatches
 from cogworker_async.testing.drain import FakeWorker
 from cogworker_async.testing.memory import MemoryStore
 from cogworker_async.testing.records import Enqueued, Run, TooManyRuns
@@ -63,6 +64,8 @@ class Testing:
         self._hooks = hooks
         self._memory = MemoryStore(settings.namespace)
         self._world = World()
+        self.batches = FakeBatches(registry, self._add_callback)
+        self._world.on_end = self.batches.ended
         self._sink = _Sink(self)
         self._inline = False
         self._depth = 0
@@ -92,6 +95,7 @@ class Testing:
                                "fake()/inline() block before entering another")
         self.clear()
         self._inline = inline
+        self.batches.run_now = self._run_inline if inline else None
         self._client.sink = self._sink
 
     def _end(self) -> None:
@@ -119,6 +123,7 @@ class Testing:
         """Forget every recorded job, run, status, unique lock and limiter refusal."""
         self._world.clear()
         self._memory.clear()
+        self.batches.clear()
 
     def refuse(self, *limiters: str) -> None:
         """Make these limiters refuse every acquisition in drained runs (``OverLimit``:
@@ -175,6 +180,21 @@ class Testing:
             if isinstance(digest, str):
                 self._memory.drop_lock(self._memory.keys.unique(waiting[0].queue, digest), jid)
         return outcome
+
+    def _add_callback(self, push: Push) -> bool:
+        """A batch's callback, as the relay enqueues it: refused once its jid exists."""
+        if self._world.known(push.jid):
+            return False
+        self._world.add(push.raw, push.queue, push.jid, due=None, state="queued")
+        return True
+
+    async def _run_inline(self, pushes: list[Push]) -> None:
+        """Callbacks decided at a seal, in an ``inline()`` block: run at once."""
+        for push in pushes:
+            entry = next(e for e in self._world.waiting if e.jid == push.jid)
+            self._world.waiting.remove(entry)
+            self._world.running.add((entry.queue, entry.jid))
+            await self._worker().run_now(entry)
 
     async def _push(self, push: Push, due: float | None, chosen: bool) -> bool:
         world, memory = self._world, self._memory
@@ -239,6 +259,10 @@ class _Sink:
 
     def status(self, jid: str, queue: str | None) -> JobStatus:
         return self._testing._world.status(jid, queue)
+
+    @property
+    def batches(self) -> FakeBatches:
+        return self._testing.batches
 
     def cancel(self, jid: str, queue: str | None) -> CancelOutcome:
         return self._testing._cancel(jid, queue)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cogworker_async import job
@@ -45,6 +46,10 @@ class World:
     ended: dict[tuple[str, str], JobStatus] = field(default_factory=dict)
     """(queue, jid) -> its status once it ended (succeeded, dead, cancelled)."""
     runs: list[Run] = field(default_factory=list)
+    members: dict[str, str] = field(default_factory=dict)
+    """jid -> the batch it is a member of (its payload's ``bid``)."""
+    on_end: Callable[[str, str, str], None] | None = None
+    """Told (bid, jid, end) when a batch's member ends (``testing/batches.py``)."""
     _counter: itertools.count[int] = field(default_factory=itertools.count)
 
     def clear(self) -> None:
@@ -52,6 +57,7 @@ class World:
         self.running.clear()
         self.ended.clear()
         self.runs.clear()
+        self.members.clear()
 
     def alive(self, jid: str) -> bool:
         """Queued, scheduled, running or retrying in any queue (a chosen jid's test: the
@@ -64,6 +70,9 @@ class World:
         self.ended.pop((queue, jid), None)  # a chosen jid used again: its old end goes
         entry = Entry(raw, queue, jid, state, due, next(self._counter))
         self.waiting.append(entry)
+        bid = entry.payload().get("bid")
+        if isinstance(bid, str) and "batch_callback" not in entry.payload():
+            self.members[jid] = bid
         return entry
 
     def put_back(self, entry: Entry) -> None:
@@ -100,6 +109,14 @@ class World:
     def end(self, queue: str, jid: str, status: JobStatus) -> None:
         self.running.discard((queue, jid))
         self.ended[(queue, jid)] = status
+        bid = self.members.get(jid)
+        if bid is not None and self.on_end is not None and \
+                status.state in ("succeeded", "dead", "cancelled"):
+            self.on_end(bid, jid, status.state)
+
+    def known(self, jid: str) -> bool:
+        """Any job with this jid, waiting, running or ended (a callback's ``once``)."""
+        return self.alive(jid) or any(ended == jid for _, ended in self.ended)
 
     def enqueued(self, name: str | None = None, queue: str | None = None) -> list[Enqueued]:
         found = []

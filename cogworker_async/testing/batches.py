@@ -1,0 +1,182 @@
+"""The fake's batches: what ``redis/lua/_batch.lua`` and the relay do, in memory.
+
+A member's end (``World.end``) moves its jid between the sets, and what the batch has
+come to is decided as ``batch_decide`` decides it (only once sealed; each kind once);
+the callbacks due are added to the fake's jobs at once, each with the jid the relay
+would give it (``<bid>-<kind>``, refused once it exists), so ``drain()`` runs them after
+the members, and a parent ends once its children have. In an ``inline()`` block the
+callbacks decided at the seal run at once, as every enqueue there does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cogworker_async import job
+from cogworker_async.client import Push
+from cogworker_async.definition import JobDefinition
+from cogworker_async.redis.batches import BatchEnded, BatchRecord
+from cogworker_async.worker.batch_relay import KINDS, MAX_CALLBACK_BYTES, callback_jid
+
+FINAL = ("success", "complete", "dead")
+
+
+@dataclass
+class FakeBatch:
+    bid: str
+    description: str
+    callbacks: dict[str, dict[str, Any]]
+    parent: str | None
+    created_at: float
+    state: str = "open"
+    sealed: bool = False
+    total: int = 0
+    sets: dict[str, set[str]] = field(default_factory=lambda: {
+        "pending": set(), "succeeded": set(), "dead": set(), "cancelled": set(),
+        "children": set(), "kids": set()})
+    decided: list[str] = field(default_factory=list)
+    finished_at: float | None = None
+
+
+class FakeBatches:
+    """The batch operations ``Batch`` calls (``redis/batches.py``'s), in memory."""
+
+    def __init__(self, registry: Mapping[str, JobDefinition],
+                 add: Callable[[Push], bool]) -> None:
+        self._registry = registry
+        self._add = add
+        """Adds a callback to the fake's jobs; False if its jid exists (``once``)."""
+        self.batches: dict[str, FakeBatch] = {}
+        self.run_now: Callable[[list[Push]], Any] | None = None
+        """Set in an ``inline()`` block: runs callbacks decided at a seal at once."""
+
+    def clear(self) -> None:
+        self.batches.clear()
+
+    async def open(self, bid: str, *, description: str = "", callbacks: str = "{}",
+                   parent: str | None = None, now: float | None = None) -> str:
+        found = self.batches.get(bid)
+        if found is not None:
+            if found.state in FINAL:
+                raise BatchEnded(f"ENDED batch {bid} has ended ({found.state})")
+            found.sealed = False
+            return "reopened"
+        if parent is not None:
+            upper = self.batches.get(parent)
+            if upper is None or upper.state in FINAL:
+                raise BatchEnded(f"NOPARENT batch {parent} "
+                                 f"{'has ended' if upper else 'does not exist'}")
+            upper.sets["children"].add(bid)
+            upper.sets["kids"].add(bid)
+        self.batches[bid] = FakeBatch(bid, description, json.loads(callbacks), parent,
+                                      now or time.time())
+        return "opened"
+
+    def _open(self, bid: str) -> FakeBatch:
+        found = self.batches.get(bid)
+        if found is None:
+            raise BatchEnded(f"NOBATCH batch does not exist: {bid}")
+        if found.sealed or found.state in FINAL:
+            raise BatchEnded(f"SEALED batch is not open ({found.state}): {bid}")
+        return found
+
+    async def add(self, bid: str, jids: Sequence[str]) -> int:
+        found = self._open(bid)
+        for jid in jids:
+            if not any(jid in found.sets[s] for s in ("succeeded", "dead", "cancelled")) \
+                    and jid not in found.sets["pending"]:
+                found.sets["pending"].add(jid)
+                found.total += 1
+        return len(found.sets["pending"])
+
+    async def leave(self, bid: str, jids: Sequence[str]) -> int:
+        found = self._open(bid)
+        for jid in jids:
+            if jid in found.sets["pending"]:
+                found.sets["pending"].discard(jid)
+                found.total -= 1
+        return len(found.sets["pending"])
+
+    async def seal(self, bid: str, now: float | None = None) -> str | None:
+        found = self.batches.get(bid)
+        if found is None:
+            return None
+        found.sealed = True
+        pushes = self._decide(found)
+        if pushes and self.run_now is not None:
+            await self.run_now(pushes)
+        return found.state
+
+    def ended(self, bid: str, jid: str, end: str) -> None:
+        """A member's end (``World.end``): ``batch_apply``, then the relay's firing."""
+        found = self.batches.get(bid)
+        if found is None:
+            return
+        for source in (("pending", "dead") if end == "succeeded" else ("pending",)):
+            if jid in found.sets[source]:
+                found.sets[source].discard(jid)
+                found.sets[end].add(jid)
+                break
+        self._decide(found)
+
+    def _decide(self, found: FakeBatch) -> list[Push]:
+        if not found.sealed:
+            return []
+        new: list[str] = []
+        sets = found.sets
+        if sets["dead"] and "death" not in found.decided:
+            new.append("death")
+        if not sets["pending"] and not sets["children"]:
+            final = "dead" if sets["dead"] else "complete" if sets["cancelled"] else "success"
+            if found.state not in FINAL:
+                found.finished_at = time.time()
+            found.state = final
+            new += [k for k in ("complete", "success")
+                    if k not in found.decided and (k == "complete" or final == "success")]
+        elif found.state == "open":
+            found.state = "running"
+        found.decided += new
+        pushes = [push for kind in KINDS if kind in new and kind in found.callbacks
+                  if (push := self._callback(found, kind)) is not None]
+        if found.state in FINAL and new and found.parent is not None:
+            upper = self.batches.get(found.parent)
+            if upper is not None and found.bid in upper.sets["children"]:
+                upper.sets["children"].discard(found.bid)
+                pushes += self._decide(upper)
+        return pushes
+
+    def _callback(self, found: FakeBatch, kind: str) -> Push | None:
+        stored = found.callbacks[kind]
+        definition = self._registry.get(stored.get("name", ""))
+        if definition is None:
+            return None
+        queue = stored.get("queue") or definition.options.queue
+        payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
+                            queue=queue, retry=definition.options.retry, now=time.time(),
+                            jid=callback_jid(found.bid, kind),
+                            keep_result=definition.options.keep_result, bid=found.bid)
+        payload["batch_callback"] = kind
+        push = Push(queue, job.encode(payload, MAX_CALLBACK_BYTES), payload["jid"])
+        return push if self._add(push) else None
+
+    async def read(self, bid: str) -> BatchRecord | None:
+        found = self.batches.get(bid)
+        if found is None:
+            return None
+        fields = {"state": found.state, "description": found.description,
+                  "sealed": "1" if found.sealed else "0", "parent": found.parent or "",
+                  "callbacks": json.dumps(found.callbacks), "total": str(found.total),
+                  "fired": " ".join(found.decided), "created_at": repr(found.created_at)}
+        if found.finished_at is not None:
+            fields["finished_at"] = repr(found.finished_at)
+        s = found.sets
+        return BatchRecord(bid, fields, len(s["pending"]), len(s["succeeded"]), len(s["dead"]),
+                           len(s["cancelled"]), sorted(s["kids"]))
+
+    async def members(self, bid: str, which: str) -> list[str]:
+        found = self.batches.get(bid)
+        return sorted(found.sets[which]) if found is not None else []
