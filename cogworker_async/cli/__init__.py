@@ -132,6 +132,7 @@ def _every_command() -> typer.Typer:
     """The whole command line. The admin commands' modules import the admin model, rich
     and the tables: loaded only when one of them (or the list of commands) is asked for."""
     from cogworker_async.cli import admin as admin_commands
+    from cogworker_async.cli import batch as batch_command
     from cogworker_async.cli import embedded as embedded_commands
     from cogworker_async.cli import job as job_command
     from cogworker_async.cli import metrics as metrics_commands
@@ -145,6 +146,7 @@ def _every_command() -> typer.Typer:
     migrate_command.register(every, load_app)  # migrate-keys (from the first key layout)
     metrics_commands.register(every, load_app)  # metrics-summary (runs per job class)
     job_command.register(every, load_app)  # job JID [--cancel]: one job's status record
+    batch_command.register(every, load_app)  # batch BID [--cancel]: one batch's status
     metrics_commands.register_exporter(every, load_app)  # metrics: the system-wide gauges
     embedded_commands.register(every, load_app)  # embedded start|status|stop
     every.command()(version)
