@@ -68,6 +68,8 @@ class SystemGauges:
     """Processes alive (beating)."""
     left_out: int = 0
     """Queues past ``MAX_QUEUES_READ`` with no series (nor part of the set sizes)."""
+    batches_open: int = 0
+    """Batches not ended (``jobs.batch``)."""
 
 
 async def read(inspector: Inspector) -> SystemGauges:
@@ -80,8 +82,9 @@ async def read(inspector: Inspector) -> SystemGauges:
     scheduled, retries, dead = await inspector.admin().set_sizes(
         ["schedule", "retry", "dead"], names)
     processes = sum(1 for process in await inspector.processes.all() if process.alive)
+    batches_open = await inspector.app.store().batches.open_count()
     return SystemGauges(tuple(queues), scheduled, retries, dead, processes,
-                        count - len(names))
+                        count - len(names), batches_open)
 
 
 async def read_bounded(inspector: Inspector, streak: Streak) -> SystemGauges | None:
@@ -129,6 +132,9 @@ def families(gauges: SystemGauges | None) -> list[Metric]:
                           value=gauges.dead),
         GaugeMetricFamily("cogworker_processes", "Worker processes alive.",
                           value=gauges.processes),
+        GaugeMetricFamily("cogworker_batches_open",
+                          "Batches not ended: open, or sealed with members pending.",
+                          value=gauges.batches_open),
         GaugeMetricFamily("cogworker_queues_not_exported",
                           f"Queues past the first {MAX_QUEUES_READ} (the app's own first, "
                           "then by name) that have no series and are not in the set sizes.",

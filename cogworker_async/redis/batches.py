@@ -69,7 +69,7 @@ class Batches(Part):
     async def open(self, bid: str, *, description: str = "", callbacks: str = "{}",
                    parent: str | None = None, now: float | None = None) -> str:
         """Open ``bid`` (or open it again); "opened" or "reopened"."""
-        keys = [*self.keys.batch_keys(bid), self.keys.batches,
+        keys = [*self.keys.batch_keys(bid), self.keys.batches, self.keys.batches_open,
                 *(self.keys.batch_keys(parent) if parent else [])]
         try:
             done = await self.scripts.run("batch_open", keys, [
@@ -101,7 +101,8 @@ class Batches(Part):
     async def seal(self, bid: str, now: float | None = None) -> str | None:
         """Seal ``bid``; its state (None: no such batch)."""
         state = await self.scripts.run(
-            "batch_seal", [*self.keys.batch_keys(bid), self.keys.batches_firing],
+            "batch_seal", [*self.keys.batch_keys(bid), self.keys.batches_firing,
+                           self.keys.batches_open],
             [bid, now if now is not None else self._now(), int(DONE_TTL)])
         return as_bytes(state).decode() if state else None
 
@@ -112,18 +113,23 @@ class Batches(Part):
         for jid, end in ends:
             args += [jid, end]
         state = await self.scripts.run(
-            "batch_apply", [*self.keys.batch_keys(bid), self.keys.batches_firing], args)
+            "batch_apply", [*self.keys.batch_keys(bid), self.keys.batches_firing,
+                            self.keys.batches_open], args)
         return as_bytes(state).decode() if state else None
 
     async def fired(self, bid: str, kinds: Sequence[str], parent: str | None,
                     now: float | None = None) -> str | None:
         """The callbacks of ``kinds`` are enqueued; the batch's state (None: gone)."""
-        keys = [*self.keys.batch_keys(bid), self.keys.batches_firing,
+        keys = [*self.keys.batch_keys(bid), self.keys.batches_firing, self.keys.batches_open,
                 *(self.keys.batch_keys(parent) if parent else [])]
         state = await self.scripts.run("batch_fired", keys, [
             bid, now if now is not None else self._now(), int(DONE_TTL), " ".join(kinds),
             parent or ""])
         return as_bytes(state).decode() if state else None
+
+    async def open_count(self) -> int:
+        """How many batches have not ended (abandoned ones count until trimmed)."""
+        return int(await self.client.zcard(self.keys.batches_open))
 
     async def notes(self, queue: str, count: int = NOTES_PER_READ) -> list[bytes]:
         """The oldest notes in ``queue``'s outbox, as written."""

@@ -181,6 +181,13 @@ class Keys:
         return self._app("batches")
 
     @property
+    def batches_open(self) -> str:
+        """Zset bid -> created_at of the batches not ended (the open-batches gauge):
+        left at its end (batch_decide); entries older than an open batch's bound (one
+        abandoned inside its block) are trimmed at each open."""
+        return self._app("batches_open")
+
+    @property
     def batches_firing(self) -> str:
         """Zset bid -> when: batches with callbacks decided and not yet enqueued, or an
         end not yet told to their parent (the relay's work list)."""

@@ -30,7 +30,8 @@ SHORT_BOUND: Final = 0.5
 SYSTEM_GAUGES: Final = {"cogworker_queue_size", "cogworker_queue_latency_seconds",
                         "cogworker_queue_paused",
                         "cogworker_scheduled_size", "cogworker_retry_size",
-                        "cogworker_dead_size", "cogworker_processes"}
+                        "cogworker_dead_size", "cogworker_processes",
+                        "cogworker_batches_open"}
 
 
 @pytest.fixture
@@ -60,8 +61,10 @@ async def test_the_gauges_say_what_is_in_redis(jobs: adminapp.Jobs) -> None:
     for tag in ("d", "e", "f"):
         await jobs.ok.enqueue(tag)
     await jobs.ok.options(queue="mail").enqueue("g")
-    await jobs.ok.enqueue_in(LATER, "h")
+    async with jobs.app.batch():
+        await jobs.ok.enqueue_in(LATER, "h")  # a member that waits: the batch is open
     samples = parse((await render(insp))[0].decode())
+    assert value(samples, "cogworker_batches_open") == 1
     assert value(samples, "cogworker_up") == 1
     assert value(samples, "cogworker_queue_size", queue="default") == 3
     assert value(samples, "cogworker_queue_size", queue="mail") == 1

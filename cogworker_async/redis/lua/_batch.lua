@@ -36,8 +36,9 @@ end
 -- enqueue them; ``fired``: kinds enqueued). Idempotent: a kind is decided once, ever;
 -- calling it again decides nothing new. Nothing is decided before the batch is sealed.
 -- The batch joins the ``firing`` set (KEYS: the namespace's) when it has something for
--- the relay: a callback to enqueue, or its end to tell its parent. Returns its state.
-local function batch_decide(k, firing, bid, now, done_ttl)
+-- the relay: a callback to enqueue, or its end to tell its parent; it leaves the
+-- ``open_index`` of batches not ended when it ends. Returns its state.
+local function batch_decide(k, firing, bid, now, done_ttl, open_index)
   local got = redis.call("HMGET", k[1], "sealed", "state", "fire", "fired")
   local sealed, state, fire, fired = got[1], got[2], got[3] or "", got[4] or ""
   if not state or sealed ~= "1" then return state or false end
@@ -59,6 +60,7 @@ local function batch_decide(k, firing, bid, now, done_ttl)
       if not batch_final(state) then redis.call("HSET", k[1], "finished_at", now) end
       state = final
     end
+    redis.call("ZREM", open_index, bid)
     decide("complete")
     if final == "success" then decide("success") end -- also after a dead member retried
     batch_bound(k, done_ttl)

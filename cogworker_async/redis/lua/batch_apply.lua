@@ -2,6 +2,7 @@
 -- own queue's slot, applied to their batch: each jid leaves pending for the set of its
 -- end; then what the batch has come to is decided (_batch.lua batch_decide).
 -- KEYS[1..7] the batch's keys (_batch.lua)   KEYS[8] the namespace's firing set
+-- KEYS[9] its index of batches not ended
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] the bound of an ended batch's keys (s)
 -- ARGV[4..] jid, end pairs (end: "succeeded", "dead" or "cancelled")
 -- Returns the batch's state (false: no such batch: its notes are dropped).
@@ -18,4 +19,4 @@ for i = 4, #ARGV - 1, 2 do
     if redis.call("SMOVE", source, to[ended], jid) == 1 then break end
   end
 end
-return batch_decide(k, KEYS[8], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+return batch_decide(k, KEYS[8], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), KEYS[9])

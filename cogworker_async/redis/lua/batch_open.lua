@@ -1,7 +1,8 @@
 -- batch_open: open a batch for members to be added (its ``async with`` block), or open
 -- again one not yet ended (``jobs.batch(bid=...)``): nothing fires until it is sealed.
 -- KEYS[1..7] the batch's keys (_batch.lua)   KEYS[8] the namespace's batch index (zset
--- bid -> created_at)   KEYS[9..15] (optional) the parent batch's keys
+-- bid -> created_at)   KEYS[9] its index of batches not ended
+-- KEYS[10..16] (optional) the parent batch's keys
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] description   ARGV[4] callbacks (JSON,
 -- stored as given)   ARGV[5] parent bid ("": none)   ARGV[6] the bound of an open batch's
 -- keys (s, renewed by each add)
@@ -9,7 +10,7 @@
 -- "ENDED batch <bid> has ended" (it cannot take members any more); "NOPARENT ..." for a
 -- parent that does not exist or has ended.
 -- Safe to run twice: a second call reopens what the first opened.
-local k, parent = batch_keys(1), batch_keys(9)
+local k, parent = batch_keys(1), batch_keys(10)
 local state = redis.call("HGET", k[1], "state")
 if state then
   if batch_final(state) then
@@ -32,6 +33,8 @@ redis.call("HSET", k[1], "state", "open", "sealed", "0", "created_at", ARGV[2],
 batch_bound(k, tonumber(ARGV[6]))
 redis.call("ZADD", KEYS[8], now, ARGV[1])
 redis.call("ZREMRANGEBYSCORE", KEYS[8], "-inf", now - tonumber(ARGV[6])) -- long gone
+redis.call("ZADD", KEYS[9], now, ARGV[1])
+redis.call("ZREMRANGEBYSCORE", KEYS[9], "-inf", now - tonumber(ARGV[6])) -- abandoned
 if parent then -- the parent ends only once this one has: it waits in its children
   redis.call("SADD", parent[6], ARGV[1])
   redis.call("SADD", parent[7], ARGV[1])

@@ -2,9 +2,10 @@
 -- fire, and those already due are decided here (a batch whose members all ended before
 -- the block exited).
 -- KEYS[1..7] the batch's keys (_batch.lua)   KEYS[8] the namespace's firing set
+-- KEYS[9] its index of batches not ended
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] the bound of an ended batch's keys (s)
 -- Returns the batch's state (false: no such batch). Safe to run twice.
 local k = batch_keys(1)
 if not redis.call("HGET", k[1], "state") then return false end
 redis.call("HSET", k[1], "sealed", "1")
-return batch_decide(k, KEYS[8], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+return batch_decide(k, KEYS[8], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), KEYS[9])

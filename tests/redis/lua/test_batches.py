@@ -261,3 +261,15 @@ async def test_a_member_never_pushed_leaves_and_counts_for_nothing(store: Store)
     await store.batches.seal("b")
     assert await store.batches.apply("b", [("j1", "succeeded")]) == "success"
     assert (await fields(store, "b"))["total"] == "1"
+
+
+async def test_a_batch_counts_as_open_until_it_ends(store: Store) -> None:
+    await store.batches.open("a")
+    await store.batches.add("a", ["j1"])
+    await store.batches.open("b")
+    assert await store.batches.open_count() == 2
+    await store.batches.seal("b")  # no member: ends at its seal
+    await store.batches.seal("a")
+    assert await store.batches.open_count() == 1  # a is running
+    await store.batches.apply("a", [("j1", "dead")])
+    assert await store.batches.open_count() == 0
