@@ -22,6 +22,7 @@ typer) nor the dashboard's (starlette, jinja2).
 
 Modules: ``api`` (``Inspector`` and the structures it reads: stats, queues, processes,
 periodic jobs), ``sets`` (the scheduled, retry and dead sets and their actions),
+``batches`` (pages of batches, one's status and members, cancel),
 ``records`` (the values returned, and tokens), ``cli`` and ``tables`` (the admin
 commands, which need rich and typer).
 """

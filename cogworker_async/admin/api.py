@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
+from cogworker_async.admin.batches import Batches
 from cogworker_async.admin.job_status import JobStatuses
 from cogworker_async.admin.limits import Limits
 from cogworker_async.admin.periodic import periodic_infos
@@ -259,8 +260,9 @@ class PeriodicJobs:
 class Inspector:
     """Everything the dashboard and the admin CLI read and do, for one App: ``stats``,
     ``queues`` (and ``queue(name)``), ``scheduled``, ``retries``, ``dead``, ``processes``,
-    ``periodic``, ``metrics`` (runs per job class and minute) and ``jobs`` (one job
-    by its jid: status, cancel).
+    ``periodic``, ``metrics`` (runs per job class and minute), ``jobs`` (one job by
+    its jid: status, cancel), ``limits`` and ``batches`` (pages of batches, one's
+    status and members, cancel).
 
     It holds no connection of its own: each call uses the App's pool for the running
     event loop (closed by ``App.close()``).
@@ -278,6 +280,7 @@ class Inspector:
         self.metrics = RunMetrics(self)
         self.jobs = JobStatuses(self)
         self.limits = Limits(self)
+        self.batches = Batches(self)
 
     @property
     def default_queue(self) -> str:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final, Literal, cast
 
-from cogworker_async.redis.errors import ResponseError
+from cogworker_async.redis.errors import NoPermissionError, ResponseError
 from cogworker_async.redis.part import Part, as_bytes
 
 OPEN_TTL: Final = 30 * 86400.0
@@ -25,6 +25,13 @@ DONE_TTL: Final = 7 * 86400.0
 """Seconds an ended batch is kept, for its status."""
 NOTES_PER_READ: Final = 200
 """Notes the relay reads from a queue's outbox per round."""
+MEMBER_SCAN_ROUNDS: Final = 10
+"""SSCAN calls ``sample`` makes at most for one set (each asks for the jids still
+wanted): a set of a million members costs a few bounded reads, never an SMEMBERS."""
+
+BatchIndex = Literal["all", "open"]
+"""The two lists of batches: every batch kept (``Keys.batches``), and those not ended
+(``Keys.batches_open``); each newest first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,3 +173,41 @@ class Batches(Part):
     async def members(self, bid: str, which: str) -> list[str]:
         return sorted(as_bytes(jid).decode() for jid in
                       await self.client.smembers(self.keys.batch_set(bid, which)))
+
+    # -- the admin model's reads (the dashboard's Batches tab): bounded, whatever the size
+
+    async def page(self, index: BatchIndex, start: int, count: int
+                   ) -> tuple[int, list[tuple[str, float]]]:
+        """How many batches ``index`` lists, and its entries ``start``.. (at most
+        ``count``), newest first: (bid, created_at). A key of another type reads as an
+        empty list (a refusal, NOPERM, is raised: the page's 503)."""
+        key = self.keys.batches if index == "all" else self.keys.batches_open
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zcard(key)
+            pipe.zrevrange(key, start, start + count - 1, withscores=True)
+            total, entries = await pipe.execute(raise_on_error=False)
+        for reply in (total, entries):
+            if isinstance(reply, Exception):
+                if isinstance(reply, NoPermissionError) or not isinstance(reply, ResponseError):
+                    raise reply
+                return 0, []
+        return int(total), [(as_bytes(bid).decode("utf-8", "replace"), float(score))
+                            for bid, score in entries]
+
+    async def sample(self, bid: str, which: str, limit: int) -> list[str]:
+        """Up to ``limit`` member jids of one of ``bid``'s sets (pending, succeeded, dead,
+        cancelled), sorted: SSCAN steps, at most ``MEMBER_SCAN_ROUNDS`` of them (a set
+        has no order: which ``limit`` of a larger set are shown is Redis' choice). A
+        key of another type reads as empty."""
+        key, found, cursor = self.keys.batch_set(bid, which), set[str](), 0
+        for _ in range(MEMBER_SCAN_ROUNDS):
+            try:
+                cursor, jids = await self.client.sscan(key, cursor, count=limit - len(found))
+            except ResponseError as exc:
+                if isinstance(exc, NoPermissionError):
+                    raise
+                return []
+            found.update(as_bytes(jid).decode("utf-8", "replace") for jid in jids)
+            if int(cursor) == 0 or len(found) >= limit:
+                break
+        return sorted(found)[:limit]
