@@ -118,6 +118,9 @@ class JobStatus:
     error: str | None = None
     """``Class: message`` of its last failure (retrying, dead)."""
     cancel_requested: bool = False
+    batch: str | None = None
+    """The bid of the batch it is a member of (``jobs.batch``). A batch's callback is
+    no member: its record names none (its payload's ``bid`` says whose it is)."""
 
     @property
     def finished(self) -> bool:
@@ -155,6 +158,7 @@ def read(jid: str, record: Mapping[bytes, bytes] | Mapping[str, str],
         has_result=has_result,
         error=fields.get("error"),
         cancel_requested=fields.get("cancel") == "1",
+        batch=fields.get("batch") or None,
     )
 
 

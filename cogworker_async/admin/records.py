@@ -145,6 +145,16 @@ class JobRecord:
     def retry_count(self) -> int | None:
         return job.count(self._fields, "retry_count")
 
+    @property
+    def batch_id(self) -> str | None:
+        """The batch it is a member of, or (a callback) was enqueued for."""
+        return job.text(self._fields, "bid")
+
+    @property
+    def batch_callback(self) -> str | None:
+        """Which of its batch's callbacks it is (death, complete, success), if one."""
+        return job.text(self._fields, "batch_callback")
+
     def stamp(self, name: job.Field) -> float | None:
         """A time field (``enqueued_at``, ``created_at``, ``failed_at``) as epoch s."""
         return job.number(self._fields, name)
