@@ -31,8 +31,9 @@ MEMBER_SETS: Final = ("pending", "succeeded", "dead", "cancelled")
 """A batch's member sets, in the order a page shows them."""
 MEMBERS_SHOWN: Final = 50
 """Member jids a batch's page shows of each set (the counts say how many there are)."""
-ENDED: Final = frozenset({"success", "complete", "dead"})
-"""States a batch never leaves: nothing of it is left to cancel."""
+ENDED: Final = frozenset({"success", "complete", "dead", "abandoned"})
+"""States a batch has ended in, for good: nothing of it is left to cancel (abandoned:
+its block raised and its members were cancelled, as ``batch.py`` is to say)."""
 
 
 @dataclass(frozen=True, slots=True)

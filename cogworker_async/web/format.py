@@ -81,9 +81,10 @@ def na(value: object) -> str:
     return "n/a" if value is None else str(value)
 
 
-def plural(count: int, word: str) -> str:
-    """``1 job``, ``3 jobs``, ``1,000 jobs``."""
-    return f"{count:,} {word}{'' if count == 1 else 's'}"
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``1 job``, ``3 jobs``, ``1,000 jobs``; ``words``: the plural, when it is not
+    ``word`` and an s (``batches``)."""
+    return f"{count:,} {word if count == 1 else words or word + 's'}"
 
 
 def pretty(value: Any) -> str:

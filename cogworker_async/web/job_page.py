@@ -7,7 +7,8 @@ A jid names a job, not where it is: the page reads the record through
 is queued, running or long finished alike. A jid with no record is not an error: the
 page says "unknown" (never enqueued here, or its record expired) with a 200. Its
 arguments come from the job's payload, where it is now (``Inspector.jobs.copy``: a
-bounded look), cut at ``format.SHOWN_BYTES``.
+bounded look), cut at ``format.SHOWN_BYTES``. A batch's member links to its batch (its
+record names it); a batch's callback too, when its payload is found (its record does not).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Final
 from starlette.requests import Request
 from starlette.responses import Response
 
-from cogworker_async.status import check_jid
+from cogworker_async.admin.job_status import StoredCopy
+from cogworker_async.status import JobStatus, check_jid
 from cogworker_async.web.security import verified_form
 from cogworker_async.web.site import Site
 
@@ -36,6 +38,17 @@ def _problem(jid: str) -> str | None:
     except (TypeError, ValueError) as exc:
         return str(exc)
     return None
+
+
+def batch_of(found: JobStatus, copy: StoredCopy) -> tuple[str | None, str | None]:
+    """The batch the job is a member of or a callback of, and which callback it is:
+    from its record, else from its payload where found. (None, None): no batch, or
+    text that cannot be a bid."""
+    record = copy.record
+    bid = found.batch or (record.batch_id if record is not None else None)
+    if bid is None or _problem(bid) is not None:
+        return None, None
+    return bid, record.batch_callback if record is not None else None
 
 
 def search(site: Site) -> Endpoint:
@@ -61,8 +74,10 @@ def page(site: Site) -> Endpoint:
                                      job=None, jid=jid, problem=problem)
         found = await site.inspector.jobs.status(jid)
         copy = await site.inspector.jobs.copy(found)
+        bid, callback = batch_of(found, copy)
         return await site.render(request, "job_status.html", tab="", job=found, jid=jid,
-                                 problem=None, copy=copy, set_pages=SET_PAGES)
+                                 problem=None, copy=copy, set_pages=SET_PAGES, bid=bid,
+                                 callback=callback)
     return view
 
 

@@ -3,8 +3,9 @@
 Every read goes through the ``Inspector`` and is bounded: a page of 25, a search with a
 budget, a window of recent events. No view loads a whole queue or set, however large.
 The actions (POST) are in ``actions.py`` (and the job page's Cancel in ``job_page.py``,
-with its page); the table below gives them POST-only routes,
-so that a GET of an action URL is a 405 and can never change anything.
+a batch's in ``batch_page.py``, with their pages); the table below gives them POST-only
+routes, so that a GET of an action URL can never change anything: a 405 (a job's or a
+batch's Cancel: the page of an id ending in "/cancel", unknown).
 """
 
 from __future__ import annotations
@@ -29,14 +30,12 @@ from cogworker_async.admin.run_metrics import (
     run_time,
 )
 from cogworker_async.admin.sets import JobSet
-from cogworker_async.web import actions, format, job_page
-from cogworker_async.web.site import NO_STORE, SET_KINDS, STATIC, Site
+from cogworker_async.web import actions, batch_page, format, job_page
+from cogworker_async.web.site import NO_STORE, SET_KINDS, STATIC, Site, page_number
 from cogworker_async.worker.streak import Streak
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
-MAX_PAGE: Final = 10_000_000
-"""Page numbers beyond this are read as this (a window far past any real queue's end)."""
 MAX_TERM: Final = 200
 """Characters of a search term used."""
 WINDOWS: Final = (60, 120, 240, 480)
@@ -44,13 +43,6 @@ WINDOWS: Final = (60, 120, 240, 480)
 BAD_REQUEST: Final = 400
 NOT_IMPLEMENTED: Final = 501
 """/metrics without the metrics extra installed."""
-
-
-def page_number(request: Request) -> int:
-    try:
-        return max(1, min(int(request.query_params.get("page", "1")), MAX_PAGE))
-    except ValueError:
-        return 1
 
 
 def search_term(request: Request) -> str:
@@ -274,6 +266,11 @@ def build(site: Site) -> list[BaseRoute]:
               methods=["POST"], name="queue_resume"),
         Route("/busy", busy(site), name="busy"),
         *(route for kind in SET_KINDS for route in _set_routes(site, kind)),
+        # A batch by its bid (``path``, as a jid: a bid is one of the same rules).
+        Route("/batches", batch_page.tab(site), name="batches"),
+        Route("/batches/{bid:path}/cancel", batch_page.cancel(site), methods=["POST"],
+              name="batch_cancel"),
+        Route("/batches/{bid:path}", batch_page.page(site), name="batch"),
         Route("/periodic", periodic(site), name="periodic"),
         Route("/limits", limits(site), name="limits"),
         # One job by its jid (any jid: ``path``, so that one holding "/" has a page too).

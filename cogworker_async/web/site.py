@@ -41,11 +41,13 @@ STATIC: Final = HERE / "static"
 SET_KINDS: Final = ("scheduled", "retries", "dead")
 TABS: Final = (("dashboard", "Dashboard"), ("queues", "Queues"), ("busy", "Busy"),
                ("scheduled", "Scheduled"), ("retries", "Retries"), ("dead", "Dead"),
-               ("periodic", "Periodic"), ("limits", "Limits"), ("metrics_jobs", "Metrics"))
+               ("batches", "Batches"), ("periodic", "Periodic"), ("limits", "Limits"),
+               ("metrics_jobs", "Metrics"))
 """The nav, in order (route name, label). Metrics last, as in Sidekiq 7; its route is
 ``/metrics/jobs`` (``/metrics`` is the Prometheus scrape endpoint)."""
 VERBS: Final = {"retried": "Put back on its queue", "deleted": "Deleted",
-                "killed": "Moved to dead", "cleared": "Cleared"}
+                "killed": "Moved to dead", "cleared": "Cleared",
+                "cancelled": "Cancelled or, if running, asked to stop"}
 """The actions a redirect may report (anything else in the query string is ignored)."""
 CANCELS: Final = {
     "cancelled": "Cancelled: the job will not run.",
@@ -65,6 +67,8 @@ PAUSES: Final = {
 }
 """What a queue's Pause / Resume button did, said after its redirect."""
 MAX_REPORTED: Final = 10**9
+MAX_PAGE: Final = 10_000_000
+"""Page numbers beyond this are read as this (a window far past any real queue's end)."""
 NO_STORE: Final = {"cache-control": "no-store"}
 """Pages are live data and carry a CSRF token: never cached."""
 UNAVAILABLE: Final = 503
@@ -85,6 +89,14 @@ def environment() -> jinja2.Environment:
                        plural=format.plural, na=format.na, brief=format.brief,
                        percent=format.percent, capped=format.capped)
     return env
+
+
+def page_number(request: Request, name: str = "page") -> int:
+    """The page asked for by query parameter ``name`` (1 unless it is a number)."""
+    try:
+        return max(1, min(int(request.query_params.get(name, "1")), MAX_PAGE))
+    except ValueError:
+        return 1
 
 
 def _count(value: str | None) -> int:

@@ -83,7 +83,9 @@ async def test_every_tab_renders_when_a_fixed_key_has_another_type(
     await store.client.set(keys.dead("default"), "a string, not a zset")
     await store.client.set(keys.queues, "a string, not a set")
     await store.client.set(keys.retry("default"), "a string, not a zset")
-    for path in ("/", "/queues", "/busy", "/scheduled", "/retries", "/dead", "/periodic"):
+    await store.client.set(keys.batches, "a string, not a zset")
+    for path in ("/", "/queues", "/busy", "/scheduled", "/retries", "/dead", "/batches",
+                 "/periodic"):
         response = await client.get(path)
         assert response.status_code == 200, (path, response.text)
     assert "still-here" in (await client.get("/scheduled")).text

@@ -12,7 +12,7 @@ from cogworker_async import App
 from cogworker_async.web import create_dashboard
 from tests.web.conftest import BASE_URL, Board, build_board, page_token
 
-TABS = ["/", "/queues", "/busy", "/scheduled", "/retries", "/dead", "/periodic"]
+TABS = ["/", "/queues", "/busy", "/scheduled", "/retries", "/dead", "/batches", "/periodic"]
 
 
 def links(html: str) -> set[str]:
