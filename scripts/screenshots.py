@@ -12,7 +12,8 @@ never a browser Playwright downloads) through Playwright, 1400 px wide.
 
 The demo data is made the real way: jobs enqueued, run and failed by the workers (the
 retry and dead sets), long jobs running with their progress (Busy), a paused queue and
-one no worker serves (Queues), scheduled jobs, periodic jobs and limiters. Only the past
+one no worker serves (Queues), scheduled jobs, periodic jobs, limiters, and batches
+(two waiting on those queues, one that succeeded, one whose members died). Only the past
 is written directly: an hour of run metrics through a worker's own flush
 (``Store.flush_stats``), so that the Metrics charts have a history, and the last 30
 days' processed and failed counts for the Dashboard's history chart.
@@ -124,6 +125,12 @@ async def customers_csv(account_id: str, columns: list[str]) -> None:
         raise ValueError(f"no such column in the customers export: {', '.join(missing)}")
 
 
+@jobs.job(name="ops.notify", queue="default")
+async def notify(channel: str, text: str) -> None:
+    """The batches' callbacks: a message to a chat channel."""
+    await anyio.sleep(0.01)
+
+
 @jobs.job(name="videos.transcode", queue="media")
 async def transcode(video_id: str, profile: str, *, renditions: list[str]) -> None:
     async with transcoders:
@@ -219,18 +226,23 @@ async def fill_queues() -> dict[str, str]:
     """What stays to be looked at: waiting queues (one paused), scheduled jobs, long
     jobs running; returns the jids a page is taken of."""
     month = (datetime.now(UTC).replace(day=1) - timedelta(days=1)).strftime("%Y-%m")
-    await send_newsletter.enqueue_many(
-        [((40_000 + i, "winter-sale"), {}) for i in range(1_250)])
-    await monthly_statement.enqueue_many(
-        [((f"acct_{7_000 + i * 37}", month), {"format": "pdf" if i % 3 else "csv"})
-         for i in range(48)])
+    # Two batches that wait: their queues are paused (emails) or served by no worker.
+    async with jobs.batch("winter-sale newsletter, 1,250 subscribers",
+                          on_complete=notify.s("#marketing", "newsletter sent")):
+        await send_newsletter.enqueue_many(
+            [((40_000 + i, "winter-sale"), {}) for i in range(1_250)])
+    async with jobs.batch(f"{month} statements, 48 accounts",
+                          on_complete=notify.s("#finance", "statements ready")) as statements:
+        await monthly_statement.enqueue_many(
+            [((f"acct_{7_000 + i * 37}", month), {"format": "pdf" if i % 3 else "csv"})
+             for i in range(48)])
     for minutes, user, reason in ((12, 5_012, "cart-abandoned"), (45, 5_190, "trial-ending"),
                                   (90, 5_233, "cart-abandoned"), (240, 5_377, "renewal"),
                                   (1_440, 5_401, "trial-ending"), (2_880, 5_502, "renewal")):
         await send_reminder.enqueue_in(minutes * 60.0, user, reason)
     for hours, invoice, cents in ((3, "INV-2025-1187", 4_900), (26, "INV-2025-1188", 129_900)):
         await charge_invoice.enqueue_in(hours * HOUR, invoice, cents)
-    running = {}
+    running = {"statements": statements.bid}
     for video, profile in (("vid_8f2c41", "1080p-h264"), ("vid_91aa07", "4k-hevc"),
                            ("vid_a3d5e2", "720p-h264")):
         jid = await transcode.enqueue(video, profile, renditions=["1080p", "720p", "480p"])
@@ -246,15 +258,23 @@ REFUSED_HOOKS: Final = (("acme-outdoor", "order.paid"), ("nordic-home", "order.r
                         ("acme-outdoor", "order.shipped"), ("tinyprints", "customer.created"))
 
 
-async def fail_some() -> None:
+async def fail_some() -> list[str]:
     """Jobs the workers run and fail: the retry set (the gateway times out) and dead
-    (refused webhooks, an export asking for a column that does not exist)."""
+    (refused webhooks, a batch of them, an export asking for a column that does not
+    exist); and a batch of quick jobs that succeed. Returns the bids of the two batches."""
     for invoice, cents in FAILING_INVOICES:
         await charge_invoice.enqueue(invoice, cents)
-    for shop, event in REFUSED_HOOKS:
-        await deliver.enqueue(f"https://hooks.{shop}.example/cogworker",
-                              {"type": event, "id": f"evt_{random.randrange(10**8):08d}"})
+    async with jobs.batch("order events to the shops' webhooks",
+                          on_death=notify.s("#ops", "a webhook failed for good")) as hooks:
+        for shop, event in REFUSED_HOOKS:
+            await deliver.enqueue(f"https://hooks.{shop}.example/cogworker",
+                                  {"type": event, "id": f"evt_{random.randrange(10**8):08d}"})
     await customers_csv.enqueue("acct_7111", ["id", "name", "email", "vat_number"])
+    async with jobs.batch("spring catalogue thumbnails",
+                          on_success=notify.s("#catalogue", "thumbnails ready")) as photos:
+        await thumbnail.enqueue_many([((f"catalogue/spring-{i:02}.jpg", [256, 1024]), {})
+                                      for i in range(24)])
+    return [hooks.bid, photos.bid]
 
 
 async def trickle(seconds: float) -> None:
@@ -363,6 +383,8 @@ SHOTS: Final = (
     ("/scheduled", "scheduled", "tbody tr"),
     ("/retries", "retries", "tbody tr"),
     ("/dead", "dead", "tbody tr"),
+    ("/batches", "batches", "tbody tr"),
+    ("/batches/{statements}", "batch", "ul.members"),
     ("/periodic", "periodic", "tbody tr"),
     ("/limits", "limits", "tbody tr"),
     ("/metrics/jobs", "metrics", "[data-metrics-chart] svg"),
@@ -420,16 +442,18 @@ async def fill(children: list[Child]) -> dict[str, str]:
     await write_history()
     await inspector.queues.pause("emails")
     shown = await fill_queues()
-    await fail_some()
+    hooks, photos = await fail_some()
 
     async def settled() -> bool:
         running = sum(len(process.running) for process in await inspector.processes.all()
                       if process.alive)
         return (await inspector.retries.size() == len(FAILING_INVOICES)
-                and await inspector.dead.size() == len(REFUSED_HOOKS) + 1 and running == 4)
+                and await inspector.dead.size() == len(REFUSED_HOOKS) + 1 and running == 4
+                and (await jobs.batch_status(hooks)).state == "dead"
+                and (await jobs.batch_status(photos)).state == "success")
 
-    await wait_for(settled, "the failing jobs in retry and dead, and four jobs running",
-                   children)
+    await wait_for(settled, "the failing jobs in retry and dead, four jobs running, and "
+                            "two batches ended", children)
     return shown
 
 
