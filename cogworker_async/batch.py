@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Literal, Protocol
 
+import anyio
+
 from cogworker_async import context, signature
 from cogworker_async.redis.batches import BatchRecord
 from cogworker_async.signature import Signature
@@ -34,13 +36,17 @@ class BatchBackend(Protocol):
     """Where batches are kept: ``redis/batches.py``, or the testing fake's."""
 
     async def open(self, bid: str, *, description: str = "", callbacks: str = "{}",
-                   parent: str | None = None, now: float | None = None) -> str: ...
+                   parent: str | None = None, now: float | None = None, token: str = "",
+                   reopen: bool = False) -> str: ...
 
-    async def add(self, bid: str, jids: Sequence[str]) -> int: ...
+    async def add(self, bid: str, jids: Sequence[str]) -> list[str]: ...
 
     async def leave(self, bid: str, jids: Sequence[str]) -> int: ...
 
-    async def seal(self, bid: str, now: float | None = None) -> str | None: ...
+    async def seal(self, bid: str, now: float | None = None, token: str = "") -> str | None: ...
+
+    async def abandon(self, bid: str, parent: str | None, now: float | None = None,
+                      token: str = "") -> str | None: ...
 
     async def read(self, bid: str) -> BatchRecord | None: ...
 
@@ -56,8 +62,11 @@ class App(Protocol):
 
     async def status(self, jid: str, *, queue: str | None = None) -> JobStatus: ...
 
-BatchState = Literal["open", "running", "success", "complete", "dead", "unknown"]
+BatchState = Literal["open", "running", "success", "complete", "dead", "abandoned",
+                     "unknown"]
 KINDS: Final = {"on_death": "death", "on_complete": "complete", "on_success": "success"}
+MAX_BID_CHARS: Final = 64
+"""A callback's jid is ``<bid>-<kind>``: within a jid's length."""
 MAX_DESCRIPTION: Final = 1000
 
 
@@ -67,9 +76,11 @@ class BatchStatus:
 
     bid: str
     state: BatchState
-    """open (its block has not exited), running, then for good: success (every member
-    succeeded), complete (every member ended, some cancelled, none dead) or dead (a
-    member died); unknown: no such batch, or it ended longer ago than it is kept."""
+    """open (a block holds it open: its own, or one that reopened it), running, then for
+    good: success (every member succeeded), complete (every member ended, some
+    cancelled, none dead), dead (a member died) or abandoned (its block raised: its
+    members cancelled, no callback); unknown: no such batch, or it ended longer ago than
+    it is kept."""
     description: str | None = None
     total: int = 0
     pending: int = 0
@@ -108,40 +119,60 @@ class Batch:
                                "on_death": on_death}[name], name)) is not None}
         self._reopen = bid is not None
         self.bid = check_jid(bid) if bid is not None else new_bid()
+        if len(self.bid) > MAX_BID_CHARS:  # a callback's jid is the bid and its kind
+            raise ValueError(f"a bid must be at most {MAX_BID_CHARS} characters")
         self.parent = check_jid(parent) if parent is not None else None
+        self._holder = secrets.token_hex(8)
+        """This block's token: it holds the batch open until this block exits."""
         self._joined: list[str] = []
+        """The jids this block added (and pushed, or is pushing): what its failure cancels."""
         self._token: Token[context.OpenBatch | None] | None = None
 
     async def __aenter__(self) -> Batch:
         parent = self.parent
         if parent is None and not self._reopen:
             running = context.CURRENT.get(None)
-            parent = running.batch_id if running is not None else None
+            # A member's job opens a child; a callback's batch has ended: no parent.
+            if running is not None and "batch_callback" not in running.payload:
+                parent = running.batch_id
         await self._app.batch_backend().open(
             self.bid, description=self.description or "",
             callbacks=json.dumps({kind: sig.stored() for kind, sig in self.callbacks.items()}),
-            parent=parent, now=time.time())
+            parent=parent, now=time.time(), token=self._holder, reopen=self._reopen)
         self.parent = parent
         self._token = context.BATCH.set(self)
         return self
 
-    async def joining(self, jids: Sequence[str]) -> None:
-        await self._app.batch_backend().add(self.bid, jids)
-        self._joined += jids
+    async def joining(self, jids: Sequence[str]) -> list[str]:
+        joined = await self._app.batch_backend().add(self.bid, jids)
+        self._joined += joined
+        return joined
 
     async def left(self, jids: Sequence[str]) -> None:
-        await self._app.batch_backend().leave(self.bid, jids)
+        """Jids that joined at a push refused as a duplicate: they leave (the client
+        passes only those its own ``joining`` added, never a member already there)."""
+        if jids:
+            await self._app.batch_backend().leave(self.bid, jids)
+            self._joined = [jid for jid in self._joined if jid not in jids]
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         if self._token is not None:
             context.BATCH.reset(self._token)
             self._token = None
-        if kind is None:
-            await self._app.batch_backend().seal(self.bid)
-            return
-        for jid in self._joined:  # nothing sealed: what joined will not run
-            await self._app.cancel(jid)
+        backend = self._app.batch_backend()
+        # Shielded: a job's timeout or a cancel that ends the block must not leave the
+        # batch held open (its parent would wait for it forever).
+        with anyio.CancelScope(shield=True):
+            if kind is None:
+                await backend.seal(self.bid, token=self._holder)
+                return
+            for jid in self._joined:  # what this block added will not run
+                await self._app.cancel(jid)
+            if self._reopen:  # a batch that existed: let go, its other members go on
+                await backend.seal(self.bid, token=self._holder)
+            else:
+                await backend.abandon(self.bid, self.parent, token=self._holder)
 
 
 async def status_of(app: App, bid: str) -> BatchStatus:
@@ -152,9 +183,11 @@ async def status_of(app: App, bid: str) -> BatchStatus:
     # Decided (due or enqueued): a callback's jid is known from the moment it is due.
     fired = f.get("fired", "").split() + f.get("fire", "").split()
     state = f.get("state", "unknown")
+    if state == "running" and f.get("sealed") == "0":  # reopened: a block holds it open
+        state = "open"
     return BatchStatus(
-        bid, state if state in ("open", "running", "success", "complete", "dead")  # type: ignore[arg-type]
-        else "unknown",
+        bid, state if state in ("open", "running", "success", "complete", "dead",  # type: ignore[arg-type]
+                                "abandoned") else "unknown",
         description=f.get("description") or None, total=int(f.get("total") or 0),
         pending=record.pending, succeeded=record.succeeded, dead=record.dead,
         cancelled=record.cancelled, parent=f.get("parent") or None, children=record.children,

@@ -279,16 +279,16 @@ class Client:
         batch = context.BATCH.get()
         if batch is None and self.sink is None:
             return await self._push(definition, options, push, epoch, seconds, None)
-        if batch is not None:  # destination first: it is pending before it can end
-            await batch.joining([push.jid])
+        # Destination first: it is pending before it can end.
+        joined = await batch.joining([push.jid]) if batch is not None else []
         if self.sink is not None:  # a test's fake: all of the above ran as for real
             taken = await self.sink.push(push, due=due, chosen=options.jid is not None)
             jid = push.jid if taken else None
         else:
             jid = await self._push(definition, options, push, epoch, seconds,
                                    batch.bid if batch is not None else None)
-        if jid is None and batch is not None:
-            await batch.left([push.jid])
+        if jid is None and batch is not None and joined:  # only what this push added
+            await batch.left(joined)
         return jid
 
     async def _push(self, definition: JobDefinition, options: JobOptions, push: Push,
@@ -363,12 +363,12 @@ class Client:
             pushes.append(await self._prepare(definition, options, tuple(args), dict(kwargs)))
         if self.sink is not None:  # a test's fake (see ``_enqueue``)
             batch = context.BATCH.get()
-            if batch is not None:
-                await batch.joining([push.jid for push in pushes if push is not None])
+            joined = set(await batch.joining([push.jid for push in pushes if push is not None])
+                         if batch is not None else [])
             jids = [push.jid if push is not None and await self.sink.push(
                 push, due=None, chosen=False) else None for push in pushes]
             turned_away = [push.jid for push, jid in zip(pushes, jids, strict=True)
-                       if push is not None and jid is None]
+                           if push is not None and jid is None and push.jid in joined]
             if batch is not None and turned_away:
                 await batch.left(turned_away)
             return jids
@@ -378,16 +378,16 @@ class Client:
         if not self._policy_checked:
             await self._warn_if_evicting(store)
         batch = context.BATCH.get()
-        if batch is not None:
-            await batch.joining([p.jid for p in (*plain, *locked)])
+        joined = set(await batch.joining([p.jid for p in (*plain, *locked)])
+                     if batch is not None else [])
         taken = await store.push_batch(
             options.queue, [p.raw for p in plain],
             [(p.unique[0], p.jid, p.unique[1], p.raw) for p in locked if p.unique],
             jids=[p.jid for p in plain], name=definition.name,
             batch=batch.bid if batch is not None else None)
         refused = {p.jid for p, ok in zip(locked, taken, strict=True) if not ok}
-        if batch is not None and refused:
-            await batch.left(sorted(refused))
+        if batch is not None and refused & joined:
+            await batch.left(sorted(refused & joined))
         return [p.jid if p is not None and p.jid not in refused else None for p in pushes]
 
     async def _warn_if_evicting(self, store: Store) -> None:

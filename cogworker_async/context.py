@@ -116,11 +116,14 @@ class OpenBatch(Protocol):
 
     bid: str
 
-    async def joining(self, jids: Sequence[str]) -> None:
-        """``jids`` join the batch: called before they are pushed."""
+    async def joining(self, jids: Sequence[str]) -> list[str]:
+        """``jids`` join the batch: called before they are pushed; those that joined
+        (a jid already a member does not join again)."""
+        ...
 
     async def left(self, jids: Sequence[str]) -> None:
-        """``jids`` were never pushed (a duplicate refused): they leave it."""
+        """``jids``, which joined at this push, were never pushed (a duplicate refused):
+        they leave it."""
 
 
 BATCH: ContextVar[OpenBatch | None] = ContextVar("cogworker_open_batch", default=None)

@@ -50,8 +50,10 @@ class Signature:
 
     def stored(self) -> dict[str, Any]:
         """What a batch keeps of it, to enqueue when it ends (``batch_relay.py``)."""
+        options = self.enqueuer.job_options
         return {"name": self.name, "args": list(self.args), "kwargs": dict(self.kwargs),
-                "queue": self.queue}
+                "queue": self.queue, "retry": options.retry,
+                "keep_result": options.keep_result}
 
     def __repr__(self) -> str:
         shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]

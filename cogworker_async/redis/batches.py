@@ -74,49 +74,68 @@ class Batches(Part):
         return time.time()
 
     async def open(self, bid: str, *, description: str = "", callbacks: str = "{}",
-                   parent: str | None = None, now: float | None = None) -> str:
-        """Open ``bid`` (or open it again); "opened" or "reopened"."""
+                   parent: str | None = None, now: float | None = None, token: str = "",
+                   reopen: bool = False) -> str:
+        """Open ``bid`` (or open it again, ``reopen``: it must exist), held open by the
+        block of ``token`` until that block's ``seal``; "opened" or "reopened"."""
         keys = [*self.keys.batch_keys(bid), self.keys.batches, self.keys.batches_open,
                 *(self.keys.batch_keys(parent) if parent else [])]
         try:
             done = await self.scripts.run("batch_open", keys, [
                 bid, now if now is not None else self._now(), description, callbacks,
-                parent or "", int(OPEN_TTL)])
+                parent or "", int(OPEN_TTL), token or "-", "reopen" if reopen else "new"])
         except ResponseError as exc:
-            if str(exc).startswith(("ENDED", "NOPARENT")):
+            if str(exc).startswith(("ENDED", "NOPARENT", "NOBATCH")):
                 raise BatchEnded(str(exc)) from exc
             raise
         return as_bytes(done).decode()
 
-    async def add(self, bid: str, jids: Sequence[str]) -> int:
-        """``jids`` join open batch ``bid`` (before they are enqueued); how many pend."""
-        return await self._members(bid, "join", jids)
+    async def add(self, bid: str, jids: Sequence[str]) -> list[str]:
+        """``jids`` join open batch ``bid`` (before they are enqueued); those that joined
+        (not the ones already members)."""
+        joined = await self._members(bid, "join", jids)
+        return [as_bytes(jid).decode() for jid in joined] if isinstance(joined, list) else []
 
     async def leave(self, bid: str, jids: Sequence[str]) -> int:
-        """``jids``, never pushed, leave open batch ``bid``; how many pend."""
-        return await self._members(bid, "leave", jids)
+        """``jids``, never pushed, leave open batch ``bid``; how many left."""
+        left = await self._members(bid, "leave", jids)
+        return left if isinstance(left, int) else 0
 
-    async def _members(self, bid: str, how: str, jids: Sequence[str]) -> int:
+    async def _members(self, bid: str, how: str, jids: Sequence[str]) -> object:
         try:
-            return int(await self.scripts.run("batch_add", self.keys.batch_keys(bid),
-                                              [int(OPEN_TTL), how, *jids]))
+            reply: object = await self.scripts.run(
+                "batch_add", self.keys.batch_keys(bid), [int(OPEN_TTL), how, *jids])
         except ResponseError as exc:
             if str(exc).startswith(("NOBATCH", "SEALED")):
                 raise BatchEnded(str(exc)) from exc
             raise
+        return reply
 
-    async def seal(self, bid: str, now: float | None = None) -> str | None:
-        """Seal ``bid``; its state (None: no such batch)."""
+    async def seal(self, bid: str, now: float | None = None, token: str = "") -> str | None:
+        """The block of ``token`` lets go of ``bid``: sealed once none holds it; its
+        state (None: no such batch)."""
         state = await self.scripts.run(
             "batch_seal", [*self.keys.batch_keys(bid), self.keys.batches_firing,
                            self.keys.batches_open],
-            [bid, now if now is not None else self._now(), int(DONE_TTL)])
+            [bid, now if now is not None else self._now(), int(DONE_TTL), token or "-"])
+        return as_bytes(state).decode() if state else None
+
+    async def abandon(self, bid: str, parent: str | None, now: float | None = None,
+                      token: str = "") -> str | None:
+        """The block of ``token`` raised: ``bid`` ends abandoned (no callback), unless
+        another block holds it; its state (None: no such batch)."""
+        keys = [*self.keys.batch_keys(bid), self.keys.batches_firing, self.keys.batches_open,
+                *(self.keys.batch_keys(parent) if parent else [])]
+        state = await self.scripts.run("batch_abandon", keys, [
+            bid, now if now is not None else self._now(), int(DONE_TTL), token or "-",
+            parent or ""])
         return as_bytes(state).decode() if state else None
 
     async def apply(self, bid: str, ends: Sequence[tuple[str, str]],
                     now: float | None = None) -> str | None:
         """Members' ``(jid, end)`` applied to ``bid``; its state (None: no such batch)."""
-        args: list[object] = [bid, now if now is not None else self._now(), int(DONE_TTL)]
+        args: list[object] = [bid, now if now is not None else self._now(), int(DONE_TTL),
+                              int(OPEN_TTL)]
         for jid, end in ends:
             args += [jid, end]
         state = await self.scripts.run(

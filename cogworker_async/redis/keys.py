@@ -225,6 +225,11 @@ class Keys:
         time of death)."""
         return self._queue(queue, "dead")
 
+    def once(self, queue: str, jid: str) -> str:
+        """String marking that a batch's callback ``jid`` was enqueued on ``queue``
+        (``enqueue.lua``'s mode "2", which refuses it again); TTL the records' bound."""
+        return self._queue(queue, f"once:{jid}")
+
     def batch_notes(self, queue: str) -> str:
         """List of "bid<TAB>jid<TAB>end" notes: batch members of ``queue`` that ended,
         written by their settle script (``_record.lua``), dropped once relayed to their

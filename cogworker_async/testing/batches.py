@@ -22,7 +22,7 @@ from cogworker_async.definition import JobDefinition
 from cogworker_async.redis.batches import BatchEnded, BatchRecord
 from cogworker_async.worker.batch_relay import KINDS, MAX_CALLBACK_BYTES, callback_jid
 
-FINAL = ("success", "complete", "dead")
+FINAL = ("success", "complete", "dead", "abandoned")
 
 
 @dataclass
@@ -40,6 +40,7 @@ class FakeBatch:
         "children": set(), "kids": set()})
     decided: list[str] = field(default_factory=list)
     finished_at: float | None = None
+    holders: list[str] = field(default_factory=list)
 
 
 class FakeBatches:
@@ -58,13 +59,18 @@ class FakeBatches:
         self.batches.clear()
 
     async def open(self, bid: str, *, description: str = "", callbacks: str = "{}",
-                   parent: str | None = None, now: float | None = None) -> str:
+                   parent: str | None = None, now: float | None = None, token: str = "",
+                   reopen: bool = False) -> str:
         found = self.batches.get(bid)
         if found is not None:
             if found.state in FINAL:
                 raise BatchEnded(f"ENDED batch {bid} has ended ({found.state})")
             found.sealed = False
+            if token not in found.holders:
+                found.holders.append(token)
             return "reopened"
+        if reopen:
+            raise BatchEnded(f"NOBATCH batch {bid} does not exist (or expired)")
         if parent is not None:
             upper = self.batches.get(parent)
             if upper is None or upper.state in FINAL:
@@ -73,7 +79,7 @@ class FakeBatches:
             upper.sets["children"].add(bid)
             upper.sets["kids"].add(bid)
         self.batches[bid] = FakeBatch(bid, description, json.loads(callbacks), parent,
-                                      now or time.time())
+                                      now or time.time(), holders=[token])
         return "opened"
 
     def _open(self, bid: str) -> FakeBatch:
@@ -84,27 +90,51 @@ class FakeBatches:
             raise BatchEnded(f"SEALED batch is not open ({found.state}): {bid}")
         return found
 
-    async def add(self, bid: str, jids: Sequence[str]) -> int:
+    async def add(self, bid: str, jids: Sequence[str]) -> list[str]:
         found = self._open(bid)
+        joined = []
         for jid in jids:
             if not any(jid in found.sets[s] for s in ("succeeded", "dead", "cancelled")) \
                     and jid not in found.sets["pending"]:
                 found.sets["pending"].add(jid)
                 found.total += 1
-        return len(found.sets["pending"])
+                joined.append(jid)
+        return joined
 
     async def leave(self, bid: str, jids: Sequence[str]) -> int:
         found = self._open(bid)
+        left = 0
         for jid in jids:
             if jid in found.sets["pending"]:
                 found.sets["pending"].discard(jid)
                 found.total -= 1
-        return len(found.sets["pending"])
+                left += 1
+        return left
 
-    async def seal(self, bid: str, now: float | None = None) -> str | None:
+    async def abandon(self, bid: str, parent: str | None, now: float | None = None,
+                      token: str = "") -> str | None:
         found = self.batches.get(bid)
         if found is None:
             return None
+        if found.state in FINAL:
+            return found.state
+        found.holders = [t for t in found.holders if t != token]
+        if found.holders:
+            return found.state
+        found.state, found.sealed, found.finished_at = "abandoned", True, time.time()
+        upper = self.batches.get(parent) if parent else None
+        if upper is not None and bid in upper.sets["children"]:
+            upper.sets["children"].discard(bid)
+            self._decide(upper)
+        return found.state
+
+    async def seal(self, bid: str, now: float | None = None, token: str = "") -> str | None:
+        found = self.batches.get(bid)
+        if found is None:
+            return None
+        found.holders = [t for t in found.holders if t != token]
+        if found.holders:
+            return found.state
         found.sealed = True
         pushes = self._decide(found)
         if pushes and self.run_now is not None:
@@ -124,7 +154,7 @@ class FakeBatches:
         self._decide(found)
 
     def _decide(self, found: FakeBatch) -> list[Push]:
-        if not found.sealed:
+        if not found.sealed or found.state == "abandoned":
             return []
         new: list[str] = []
         sets = found.sets
@@ -168,6 +198,7 @@ class FakeBatches:
         if found is None:
             return None
         fields = {"state": found.state, "description": found.description,
+                  "holders": " ".join(found.holders),
                   "sealed": "1" if found.sealed else "0", "parent": found.parent or "",
                   "callbacks": json.dumps(found.callbacks), "total": str(found.total),
                   "fired": " ".join(found.decided), "created_at": repr(found.created_at)}

@@ -25,7 +25,8 @@ from typing import Any, Final
 
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition
-from cogworker_async.redis.batches import parse_note
+from cogworker_async.redis.batches import NOTES_PER_READ, parse_note
+from cogworker_async.redis.errors import ResponseError
 from cogworker_async.redis.store import Store
 
 log = logging.getLogger(__name__)
@@ -41,25 +42,45 @@ def callback_jid(bid: str, kind: str) -> str:
 
 class BatchRelay:
     def __init__(self, store: Store, registry: Mapping[str, JobDefinition],
-                 queues: Sequence[str]) -> None:
+                 queues: Sequence[str], max_payload_bytes: int = MAX_CALLBACK_BYTES) -> None:
         self.store = store
         self.registry = registry
         self.queues = list(dict.fromkeys(queues))
+        self.max_payload_bytes = max(max_payload_bytes, MAX_CALLBACK_BYTES)
 
     async def relay_once(self) -> int:
         """One pass: every served queue's notes, then every batch with callbacks due;
-        returns how many notes were applied."""
-        applied = 0
+        returns how many notes were applied. A queue or a batch that fails (a key of
+        the wrong type, Redis refusing) is logged and skipped, never holding up the
+        others; the first failure is raised at the end, for the poller's streak."""
+        applied, failure = 0, None
         for queue in self.queues:
-            applied += await self.relay_notes(queue)
-        await self.fire_due()
+            try:
+                applied += await self.relay_notes(queue)
+            except Exception as exc:
+                failure = failure or exc
+        try:
+            await self.fire_due()
+        except Exception as exc:
+            failure = failure or exc
+        if failure is not None:
+            raise failure
         return applied
 
     async def relay_notes(self, queue: str) -> int:
+        """Every note of ``queue``'s outbox, a page at a time, until a short page."""
+        relayed = 0
+        while True:
+            raws = await self.store.batches.notes(queue)
+            if not raws:
+                return relayed
+            await self._relay_page(queue, raws)
+            relayed += len(raws)
+            if len(raws) < NOTES_PER_READ:
+                return relayed
+
+    async def _relay_page(self, queue: str, raws: list[bytes]) -> None:
         batches = self.store.batches
-        raws = await batches.notes(queue)
-        if not raws:
-            return 0
         ends: dict[str, list[tuple[str, str]]] = defaultdict(list)
         for raw in raws:
             note = parse_note(raw)
@@ -67,41 +88,64 @@ class BatchRelay:
                 log.warning("batch relay: dropping a note that is not one: %r", raw[:200])
                 continue
             ends[note.bid].append((note.jid, note.end))
+        failure: Exception | None = None
         for bid, members in ends.items():
-            await batches.apply(bid, members)
+            try:
+                await batches.apply(bid, members)
+            except ResponseError as exc:  # this batch's keys (a wrong type): not the others'
+                log.error("batch relay: batch %s cannot take its members' ends (%s): "
+                          "its notes are dropped", bid, exc)
+            except Exception as exc:
+                failure = failure or exc
+        if failure is not None:  # nothing dropped: the notes are applied again next pass
+            raise failure
         await batches.drop_notes(queue, raws)
-        return len(raws)
 
     async def fire_due(self) -> None:
         for bid in await self.store.batches.firing():
-            record = await self.store.batches.read(bid)
-            if record is None:  # expired: nothing to fire; batch_fired forgets it
-                await self.store.batches.fired(bid, [], None)
-                continue
-            due = record.fields.get("fire", "").split()
             try:
-                callbacks = json.loads(record.fields.get("callbacks") or "{}")
-            except ValueError:
-                callbacks = {}
-            for kind in (k for k in KINDS if k in due):
-                if kind in callbacks:
-                    await self._enqueue(bid, kind, callbacks[kind])
-            await self.store.batches.fired(bid, due, record.fields.get("parent") or None)
+                await self._fire(bid)
+            except ResponseError as exc:
+                log.error("batch relay: batch %s: its callbacks could not be enqueued (%s)",
+                          bid, exc)
 
-    async def _enqueue(self, bid: str, kind: str, stored: Mapping[str, Any]) -> None:
+    async def _fire(self, bid: str) -> None:
+        record = await self.store.batches.read(bid)
+        if record is None:  # expired: nothing to fire; batch_fired forgets it
+            await self.store.batches.fired(bid, [], None)
+            return
+        due = record.fields.get("fire", "").split()
+        try:
+            callbacks = json.loads(record.fields.get("callbacks") or "{}")
+        except ValueError:
+            callbacks = {}
+        done = []
+        for kind in (k for k in KINDS if k in due):
+            # Marked fired only once enqueued (or refused: enqueued before); a callback
+            # this worker cannot make stays due for a worker that can.
+            if kind not in callbacks or await self._enqueue(bid, kind, callbacks[kind]):
+                done.append(kind)
+        if done:
+            await self.store.batches.fired(bid, done, record.fields.get("parent") or None)
+
+    async def _enqueue(self, bid: str, kind: str, stored: Mapping[str, Any]) -> bool:
         name = stored.get("name")
         definition = self.registry.get(name) if isinstance(name, str) else None
         if definition is None:
-            log.error("batch %s: its %s callback %r is not a job this worker knows: "
-                      "not enqueued", bid, kind, name)
-            return
-        queue = stored.get("queue") or definition.options.queue
+            log.error("batch %s: its %s callback %r is not a job this worker knows: left "
+                      "for a worker that does", bid, kind, name)
+            return False
+        options = definition.options
+        queue = stored.get("queue") or options.queue
         now = time.time()
+        retry = stored.get("retry", options.retry)
         payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
-                            queue=queue, retry=definition.options.retry, now=now,
-                            jid=callback_jid(bid, kind),
-                            keep_result=definition.options.keep_result, bid=bid)
+                            queue=queue, retry=retry if isinstance(retry, bool | int)
+                            else options.retry, now=now, jid=callback_jid(bid, kind),
+                            keep_result=stored.get("keep_result", options.keep_result),
+                            bid=bid)
         payload["batch_callback"] = kind
-        raw = job.encode(payload, MAX_CALLBACK_BYTES)
+        raw = job.encode(payload, self.max_payload_bytes)
         await self.store.enqueue(queue, [raw], jids=[payload["jid"]], name=definition.name,
                                  chosen="once")
+        return True

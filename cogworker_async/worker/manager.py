@@ -134,8 +134,9 @@ class Manager:
                                    observers=self.observers, tally=self.tally,
                                    canceller=self.canceller)
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
-        self.poller = Poller(store, settings, BatchRelay(store, registry, settings.queue_names)
-                             if settings.tracked else None)
+        self.poller = Poller(store, settings, BatchRelay(
+            store, registry, settings.queue_names, settings.max_payload_bytes)
+            if settings.tracked else None)
         self.lag = LoopLag()
         self.fence = Fence(store, self.identity, self.ledger, queues=settings.queue_names,
                            retry_pause=settings.heartbeat_interval)

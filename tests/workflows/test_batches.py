@@ -67,7 +67,20 @@ def shop(make_app: Callable[..., App]) -> tuple[App, Calls, dict[str, Any]]:
                 await work.enqueue(100 + i)
         calls.seen.append(("spawned", current_job().batch_id))
 
+    @app.job(name="spawn_and_fail", retry=0)
+    async def spawn_and_fail() -> None:
+        async with app.batch("doomed child", on_complete=report.s("child-complete")):
+            await work.enqueue_in(3600, 1)
+            raise RuntimeError("the child's block fails")
+
+    @app.job(name="next_stage", retry=0)
+    async def next_stage(kind: str) -> None:  # a callback that starts the next batch
+        async with app.batch("stage two", on_complete=report.s("stage-two")):
+            await work.enqueue(7)
+        calls.seen.append((kind, current_job().batch_id))
+
     return app, calls, {"work": work, "gated": gated, "report": report, "spawn": spawn,
+                        "spawn_and_fail": spawn_and_fail, "next_stage": next_stage,
                         "gates": gates}
 
 
@@ -141,7 +154,7 @@ async def test_members_that_end_before_the_block_exits_end_nothing_early(
     assert (await app.batch_status(batch.bid)).total == 2
 
 
-async def test_an_exception_in_the_block_cancels_its_members_and_seals_nothing(
+async def test_an_exception_in_the_block_cancels_its_members_and_abandons_it(
     make_app: Callable[..., App],
 ) -> None:
     app, calls, jobs = shop(make_app)
@@ -166,7 +179,7 @@ async def test_an_exception_in_the_block_cancels_its_members_and_seals_nothing(
         await wait_until(dropped, timeout=WAIT)
         await wait_until(lambda: relayed(app), timeout=WAIT)
     assert calls.seen == []
-    assert (await app.batch_status(batch.bid)).state == "open"
+    assert (await app.batch_status(batch.bid)).state == "abandoned"
 
 
 async def test_a_child_batch_opened_in_a_member_ends_before_its_parent(
@@ -212,3 +225,76 @@ async def test_results_and_a_bad_callback_is_refused_at_the_call(
     with pytest.raises(TypeError, match="on_complete must be a signature"):
         app.batch(on_complete=jobs["report"])
     assert (await app.batch_status("nope")).state == "unknown"
+
+
+async def test_a_duplicate_jid_in_the_block_neither_ends_it_early_nor_cancels_the_first(
+    make_app: Callable[..., App],
+) -> None:
+    app, _, jobs = shop(make_app)
+    outside = await jobs["work"].options(jid="order-42").enqueue_in(3600, 1)
+    assert outside == "order-42"
+    enqueued: list[str | None] = []
+
+    async def with_a_duplicate() -> None:
+        async with app.batch(on_complete=jobs["report"].s("complete")) as batch:
+            enqueued.append(await jobs["work"].options(jid="order-7").enqueue_in(3600, 2))
+            enqueued.append(await jobs["work"].options(jid="order-7").enqueue_in(3600, 3))
+            enqueued.append(await jobs["work"].options(jid="order-42").enqueue(4))
+            enqueued.append(batch.bid)
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError):
+        await with_a_duplicate()
+    assert enqueued[:3] == ["order-7", None, None]
+    assert (await app.status("order-42")).state == "scheduled"  # not this block's to cancel
+    assert (await app.status("order-7")).state == "cancelled"
+    status = await app.batch_status(str(enqueued[3]))
+    assert (status.state, status.total) == ("abandoned", 1)
+
+
+async def test_a_child_whose_block_fails_in_a_member_does_not_hold_its_parent(
+    make_app: Callable[..., App],
+) -> None:
+    app, calls, jobs = shop(make_app)
+    async with app.worker():
+        async with app.batch(on_complete=jobs["report"].s("outer-complete"),
+                             on_death=jobs["report"].s("outer-death")) as outer:
+            await jobs["spawn_and_fail"].enqueue()
+        await wait_until(lambda: bool(calls.of("outer-complete")), timeout=WAIT)
+        await wait_until(lambda: relayed(app), timeout=WAIT)
+        status = await app.batch_status(outer.bid)
+        [child] = status.children
+        child_status = await app.batch_status(child)
+    assert status.state == "dead"  # its member died
+    assert calls.of("outer-death") == [outer.bid]
+    assert (child_status.state, child_status.cancelled) == ("abandoned", 1)
+    assert calls.of("child-complete") == []
+
+
+async def test_a_callback_can_open_the_next_batch(make_app: Callable[..., App]) -> None:
+    app, calls, jobs = shop(make_app)
+    async with app.worker():
+        async with app.batch(on_success=jobs["next_stage"].s("stage-one")) as first:
+            await jobs["work"].enqueue(1)
+        await wait_until(lambda: bool(calls.of("stage-two")), timeout=WAIT)
+    assert calls.of("stage-one") == [first.bid]
+    [second] = calls.of("stage-two")
+    assert second != first.bid
+    assert (await app.batch_status(second)).parent is None
+
+
+async def test_a_callback_a_worker_does_not_know_stays_due_for_one_that_does(
+    make_app: Callable[..., App],
+) -> None:
+    """A worker of another build (a rolling deploy) must not mark it fired unenqueued."""
+    from cogworker_async.worker.batch_relay import BatchRelay
+
+    app, calls, jobs = shop(make_app)
+    async with app.batch(on_complete=jobs["report"].s("complete")) as batch:
+        pass  # no member: due at once
+    store = app.store()
+    await BatchRelay(store, {}, list(QUEUES)).relay_once()  # knows no job at all
+    assert await store.batches.firing() == [batch.bid]
+    async with app.worker():  # one that knows it
+        await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)
+    assert calls.of("complete") == [batch.bid]

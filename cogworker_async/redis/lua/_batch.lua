@@ -11,7 +11,9 @@
 --
 -- States: open (its ``async with`` block has not exited: nothing can fire), running
 -- (sealed, members pending), then for good: success (every member succeeded), complete
--- (every member ended, some cancelled, none dead) or dead (some member dead).
+-- (every member ended, some cancelled, none dead) or dead (some member dead); or
+-- abandoned (its block raised: its members cancelled, no callback fires). A batch is
+-- sealed once no block holds it open (``holders``: one token per ``async with``).
 
 -- batch_keys: KEYS[first .. first + 6] as a table (nil if KEYS[first] is absent).
 local function batch_keys(first)
@@ -23,7 +25,20 @@ end
 
 -- batch_final: whether ``state`` is one a batch ends in.
 local function batch_final(state)
-  return state == "success" or state == "complete" or state == "dead"
+  return state == "success" or state == "complete" or state == "dead" or state == "abandoned"
+end
+
+-- batch_holders: the tokens of the blocks that hold batch ``k`` open (each ``async with``
+-- has its own), without ``drop`` and with ``add``; written back, and whether any is left.
+-- A set of tokens, not a count: an open or a seal sent twice holds or lets go once.
+local function batch_holders(k, add, drop)
+  local kept = {}
+  for token in string.gmatch(redis.call("HGET", k[1], "holders") or "", "%S+") do
+    if token ~= drop and token ~= add then kept[#kept + 1] = token end
+  end
+  if add then kept[#kept + 1] = add end
+  redis.call("HSET", k[1], "holders", table.concat(kept, " "))
+  return #kept > 0
 end
 
 -- batch_bound: every key of batch ``k`` expires ``ttl`` seconds from now.
@@ -41,7 +56,7 @@ end
 local function batch_decide(k, firing, bid, now, done_ttl, open_index)
   local got = redis.call("HMGET", k[1], "sealed", "state", "fire", "fired")
   local sealed, state, fire, fired = got[1], got[2], got[3] or "", got[4] or ""
-  if not state or sealed ~= "1" then return state or false end
+  if not state or sealed ~= "1" or state == "abandoned" then return state or false end
   local decided = " " .. fire .. " " .. fired .. " "
   local new = {}
   local function decide(kind)

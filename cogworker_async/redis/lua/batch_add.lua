@@ -4,7 +4,8 @@
 -- KEYS[1..7] the batch's keys (_batch.lua)
 -- ARGV[1] the bound of an open batch's keys (s)   ARGV[2] "join" or "leave"
 -- ARGV[3..] the members' jids
--- Returns how many members are pending. Errors (nothing written): "NOBATCH ..." for a
+-- Returns the jids that joined (not those already members: a duplicate enqueue of one
+-- must not take the first one out when it leaves), or how many left. Errors (nothing written): "NOBATCH ..." for a
 -- batch that does not exist; "SEALED ..." for one not open (reopen it first).
 -- Safe to run twice: a jid already pending is one member; one gone leaves once.
 local k = batch_keys(1)
@@ -13,15 +14,17 @@ if not got[1] then return redis.error_reply("NOBATCH batch does not exist: " .. 
 if got[2] == "1" or batch_final(got[1]) then
   return redis.error_reply("SEALED batch is not open (" .. got[1] .. "): " .. k[1])
 end
-local changed = 0
+local changed, joined = 0, {}
 for i = 3, #ARGV do
   if ARGV[2] == "leave" then
     changed = changed - redis.call("SREM", k[2], ARGV[i])
   elseif redis.call("SISMEMBER", k[3], ARGV[i]) == 0 and redis.call("SISMEMBER", k[4], ARGV[i]) == 0
-      and redis.call("SISMEMBER", k[5], ARGV[i]) == 0 then
-    changed = changed + redis.call("SADD", k[2], ARGV[i])
+      and redis.call("SISMEMBER", k[5], ARGV[i]) == 0 and redis.call("SADD", k[2], ARGV[i]) == 1 then
+    changed = changed + 1
+    joined[#joined + 1] = ARGV[i]
   end
 end
 redis.call("HINCRBY", k[1], "total", changed)
 batch_bound(k, tonumber(ARGV[1]))
-return redis.call("SCARD", k[2])
+if ARGV[2] == "leave" then return -changed end
+return joined

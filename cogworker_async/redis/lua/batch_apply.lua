@@ -4,7 +4,9 @@
 -- KEYS[1..7] the batch's keys (_batch.lua)   KEYS[8] the namespace's firing set
 -- KEYS[9] its index of batches not ended
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] the bound of an ended batch's keys (s)
--- ARGV[4..] jid, end pairs (end: "succeeded", "dead" or "cancelled")
+-- ARGV[4] the bound of a batch not ended (s): renewed here, so a batch whose members
+-- run for weeks is kept while they do   ARGV[5..] jid, end pairs (end: "succeeded",
+-- "dead" or "cancelled")
 -- Returns the batch's state (false: no such batch: its notes are dropped).
 -- Safe to run twice, and in any order with the others: a jid that is no longer where
 -- its end would take it from is left alone. A member dead and then retried by hand that
@@ -13,10 +15,12 @@ local k = batch_keys(1)
 if not redis.call("HGET", k[1], "state") then return false end
 local from = {succeeded = {k[2], k[4]}, dead = {k[2]}, cancelled = {k[2]}}
 local to = {succeeded = k[3], dead = k[4], cancelled = k[5]}
-for i = 4, #ARGV - 1, 2 do
+for i = 5, #ARGV - 1, 2 do
   local jid, ended = ARGV[i], ARGV[i + 1]
   for _, source in ipairs(from[ended] or {}) do
     if redis.call("SMOVE", source, to[ended], jid) == 1 then break end
   end
 end
-return batch_decide(k, KEYS[8], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), KEYS[9])
+local state = batch_decide(k, KEYS[8], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), KEYS[9])
+if not batch_final(state) then batch_bound(k, tonumber(ARGV[4])) end -- the sets SMOVE made
+return state

@@ -6,9 +6,9 @@
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] description   ARGV[4] callbacks (JSON,
 -- stored as given)   ARGV[5] parent bid ("": none)   ARGV[6] the bound of an open batch's
 -- keys (s, renewed by each add)
--- Returns "opened", or "reopened" for a batch that existed. Errors (nothing written):
--- "ENDED batch <bid> has ended" (it cannot take members any more); "NOPARENT ..." for a
--- parent that does not exist or has ended.
+-- Errors (nothing written): "ENDED batch <bid> has ended" (it cannot take members any
+-- more); "NOBATCH ..." reopening one that does not exist (or expired); "NOPARENT ..."
+-- for a parent that does not exist or has ended.
 -- Safe to run twice: a second call reopens what the first opened.
 local k, parent = batch_keys(1), batch_keys(10)
 local state = redis.call("HGET", k[1], "state")
@@ -17,8 +17,12 @@ if state then
     return redis.error_reply("ENDED batch " .. ARGV[1] .. " has ended (" .. state .. ")")
   end
   redis.call("HSET", k[1], "sealed", "0")
+  batch_holders(k, ARGV[7], nil)
   batch_bound(k, tonumber(ARGV[6]))
   return "reopened"
+end
+if ARGV[8] == "reopen" then
+  return redis.error_reply("NOBATCH batch " .. ARGV[1] .. " does not exist (or expired)")
 end
 if parent then
   local parent_state = redis.call("HGET", parent[1], "state")
@@ -29,7 +33,8 @@ if parent then
 end
 local now = tonumber(ARGV[2])
 redis.call("HSET", k[1], "state", "open", "sealed", "0", "created_at", ARGV[2],
-           "description", ARGV[3], "callbacks", ARGV[4], "parent", ARGV[5], "total", 0)
+           "description", ARGV[3], "callbacks", ARGV[4], "parent", ARGV[5], "total", 0,
+           "holders", ARGV[7])
 batch_bound(k, tonumber(ARGV[6]))
 redis.call("ZADD", KEYS[8], now, ARGV[1])
 redis.call("ZREMRANGEBYSCORE", KEYS[8], "-inf", now - tonumber(ARGV[6])) -- long gone
@@ -38,5 +43,6 @@ redis.call("ZREMRANGEBYSCORE", KEYS[9], "-inf", now - tonumber(ARGV[6])) -- aban
 if parent then -- the parent ends only once this one has: it waits in its children
   redis.call("SADD", parent[6], ARGV[1])
   redis.call("SADD", parent[7], ARGV[1])
+  batch_bound(parent, tonumber(ARGV[6])) -- its sets made here are bounded with it
 end
 return "opened"

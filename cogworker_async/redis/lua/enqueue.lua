@@ -6,9 +6,11 @@
 -- ARGV[4] the records' TTL (s)      ARGV[5] enqueued_at (the caller's clock)
 -- ARGV[6] the jobs' name            ARGV[7] "1": the caller chose the jid (``options(jid=)``):
 -- refuse a jid whose record says it is still queued, scheduled, running or retrying, or
--- whose cancelled copy has not been dropped yet; "2": refuse a jid that has a record at
--- all, finished too (a batch's callback, enqueued once: batch_relay.py); "0": fresh
--- jids, not looked up
+-- whose cancelled copy has not been dropped yet; "2": once — refuse a jid that has a
+-- record at all, finished too, or that was ever enqueued so (its ``once:<jid>`` marker,
+-- kept the records' TTL whatever ``keep_status`` is: a batch's callback, enqueued once
+-- by the relay even if it ran and its record went before the relay's next pass,
+-- batch_relay.py); "0": fresh jids, not looked up
 -- ARGV[8] the batch the jobs join (its bid, in their records: their ends are noted for
 -- it, _record.lua); "": none
 -- ARGV[9..] jid, raw job pairs, oldest first
@@ -23,9 +25,13 @@ if ARGV[7] == "1" and prefix ~= "" then
   for i = 9, #ARGV, 2 do
     if record_library().alive(prefix .. ARGV[i]) then return {-1} end
   end
-elseif ARGV[7] == "2" and prefix ~= "" then -- once: a jid with any record, even finished
+elseif ARGV[7] == "2" then -- once: a jid ever enqueued so, whatever its record became
+  local slot = string.sub(KEYS[1], 1, -6) -- "<ns>:{q}:queue" -> "<ns>:{q}:"
   for i = 9, #ARGV, 2 do
-    if record_library().read(prefix .. ARGV[i]) then return {-1} end
+    if (prefix ~= "" and record_library().read(prefix .. ARGV[i]))
+        or not redis.call("SET", slot .. "once:" .. ARGV[i], "1", "NX", "EX", ttl) then
+      return {-1}
+    end
   end
 end
 local length = redis.call("LLEN", KEYS[1])

@@ -30,7 +30,7 @@ async def firing(store: Store) -> list[str]:
 
 async def test_members_ending_before_the_seal_fire_nothing_until_it(store: Store) -> None:
     await store.batches.open("b", description="import")
-    assert await store.batches.add("b", ["j1", "j2"]) == 2
+    assert await store.batches.add("b", ["j1", "j2"]) == ["j1", "j2"]
 
     assert await store.batches.apply("b", [("j1", "succeeded"), ("j2", "succeeded")]) == "open"
     assert await firing(store) == []  # open: its block may still add members
@@ -255,9 +255,10 @@ async def test_applied_notes_are_dropped_and_dropping_twice_drops_nothing_more(
 
 async def test_a_member_never_pushed_leaves_and_counts_for_nothing(store: Store) -> None:
     await store.batches.open("b")
-    await store.batches.add("b", ["j1", "dup"])
+    assert await store.batches.add("b", ["j1", "dup"]) == ["j1", "dup"]
+    assert await store.batches.add("b", ["dup"]) == []  # a member already: joins nothing
     assert await store.batches.leave("b", ["dup"]) == 1
-    assert await store.batches.leave("b", ["dup"]) == 1  # again: gone once
+    assert await store.batches.leave("b", ["dup"]) == 0  # again: gone once
     await store.batches.seal("b")
     assert await store.batches.apply("b", [("j1", "succeeded")]) == "success"
     assert (await fields(store, "b"))["total"] == "1"
@@ -273,3 +274,62 @@ async def test_a_batch_counts_as_open_until_it_ends(store: Store) -> None:
     assert await store.batches.open_count() == 1  # a is running
     await store.batches.apply("a", [("j1", "dead")])
     assert await store.batches.open_count() == 0
+
+
+async def test_a_batch_held_by_two_blocks_is_sealed_when_both_have_let_go(store: Store) -> None:
+    await store.batches.open("b", token="outer")
+    await store.batches.add("b", ["j1"])
+    assert await store.batches.open("b", token="inner", reopen=True) == "reopened"
+    assert await store.batches.seal("b", token="outer") == "open"  # inner still holds it
+    await store.batches.apply("b", [("j1", "succeeded")])
+    assert await firing(store) == []  # nothing fires while a block holds it open
+    await store.batches.add("b", ["j2"])  # the inner block can still add
+    assert await store.batches.seal("b", token="inner") == "running"
+    assert await store.batches.seal("b", token="inner") == "running"  # again: let go once
+    assert await store.batches.apply("b", [("j2", "succeeded")]) == "success"
+
+
+async def test_reopening_a_batch_that_does_not_exist_is_refused(store: Store) -> None:
+    with pytest.raises(BatchEnded, match="does not exist"):
+        await store.batches.open("gone", reopen=True)
+    assert await store.batches.read("gone") is None
+
+
+async def test_an_abandoned_child_ends_its_parent_and_fires_nothing_of_its_own(
+    store: Store,
+) -> None:
+    await store.batches.open("parent", token="p")
+    await store.batches.add("parent", ["p1"])
+    await store.batches.seal("parent", token="p")
+    await store.batches.open("child", parent="parent", token="c")
+    await store.batches.add("child", ["c1"])
+    await store.batches.apply("parent", [("p1", "succeeded")])
+    assert (await fields(store, "parent"))["state"] == "running"  # waits for its child
+
+    assert await store.batches.abandon("child", "parent", token="c") == "abandoned"
+    assert await store.batches.apply("child", [("c1", "cancelled")]) == "abandoned"
+
+    assert (await fields(store, "child")).get("fire", "") == ""
+    assert (await fields(store, "parent"))["state"] == "success"
+    assert await store.batches.open_count() == 0
+
+
+async def test_every_set_of_a_batch_not_ended_is_bounded(store: Store, keys: Keys) -> None:
+    await store.batches.open("b")
+    await store.batches.add("b", ["j1", "j2"])
+    await store.batches.seal("b")
+    await store.batches.apply("b", [("j1", "succeeded")])  # SMOVE makes the succeeded set
+    for key in keys.batch_keys("b"):
+        if await store.client.exists(key):
+            assert await store.client.ttl(key) > 0, key
+
+
+async def test_a_callback_enqueued_once_is_refused_after_its_record_has_gone(
+    store: Store, keys: Keys,
+) -> None:
+    raw = make_job(QUEUE, jid="b-complete")
+    assert await store.enqueue(QUEUE, [raw], jids=["b-complete"], chosen="once") == 1
+    await store.client.hdel(keys.live_records(QUEUE), "b-complete")  # as if it ran, expired
+    await store.client.delete(keys.record(QUEUE, "b-complete"))
+    assert await store.enqueue(QUEUE, [raw], jids=["b-complete"], chosen="once") == -1
+    assert await store.client.llen(keys.queue(QUEUE)) == 1

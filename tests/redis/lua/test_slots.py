@@ -322,6 +322,12 @@ async def sweep_records(s: Setup) -> None:
     assert await s.store.sweep_records("emails") == ("0", 0)
 
 
+async def batch_abandon(s: Setup) -> None:
+    await s.store.batches.open("b-1")
+    await s.store.batches.open("b-2", parent="b-1", token="t")
+    assert await s.store.batches.abandon("b-2", "b-1", token="t") == "abandoned"
+
+
 async def batch_open(s: Setup) -> None:
     assert await s.store.batches.open("b-1") == "opened"
     assert await s.store.batches.open("b-2", parent="b-1") == "opened"  # parent's keys too
@@ -329,7 +335,7 @@ async def batch_open(s: Setup) -> None:
 
 async def batch_add(s: Setup) -> None:
     await s.store.batches.open("b-1")
-    assert await s.store.batches.add("b-1", ["j1", "j2"]) == 2
+    assert await s.store.batches.add("b-1", ["j1", "j2"]) == ["j1", "j2"]
 
 
 async def batch_seal(s: Setup) -> None:
@@ -357,7 +363,8 @@ async def drop_notes(s: Setup) -> None:
 
 SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
-        ack, add_stats, batch_add, batch_apply, batch_fired, batch_open, batch_seal, beat,
+        ack, add_stats, batch_abandon, batch_add, batch_apply, batch_fired, batch_open,
+        batch_seal, beat,
         bury_orphan, cancel, close_record, cron_claim, drop_notes, due, enqueue,
         enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
         limit_bucket, limit_concurrent, limit_window, move_member, park_unsettled, progress,
