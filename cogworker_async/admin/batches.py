@@ -32,8 +32,8 @@ MEMBER_SETS: Final = ("pending", "succeeded", "dead", "cancelled")
 MEMBERS_SHOWN: Final = 50
 """Member jids a batch's page shows of each set (the counts say how many there are)."""
 ENDED: Final = frozenset({"success", "complete", "dead", "abandoned"})
-"""States a batch has ended in, for good: nothing of it is left to cancel (abandoned:
-its block raised and its members were cancelled, as ``batch.py`` is to say)."""
+"""The states of ``batch.BatchState`` a batch ends in, for good: nothing of it is left
+to cancel (abandoned: its block raised, and cancelled the members it had added)."""
 
 
 @dataclass(frozen=True, slots=True)

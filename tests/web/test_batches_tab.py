@@ -198,6 +198,28 @@ async def test_cancel_with_the_token_cancels_the_waiting_members(
     assert "Cancelled or, if running, asked to stop: 2 jobs." in shown
 
 
+async def test_an_abandoned_batch_is_listed_as_ended_with_no_cancel(
+        board: Board, client: httpx.AsyncClient) -> None:
+    opened: list[str] = []
+    with pytest.raises(RuntimeError, match="the block failed"):
+        await _fail_inside_a_batch(board, opened)
+    bid, = opened
+    assert (await board.app.batch_status(bid)).state == "abandoned"
+    open_part, all_part = sections((await client.get("/batches")).text)
+    assert bid not in open_part
+    assert row_of(all_part, bid).startswith(f"{bid} half made abandoned 1 ")
+    page = (await client.get(f"/batches/{bid}")).text
+    assert f"Batches / {bid} abandoned" in text_of(page)
+    assert 'class="danger">Cancel</button>' not in page
+
+
+async def _fail_inside_a_batch(board: Board, opened: list[str]) -> None:
+    async with board.app.batch("half made") as batch:
+        opened.append(batch.bid)
+        await board.ok.enqueue_in(HOUR, "a-1")
+        raise RuntimeError("the block failed")
+
+
 async def test_cancel_without_the_token_or_by_get_is_refused(
         board: Board, client: httpx.AsyncClient) -> None:
     bid, jids = await waiting_batch(board, "kept", "k-1")
