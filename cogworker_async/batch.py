@@ -50,6 +50,9 @@ class BatchBackend(Protocol):
 
     async def read(self, bid: str) -> BatchRecord | None: ...
 
+    async def apply(self, bid: str, ends: Sequence[tuple[str, str]],
+                    now: float | None = None) -> str | None: ...
+
     async def members(self, bid: str, which: str) -> list[str]: ...
 
 
@@ -198,12 +201,20 @@ async def status_of(app: App, bid: str) -> BatchStatus:
 
 
 async def cancel(app: App, bid: str) -> int:
-    """Cancel every member of ``bid`` not ended, and of its child batches; how many."""
+    """Cancel every member of ``bid`` not ended, and of its child batches; how many. A
+    pending jid with no job behind it (joined, then never pushed: its enqueuer died
+    between the two) is counted cancelled in the batch, so the batch can end."""
     backend = app.batch_backend()
-    cancelled = 0
+    cancelled, never_pushed = 0, []
     for jid in await backend.members(check_jid(bid), "pending"):
-        if await app.cancel(jid) in ("cancelled", "stopping"):
+        outcome = await app.cancel(jid)
+        if outcome in ("cancelled", "stopping"):
             cancelled += 1
+        elif outcome == "unknown":
+            never_pushed.append((jid, "cancelled"))
+    if never_pushed:
+        await backend.apply(bid, never_pushed)
+        cancelled += len(never_pushed)
     record = await backend.read(bid)
     for child in record.children if record is not None else []:
         cancelled += await cancel(app, child)

@@ -141,6 +141,13 @@ class FakeBatches:
             await self.run_now(pushes)
         return found.state
 
+    async def apply(self, bid: str, ends: Sequence[tuple[str, str]],
+                    now: float | None = None) -> str | None:
+        for jid, end in ends:
+            self.ended(bid, jid, end)
+        found = self.batches.get(bid)
+        return found.state if found is not None else None
+
     def ended(self, bid: str, jid: str, end: str) -> None:
         """A member's end (``World.end``): ``batch_apply``, then the relay's firing."""
         found = self.batches.get(bid)

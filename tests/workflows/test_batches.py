@@ -298,3 +298,19 @@ async def test_a_callback_a_worker_does_not_know_stays_due_for_one_that_does(
     async with app.worker():  # one that knows it
         await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)
     assert calls.of("complete") == [batch.bid]
+
+
+async def test_cancel_batch_ends_a_batch_holding_a_jid_that_was_never_pushed(
+    make_app: Callable[..., App],
+) -> None:
+    """An enqueuer that died between a member's join and its push left a jid with no job
+    behind it: cancel_batch counts it cancelled, and the batch can end."""
+    app, calls, jobs = shop(make_app)
+    async with app.batch(on_complete=jobs["report"].s("complete")) as batch:
+        await app.store().batches.add(batch.bid, ["joined-never-pushed"])
+        await jobs["work"].enqueue_in(3600, 1)
+    assert await app.cancel_batch(batch.bid) == 2
+    async with app.worker():
+        await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)
+    status = await app.batch_status(batch.bid)
+    assert (status.state, status.cancelled, status.pending) == ("complete", 2, 0)
