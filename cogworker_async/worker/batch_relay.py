@@ -18,16 +18,20 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import anyio
+
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition
 from cogworker_async.redis.batches import NOTES_PER_READ, parse_note
-from cogworker_async.redis.errors import ResponseError
+from cogworker_async.redis.errors import ResponseError, Unavailable
 from cogworker_async.redis.store import Store
+from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +46,27 @@ def callback_jid(bid: str, kind: str) -> str:
 
 class BatchRelay:
     def __init__(self, store: Store, registry: Mapping[str, JobDefinition],
-                 queues: Sequence[str], max_payload_bytes: int = MAX_CALLBACK_BYTES) -> None:
+                 queues: Sequence[str], max_payload_bytes: int = MAX_CALLBACK_BYTES,
+                 interval: float = 1.0) -> None:
         self.store = store
         self.registry = registry
         self.queues = list(dict.fromkeys(queues))
         self.max_payload_bytes = max(max_payload_bytes, MAX_CALLBACK_BYTES)
+        self.interval = interval
+        self.streak = Streak("batch relay")
+
+    async def run(self) -> None:
+        """Relay forever at a jittered interval (the poll interval: processes out of
+        step); an outage is said once by the streak, a bug traced, and neither stops it."""
+        await anyio.sleep(random.uniform(0, min(self.interval, 0.5)))
+        while True:
+            try:
+                await self.relay_once()
+            except Exception as exc:
+                self.streak.failed(exc, trace=not isinstance(exc, Unavailable))
+            else:
+                self.streak.succeeded()
+            await anyio.sleep(self.interval * random.uniform(0.5, 1.5))
 
     async def relay_once(self) -> int:
         """One pass: every served queue's notes, then every batch with callbacks due;

@@ -134,9 +134,11 @@ class Manager:
                                    observers=self.observers, tally=self.tally,
                                    canceller=self.canceller)
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
-        self.poller = Poller(store, settings, BatchRelay(
-            store, registry, settings.queue_names, settings.max_payload_bytes)
-            if settings.tracked else None)
+        self.poller = Poller(store, settings)
+        self.relay = BatchRelay(store, registry, settings.queue_names,
+                                settings.max_payload_bytes, settings.poll_interval) \
+            if settings.tracked else None
+        """Batch members' ends and callbacks (``batch_relay.py``): its own task."""
         self.lag = LoopLag()
         self.fence = Fence(store, self.identity, self.ledger, queues=settings.queue_names,
                            retry_pause=settings.heartbeat_interval)
@@ -289,6 +291,8 @@ class Manager:
                     upkeep.start_soon(run_upkeep, self.recovery, self.reconciler,
                                       self.settings, self.identity, self.processor.runner)
                 upkeep.start_soon(self.poller.run)
+                if self.relay is not None:
+                    upkeep.start_soon(self.relay.run)
                 upkeep.start_soon(self.cron.run)
                 upkeep.start_soon(self.stats.run)
                 if self.hooks is not None:

@@ -24,7 +24,6 @@ from cogworker_async.errors import UnparseablePayload
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import SetName, Store
 from cogworker_async.settings import Settings
-from cogworker_async.worker.batch_relay import BatchRelay
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
@@ -36,12 +35,9 @@ SETS: Final[tuple[SetName, ...]] = ("schedule", "retry")
 
 
 class Poller:
-    def __init__(self, store: Store, settings: Settings,
-                 relay: BatchRelay | None = None) -> None:
+    def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
-        self.relay = relay
-        """Batch members' ends and callbacks, relayed each pass (``batch_relay.py``)."""
         self.queues = list(dict.fromkeys(settings.queue_names))
         self.streak = Streak("poller: moving due jobs")
 
@@ -64,11 +60,6 @@ class Poller:
                     await self.promote_due(queue, target)
                 except Exception as exc:
                     failure = failure or exc
-        if self.relay is not None:
-            try:
-                await self.relay.relay_once()
-            except Exception as exc:
-                failure = failure or exc
         if failure is None:
             self.streak.succeeded()
         else:  # Unavailable is Redis away or refusing; anything else is a bug: traced

@@ -139,9 +139,9 @@ local function record_library()
       -- that then succeeds): a note for its batch, in this slot's outbox, in the same
       -- step. ``noted`` makes a rewrite of the same end write none (batches.py relays
       -- the notes; the batch's sets make a repeated note count once anyway).
-      redis.pcall("RPUSH", string.sub(live, 1, -5) .. "batch_notes",
-                  fields.batch .. "\t" .. jid .. "\t" .. fields.state)
-      fields.noted = fields.state
+      local pushed = redis.pcall("RPUSH", string.sub(live, 1, -5) .. "batch_notes",
+                                 fields.batch .. "\t" .. jid .. "\t" .. fields.state)
+      if type(pushed) == "number" then fields.noted = fields.state end -- else: again later
     end
     if live and (LIVE_STATES[fields.state] or fields.cancel == "1") then
       if not ttl and not fields["until"] then -- from the earlier layout: its key's TTL, or 14 days
