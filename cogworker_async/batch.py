@@ -194,7 +194,7 @@ async def status_of(app: App, bid: str) -> BatchStatus:
         description=f.get("description") or None, total=int(f.get("total") or 0),
         pending=record.pending, succeeded=record.succeeded, dead=record.dead,
         cancelled=record.cancelled, parent=f.get("parent") or None, children=record.children,
-        callbacks={kind: f"{bid}-{kind}" for kind in fired
+        callbacks={kind: signature.callback_jid(bid, kind) for kind in fired
                    if kind in json.loads(f.get("callbacks") or "{}")},
         created_at=float(f["created_at"]) if f.get("created_at") else None,
         finished_at=float(f["finished_at"]) if f.get("finished_at") else None)

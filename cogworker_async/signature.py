@@ -60,6 +60,26 @@ class Signature:
         return f"{self.name}.s({', '.join(shown)})"
 
 
+def callback_jid(bid: str, kind: str) -> str:
+    """The jid a batch's callback of ``kind`` is enqueued with (once: ``enqueue.lua``)."""
+    return f"{bid}-{kind}"
+
+
+def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: str,
+                     kind: str, now: float) -> job.Payload:
+    """The job a batch's stored callback (``Signature.stored``) is enqueued as: by the
+    relay (``worker/batch_relay.py``) and by the testing fake alike."""
+    options = definition.options
+    retry = stored.get("retry", options.retry)
+    payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
+                        queue=stored.get("queue") or options.queue,
+                        retry=retry if isinstance(retry, bool | int) else options.retry,
+                        now=now, jid=callback_jid(bid, kind),
+                        keep_result=stored.get("keep_result", options.keep_result), bid=bid)
+    payload["batch_callback"] = kind
+    return payload
+
+
 def make(enqueuer: Enqueuer, args: Sequence[Any], kwargs: Mapping[str, Any],
          max_bytes: int) -> Signature:
     """A checked signature: TypeError/ValueError naming what does not fit."""

@@ -20,7 +20,8 @@ from cogworker_async import job
 from cogworker_async.client import Push
 from cogworker_async.definition import JobDefinition
 from cogworker_async.redis.batches import BatchEnded, BatchRecord
-from cogworker_async.worker.batch_relay import KINDS, MAX_CALLBACK_BYTES, callback_jid
+from cogworker_async.signature import callback_payload
+from cogworker_async.worker.batch_relay import KINDS, MAX_CALLBACK_BYTES
 
 FINAL = ("success", "complete", "dead", "abandoned")
 
@@ -191,13 +192,8 @@ class FakeBatches:
         definition = self._registry.get(stored.get("name", ""))
         if definition is None:
             return None
-        queue = stored.get("queue") or definition.options.queue
-        payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
-                            queue=queue, retry=definition.options.retry, now=time.time(),
-                            jid=callback_jid(found.bid, kind),
-                            keep_result=definition.options.keep_result, bid=found.bid)
-        payload["batch_callback"] = kind
-        push = Push(queue, job.encode(payload, MAX_CALLBACK_BYTES), payload["jid"])
+        payload = callback_payload(definition, stored, found.bid, kind, time.time())
+        push = Push(payload["queue"], job.encode(payload, MAX_CALLBACK_BYTES), payload["jid"])
         return push if self._add(push) else None
 
     async def read(self, bid: str) -> BatchRecord | None:

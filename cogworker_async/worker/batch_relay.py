@@ -31,6 +31,7 @@ from cogworker_async.definition import JobDefinition
 from cogworker_async.redis.batches import NOTES_PER_READ, parse_note
 from cogworker_async.redis.errors import ResponseError, Unavailable
 from cogworker_async.redis.store import Store
+from cogworker_async.signature import callback_payload
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
@@ -38,10 +39,6 @@ log = logging.getLogger(__name__)
 KINDS: Final = ("death", "complete", "success")
 """Callback kinds in the order they are enqueued (a death before the end)."""
 MAX_CALLBACK_BYTES: Final = 1_000_000
-
-
-def callback_jid(bid: str, kind: str) -> str:
-    return f"{bid}-{kind}"
 
 
 class BatchRelay:
@@ -155,16 +152,8 @@ class BatchRelay:
             log.error("batch %s: its %s callback %r is not a job this worker knows: left "
                       "for a worker that does", bid, kind, name)
             return False
-        options = definition.options
-        queue = stored.get("queue") or options.queue
-        now = time.time()
-        retry = stored.get("retry", options.retry)
-        payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
-                            queue=queue, retry=retry if isinstance(retry, bool | int)
-                            else options.retry, now=now, jid=callback_jid(bid, kind),
-                            keep_result=stored.get("keep_result", options.keep_result),
-                            bid=bid)
-        payload["batch_callback"] = kind
+        payload = callback_payload(definition, stored, bid, kind, time.time())
+        queue = payload["queue"]
         raw = job.encode(payload, self.max_payload_bytes)
         await self.store.enqueue(queue, [raw], jids=[payload["jid"]], name=definition.name,
                                  chosen="once")
