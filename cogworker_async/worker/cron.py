@@ -80,13 +80,41 @@ class CronTicker:
             if tick is None:
                 continue
             queue, raw = self.build(periodic, tick)
-            if await self.store.cron_claim(periodic.name, tick, queue, raw):
+            claimed, before = await self.store.cron_claim(periodic.name, tick, queue, raw)
+            if claimed:
                 enqueued += 1
-                log.info("cron: enqueued %s for %s", periodic.name,
-                         time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(tick)))
+                log.info("cron: enqueued %s for %s", periodic.name, _stamp(tick))
+                missed = missed_ticks(periodic, before, tick)
+                if missed:
+                    # By design only the latest due tick runs (one catch-up run, not a
+                    # flood); a tick nobody claimed is said, so that a gap in a
+                    # schedule's runs is never silent.
+                    log.warning("cron: %s missed %s tick(s) between %s and %s: no worker "
+                                "process ticked in time (all busy, stalled or down); "
+                                "ran the latest only", periodic.name,
+                                f"{missed}+" if missed >= MAX_COUNTED else missed,
+                                _stamp(before or tick), _stamp(tick))
             self.claimed[periodic.name] = tick
         return enqueued
 
     def _sleep(self, now: float) -> float:
         soonest = min(p.next_tick(now) for p in self.periodics)
         return max(0.01, min(MAX_SLEEP, soonest - now + 0.005))
+
+
+MAX_COUNTED: Final = 1000
+"""Missed ticks are counted up to this many (a schedule down for a year is not iterated)."""
+
+
+def missed_ticks(periodic: Periodic, before: float | None, tick: float) -> int:
+    """How many ticks of ``periodic`` fell strictly between ``before`` and ``tick``."""
+    if before is None:
+        return 0
+    count, at = 0, periodic.next_tick(before)
+    while at < tick and count < MAX_COUNTED:
+        count, at = count + 1, periodic.next_tick(at)
+    return count
+
+
+def _stamp(tick: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(tick))

@@ -4,9 +4,12 @@
 -- ARGV[1] periodic name   ARGV[2] tick (epoch s)   ARGV[3] queue name
 -- ARGV[4] wake channel    ARGV[5] raw job
 -- ARGV[6] the record's TTL (s)       ARGV[7] the job's name   ARGV[8] enqueued_at
--- Returns 1 if this call claimed the tick and pushed the job, 0 if the tick (or a later
--- one) was already claimed. Claim and push in one step: a claimed tick always has its job.
-local last = tonumber(redis.call("HGET", KEYS[1], ARGV[1]) or "")
+-- Returns {1, the tick claimed before it or ""} if this call claimed the tick and pushed
+-- the job (the caller tells the log which ticks in between nobody claimed), 0 if the tick
+-- (or a later one) was already claimed. Claim and push in one step: a claimed tick always
+-- has its job.
+local before = redis.call("HGET", KEYS[1], ARGV[1]) or ""
+local last = tonumber(before)
 if last and last >= tonumber(ARGV[2]) then
   return 0
 end
@@ -17,4 +20,4 @@ if KEYS[3] then
               "enqueued_at", ARGV[8])
 end
 wake(ARGV[4], ARGV[3])
-return 1
+return {1, before}

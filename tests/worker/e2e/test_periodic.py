@@ -59,10 +59,18 @@ async def test_three_processes_enqueue_each_tick_once_and_never_overlap(
     # log), but for the last one or two: enqueued, still queued when the workers stopped.
     assert len(ticks) + text.count("periodic tick: skipped") >= RUN_FOR - 1, (ticks, logs)
     # Each second was enqueued exactly once across the three processes, none skipped...
-    enqueued = [calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
-                for stamp in re.findall(r"cron: enqueued tick for (\S+ \S+)", text)]
+    enqueued = [_epoch(stamp) for stamp in re.findall(r"cron: enqueued tick for (\S+ \S+)",
+                                                      text)]
     assert len(enqueued) == len(set(enqueued)), f"a tick was enqueued twice: {logs}"
-    assert sorted(enqueued) == list(range(min(enqueued), max(enqueued) + 1)), logs
+    # A second can go unclaimed only if all three processes were stalled past it (the
+    # design runs the latest due tick, not a flood); the ticker then says so, and only
+    # those seconds may be absent.
+    said_missed = set()
+    for first, last in re.findall(r"cron: tick missed \d+ tick\(s\) between (\S+ \S+) "
+                                  r"and (\S+ \S+)", text):
+        said_missed.update(range(_epoch(first) + 1, _epoch(last)))
+    assert sorted(enqueued) == [t for t in range(min(enqueued), max(enqueued) + 1)
+                                if t not in said_missed], logs
     # ...and each one ran, unless it was skipped because the previous run still held
     # the running lock (a periodic job never overlaps itself; under load at start-up a
     # run can end after the next second has begun). Either way, said in the log.
@@ -77,3 +85,7 @@ async def test_three_processes_enqueue_each_tick_once_and_never_overlap(
     assert all(e - s >= LONG_RUN - 0.01 for s, e in spans)
     claimed = await r.hgetall(Keys(namespace).cron_claimed("default"))
     assert set(claimed) == {b"tick", b"long"}
+
+
+def _epoch(stamp: str) -> int:
+    return calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))

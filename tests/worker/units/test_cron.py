@@ -77,3 +77,30 @@ async def test_the_running_ticker_enqueues_due_ticks(ticker: CronTicker, store: 
         tg.start_soon(ticker.run)
         await wait_until(enqueued, timeout=5)
         tg.cancel_scope.cancel()
+
+
+async def test_ticks_nobody_claimed_are_said_and_only_the_latest_runs(
+    ticker: CronTicker, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = time.time()
+    assert await ticker.tick(now) == 1
+    # Every process stalled for three seconds: the next tick claimed is the latest due.
+    with caplog.at_level("WARNING", logger="cogworker_async.worker.cron"):
+        assert await ticker.tick(now + 3) == 1
+    assert [job["periodic_tick"] for job in await queued(store)] == [
+        ticker.periodics[0].latest_tick(now + 3), ticker.periodics[0].latest_tick(now)]
+    [warning] = [r.getMessage() for r in caplog.records if "missed" in r.getMessage()]
+    assert "report missed 2 tick(s)" in warning
+
+
+async def test_a_tick_another_process_claimed_is_not_called_missed(
+    store: Store, redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = ticker_for(store, redis_url, namespace, EVERY_SECOND)
+    second = ticker_for(store, redis_url, namespace, EVERY_SECOND)
+    now = time.time()
+    assert await first.tick(now) == 1
+    assert await second.tick(now + 1) == 1  # first slept through this one
+    with caplog.at_level("WARNING", logger="cogworker_async.worker.cron"):
+        assert await first.tick(now + 2) == 1
+    assert not [r for r in caplog.records if "missed" in r.getMessage()]
