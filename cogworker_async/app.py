@@ -25,6 +25,7 @@ import anyio
 from cogworker_async import batch as batch_module
 from cogworker_async import environment, logs, urls
 from cogworker_async.batch import Batch, BatchBackend, BatchStatus
+from cogworker_async.chain import Chain
 from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
 from cogworker_async.embedded import EmbeddedServer
@@ -374,6 +375,12 @@ class App:
                                      "track_jobs=False")
         return Batch(self, description=description, on_success=on_success,
                      on_complete=on_complete, on_death=on_death, bid=bid, parent=parent)
+
+    def chain(self, *signatures: Signature, pass_result: bool = False) -> Chain:
+        """Jobs that run one after another: ``await jobs.chain(a.s(1), b.s()).enqueue()``
+        returns their jids; each runs after the one before succeeded, and with
+        ``pass_result`` takes its return value as its first argument."""
+        return Chain(signatures, pass_result=pass_result)
 
     def batch_backend(self) -> BatchBackend:
         """Where batches are kept: Redis (this event loop's Store), or the testing

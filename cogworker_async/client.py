@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from cogworker_async import context, job, tracing, unique
+from cogworker_async import context, dependents, job, tracing, unique
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 from cogworker_async.errors import UNTRACKED, ConfigurationError
-from cogworker_async.lookup import QueueHints
+from cogworker_async.lookup import JobLookup, QueueHints
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
 from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
@@ -91,6 +91,10 @@ class Sink(Protocol):
     async def push(self, push: Push, *, due: float | None, chosen: bool) -> bool:
         """Take one job (``due``: epoch s, None: now); False if refused as Redis would
         refuse it: a unique job's lock is held, or a ``chosen`` jid is alive."""
+        ...
+
+    async def wait(self, push: Push, options: JobOptions, *, chosen: bool) -> bool:
+        """A job that runs after ``options.after`` (whether it was taken)."""
         ...
 
     def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
@@ -271,6 +275,8 @@ class Client:
         delay: Delay | None,
         at: When | None,
     ) -> str | None:
+        if options.after:
+            return await self._enqueue_after(definition, options, args, kwargs, delay, at)
         epoch, seconds = self._due(delay, at)
         due = epoch if seconds is None else time.time() + seconds
         push = await self._prepare(definition, options, args, kwargs, due)
@@ -290,6 +296,44 @@ class Client:
         if jid is None and batch is not None and joined:  # only what this push added
             await batch.left(joined)
         return jid
+
+    async def _enqueue_after(
+        self,
+        definition: JobDefinition,
+        options: JobOptions,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        delay: Delay | None,
+        at: When | None,
+    ) -> str | None:
+        """A job that waits for its parents (``dependents.py``)."""
+        if delay is not None or at is not None:
+            raise ValueError("after= cannot be combined with enqueue_in/enqueue_at: the "
+                             "job runs as soon as its parents succeeded")
+        if options.unique is not None:
+            raise ValueError("after= cannot be combined with unique")
+        if not self.settings.tracked:
+            raise ConfigurationError(UNTRACKED)
+        if options.pass_result:
+            args = (dependents.RESULT_SLOT, *args)
+        push = await self._prepare(definition, options, args, kwargs)
+        if push is None:
+            return None
+        batch = context.BATCH.get()
+        joined = await batch.joining([push.jid]) if batch is not None else []
+        bid = batch.bid if batch is not None else None
+        chosen = options.jid is not None
+        if self.sink is not None:
+            jid = push.jid if await self.sink.wait(push, options, chosen=chosen) else None
+        else:
+            store = self.store()
+            lookup = JobLookup(self.store, True, self.queue_hints)
+            jid = await dependents.wait(store, lookup, options, push.queue, push.jid,
+                                        push.raw, name=definition.name, bid=bid,
+                                        chosen=chosen)
+        if jid is None and joined:
+            await batch.left(joined)  # type: ignore[union-attr]
+        return jid if jid is not None else _duplicate(push.jid)
 
     async def _push(self, definition: JobDefinition, options: JobOptions, push: Push,
                     epoch: float | None, seconds: float | None, bid: str | None,

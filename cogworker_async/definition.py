@@ -51,6 +51,15 @@ class JobOptions:
     """The same deadline as a point in time (epoch s); at most one of the two."""
     dead_on_expiry: bool = True
     """An expired job goes to dead (reason ``Expired``); False: it is dropped."""
+    after: tuple[str, ...] = ()
+    """Jids of the jobs this one runs after (``options(after=[...])``): it waits, state
+    ``waiting``, until every one succeeded (``dependents.py``)."""
+    on_parent_failure: str = "cancel"
+    """What a waiting job does when a parent dies or is cancelled: ``cancel`` (it and its
+    own dependents are cancelled), ``run`` (it runs anyway), ``dead`` (filed in dead,
+    naming the parent)."""
+    pass_result: bool = False
+    """With one parent: its return value becomes this job's first argument (chains)."""
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -73,6 +82,7 @@ class JobOptions:
                 raise ValueError("give expires_in or expires_at, not both")
         if not isinstance(self.dead_on_expiry, bool):
             raise TypeError(f"dead_on_expiry must be True or False, not {self.dead_on_expiry!r}")
+        check_after(self.after, self.on_parent_failure, self.pass_result)
 
     def deadline(self, now: float) -> float | None:
         """When a job that may start from ``now`` on must have started by (epoch s), if
@@ -80,6 +90,30 @@ class JobOptions:
         if self.expires_at is not None:
             return float(self.expires_at)
         return None if self.expires_in is None else now + self.expires_in
+
+
+MAX_PARENTS: Final = 1000
+"""Most jobs one job may run after."""
+PARENT_FAILURE_POLICIES: Final = ("cancel", "run", "dead")
+
+
+def check_after(after: object, on_parent_failure: object, pass_result: object) -> None:
+    """``after=`` and its companions, or a TypeError/ValueError naming the problem."""
+    if not isinstance(after, tuple):
+        raise TypeError(f"after must be a list of jids, not {type(after).__name__}")
+    for jid in after:
+        check_jid(jid)
+    if len(set(after)) != len(after):
+        raise ValueError(f"after names a jid twice: {list(after)!r}")
+    if len(after) > MAX_PARENTS:
+        raise ValueError(f"after names {len(after)} jobs, over the limit of {MAX_PARENTS}")
+    if on_parent_failure not in PARENT_FAILURE_POLICIES:
+        raise ValueError(f"on_parent_failure must be one of {PARENT_FAILURE_POLICIES}, "
+                         f"not {on_parent_failure!r}")
+    if not isinstance(pass_result, bool):
+        raise TypeError(f"pass_result must be True or False, not {pass_result!r}")
+    if pass_result and len(after) != 1:
+        raise ValueError("pass_result needs exactly one job in after= (whose result it takes)")
 
 
 MAX_EXPIRES_IN: Final = 366 * 24 * 3600.0

@@ -33,14 +33,27 @@ class Enqueuer(Generic[P]):
         timeout: float | None = None, keep_result: float | None = None,
         jid: str | None = None, expires_in: Delay | None = None,
         expires_at: When | None = None, dead_on_expiry: bool | None = None,
+        after: Iterable[str] | None = None, on_parent_failure: str | None = None,
+        pass_result: bool | None = None,
     ) -> Enqueuer[P]:
         """The same job with other options for the enqueues made through the result:
         ``keep_result`` seconds to keep its return value; ``jid`` a jid of your own (an
         idempotent enqueue: None while a job with that jid is alive); ``expires_in``
         (seconds or a timedelta) or ``expires_at`` (an aware datetime or epoch seconds):
         the job is not run if it has not started by then — filed in dead as ``Expired``,
-        or dropped with ``dead_on_expiry=False``."""
-        changes: dict[str, Any] = {}
+        or dropped with ``dead_on_expiry=False``; ``after`` the jids of jobs it runs
+        after (it waits until each succeeded; ``on_parent_failure`` — ``cancel``,
+        ``run``, ``dead`` — says what it does when one does not), ``pass_result`` (one
+        parent) to take that parent's return value as its first argument."""
+        plain = {"queue": queue, "retry": retry, "timeout": timeout,
+                 "keep_result": keep_result, "jid": jid, "dead_on_expiry": dead_on_expiry,
+                 "on_parent_failure": on_parent_failure, "pass_result": pass_result}
+        changes: dict[str, Any] = {name: value for name, value in plain.items()
+                                   if value is not None}
+        if after is not None:
+            if isinstance(after, str | bytes):
+                raise TypeError("after must be a list of jids, not one string")
+            changes["after"] = tuple(after)
         if expires_in is not None and expires_at is not None:
             raise ValueError("give expires_in or expires_at, not both")
         if expires_in is not None:
@@ -49,18 +62,6 @@ class Enqueuer(Generic[P]):
                 expires_at=None)
         if expires_at is not None:
             changes.update(expires_at=epoch_from(expires_at, "expires_at"), expires_in=None)
-        if dead_on_expiry is not None:
-            changes["dead_on_expiry"] = dead_on_expiry
-        if keep_result is not None:
-            changes["keep_result"] = keep_result
-        if jid is not None:
-            changes["jid"] = jid
-        if queue is not None:
-            changes["queue"] = queue
-        if retry is not None:
-            changes["retry"] = retry
-        if timeout is not None:
-            changes["timeout"] = timeout
         return Enqueuer(self._client, self._definition, replace(self._options, **changes))
 
     @property

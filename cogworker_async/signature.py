@@ -27,6 +27,8 @@ class Enqueuer(Protocol):
 
     async def enqueue(self, /, *args: Any, **kwargs: Any) -> str | None: ...
 
+    def options(self, **changes: Any) -> Enqueuer: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Signature:
@@ -35,6 +37,9 @@ class Signature:
     enqueuer: Enqueuer = field(repr=False)
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
+    incomplete: str | None = field(default=None, repr=False, compare=False)
+    """Why the arguments do not fit the function alone, when they do with one more first
+    argument (a chain's step that takes the result before it); None: they fit."""
 
     @property
     def name(self) -> str:
@@ -84,15 +89,31 @@ def make(enqueuer: Enqueuer, args: Sequence[Any], kwargs: Mapping[str, Any],
          max_bytes: int) -> Signature:
     """A checked signature: TypeError/ValueError naming what does not fit."""
     definition = enqueuer.definition
-    definition.check_arguments(args, kwargs)
+    incomplete = None
+    try:
+        definition.check_arguments(args, kwargs)
+    except TypeError as exc:
+        try:  # a step of a chain with pass_result: the result comes first
+            definition.check_arguments((None, *args), kwargs)
+        except TypeError:
+            raise exc from None
+        incomplete = str(exc)
     job.encode_new(job.build(definition.name, args, kwargs, queue=enqueuer.job_options.queue,
                              retry=enqueuer.job_options.retry, now=0.0), max_bytes)
-    return Signature(enqueuer, tuple(args), dict(kwargs))
+    return Signature(enqueuer, tuple(args), dict(kwargs), incomplete)
 
 
-def check(value: object, what: str) -> Signature | None:
-    """``value`` if it is a signature (or None); a TypeError naming ``what`` otherwise."""
-    if value is None or isinstance(value, Signature):
-        return value
-    raise TypeError(f"{what} must be a signature (job.s(*args, **kwargs)), not "
-                    f"{type(value).__name__}: {value!r}")
+def check(value: object, what: str, *, takes_result: bool = False) -> Signature | None:
+    """``value`` if it is a signature (or None) whose arguments fit its function —
+    with one more first argument, ``takes_result`` —; a TypeError naming ``what``
+    otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, Signature):
+        raise TypeError(f"{what} must be a signature (job.s(*args, **kwargs)), not "
+                        f"{type(value).__name__}: {value!r}")
+    if takes_result and value.incomplete is None:
+        value.enqueuer.definition.check_arguments((None, *value.args), value.kwargs)
+    if not takes_result and value.incomplete is not None:
+        raise TypeError(f"{what}: {value.incomplete}")
+    return value

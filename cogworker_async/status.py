@@ -18,10 +18,10 @@ from typing import Any, Final, Literal
 from cogworker_async import stored
 
 State = Literal["queued", "scheduled", "running", "retrying", "dead", "succeeded",
-                "cancelled", "unknown"]
+                "cancelled", "unknown", "waiting"]
 STATES: Final[tuple[State, ...]] = ("queued", "scheduled", "running", "retrying", "dead",
-                                    "succeeded", "cancelled", "unknown")
-ALIVE: Final = frozenset({"queued", "scheduled", "running", "retrying"})
+                                    "succeeded", "cancelled", "unknown", "waiting")
+ALIVE: Final = frozenset({"queued", "scheduled", "running", "retrying", "waiting"})
 """States of a job that may still run: an enqueue that chooses its jid refuses them."""
 FINISHED: Final = frozenset({"succeeded", "dead", "cancelled"})
 

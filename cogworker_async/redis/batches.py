@@ -40,16 +40,19 @@ class Note:
 
     raw: bytes
     bid: str
+    """"" for a job in no batch (a parent others wait for)."""
     jid: str
     end: str
+    watchers: str = ""
+    """The jobs waiting for it (``dependencies.parse_watchers``), as its record named them."""
 
 
 def parse_note(raw: bytes) -> Note | None:
     """A note's parts; None for one that is not a note (it is dropped, unapplied)."""
     parts = raw.decode("utf-8", "replace").split("\t")
-    if len(parts) != 3 or parts[2] not in ("succeeded", "dead", "cancelled"):
+    if len(parts) not in (3, 4) or parts[2] not in ("succeeded", "dead", "cancelled"):
         return None
-    return Note(raw, parts[0], parts[1], parts[2])
+    return Note(raw, parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else "")
 
 
 @dataclass(frozen=True, slots=True)

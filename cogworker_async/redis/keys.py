@@ -236,6 +236,33 @@ class Keys:
         batch (``batches.py``)."""
         return self._queue(queue, "batch_notes")
 
+    def dep(self, queue: str, jid: str) -> str:
+        """Hash: job ``jid`` of ``queue`` waiting for its parents (``after=``): its raw
+        job, on_parent_failure, the parents, the parent whose result it takes; deleted
+        in the step that releases or ends it (``lua/dep_apply.lua``), bounded meanwhile
+        (``dependencies.WAIT_TTL``)."""
+        return self._queue(queue, f"dep:{jid}")
+
+    def dep_pending(self, queue: str, jid: str) -> str:
+        """Set of the parents (``<queue>/<jid>``) waiting job ``jid`` has not heard the
+        end of; bounded as its ``dep`` hash."""
+        return self._queue(queue, f"dep_pending:{jid}")
+
+    def waiting(self, queue: str) -> str:
+        """Zset jid -> since: ``queue``'s jobs waiting for their parents (the dashboard's
+        and the gauge's count); bounded by the jobs waiting."""
+        return self._queue(queue, "waiting")
+
+    def arming(self, queue: str) -> str:
+        """Zset jid -> since: waiting jobs whose parents are not all watched yet (the
+        enqueuer died between the steps: the relay arms them again)."""
+        return self._queue(queue, "arming")
+
+    def dep_keys(self, queue: str, jid: str) -> list[str]:
+        """The five keys of a waiting job, in the order the dep scripts take them."""
+        return [self.dep(queue, jid), self.dep_pending(queue, jid), self.record(queue, jid),
+                self.waiting(queue), self.arming(queue)]
+
     def in_progress(self, queue: str, identity: str) -> str:
         """List of the jobs one process fetched from ``queue`` and has not settled."""
         return self._queue(queue, f"in_progress:{identity}")

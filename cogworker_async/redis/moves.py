@@ -361,7 +361,10 @@ class Moves(Part):
                         "allow this user the channel %r", refusal, self.keys.wake_channel)
         return items
 
-    async def cron_claim(self, name: str, tick: float, queue: str, raw: bytes) -> bool:
+    async def cron_claim(self, name: str, tick: float, queue: str,
+                         raw: bytes) -> tuple[bool, float | None]:
+        """Claim and enqueue ``tick``: (whether this call did, the tick claimed before it,
+        if any, so that the caller can say which ticks nobody claimed)."""
         await self.queues.register_queues([queue])
         keys = [self.keys.cron_claimed(queue), self.keys.queue(queue)]
         jid = job_module.jid_of(raw) if self.track_jobs else None
@@ -369,4 +372,8 @@ class Moves(Part):
             keys.append(self.keys.record(queue, jid))
         args = [name, repr(tick), queue, self.keys.wake_channel, raw, LIVE_TTL,
                 _name_of([raw]), repr(time.time())]
-        return int(await self.scripts.run("cron_claim", keys, args, durable=True)) == 1
+        reply = as_list(await self.scripts.run("cron_claim", keys, args, durable=True))
+        if not reply:
+            return False, None
+        before = as_bytes(reply[1])
+        return True, float(before) if before else None

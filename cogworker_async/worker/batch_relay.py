@@ -28,7 +28,8 @@ import anyio
 
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition
-from cogworker_async.redis.batches import NOTES_PER_READ, parse_note
+from cogworker_async.redis.batches import NOTES_PER_READ, Note, parse_note
+from cogworker_async.redis.dependencies import Parent, parse_watchers
 from cogworker_async.redis.errors import ResponseError, Unavailable
 from cogworker_async.redis.store import Store
 from cogworker_async.signature import callback_payload
@@ -74,6 +75,7 @@ class BatchRelay:
         for queue in self.queues:
             try:
                 applied += await self.relay_notes(queue)
+                await self.store.dependencies.rearm(queue)
             except Exception as exc:
                 failure = failure or exc
         try:
@@ -99,12 +101,11 @@ class BatchRelay:
     async def _relay_page(self, queue: str, raws: list[bytes]) -> None:
         batches = self.store.batches
         ends: dict[str, list[tuple[str, str]]] = defaultdict(list)
-        for raw in raws:
-            note = parse_note(raw)
-            if note is None:
-                log.warning("batch relay: dropping a note that is not one: %r", raw[:200])
-                continue
-            ends[note.bid].append((note.jid, note.end))
+        notes = [note for note in map(_parsed, raws) if note is not None]
+        for note in notes:
+            if note.bid:
+                ends[note.bid].append((note.jid, note.end))
+        watched = [note for note in notes if note.watchers]
         failure: Exception | None = None
         for bid, members in ends.items():
             try:
@@ -114,9 +115,36 @@ class BatchRelay:
                           "its notes are dropped", bid, exc)
             except Exception as exc:
                 failure = failure or exc
+        for note in watched:
+            try:
+                await self._tell_dependents(queue, note)
+            except Exception as exc:
+                failure = failure or exc
         if failure is not None:  # nothing dropped: the notes are applied again next pass
             raise failure
         await batches.drop_notes(queue, raws)
+
+    async def _tell_dependents(self, queue: str, note: Note) -> None:
+        """A parent's end, to each job waiting for it (``redis/dependencies.py``)."""
+        parent = Parent(queue, note.jid)
+        result: str | None = None
+        for watcher in parse_watchers(note.watchers):
+            if watcher.takes_result and note.end == "succeeded" and result is None:
+                result = await self._result_of(parent)
+            try:
+                await self.store.dependencies.apply(
+                    watcher.queue, watcher.jid,
+                    [(parent, note.end, result if watcher.takes_result and result else "")])
+            except ResponseError as exc:  # this dependent's keys: not the others'
+                log.error("batch relay: job %s cannot hear that its parent %s %s (%s)",
+                          watcher.jid, note.jid, note.end, exc)
+
+    async def _result_of(self, parent: Parent) -> str:
+        """The parent's result as JSON, as its record keeps it ("" if it keeps none)."""
+        status = await self.store.job_status(parent.jid, [parent.queue])
+        if status is None or not status.has_result:
+            return ""
+        return json.dumps(status.result, separators=(",", ":"))
 
     async def fire_due(self) -> None:
         for bid in await self.store.batches.firing():
@@ -158,3 +186,10 @@ class BatchRelay:
         await self.store.enqueue(queue, [raw], jids=[payload["jid"]], name=definition.name,
                                  chosen="once")
         return True
+
+
+def _parsed(raw: bytes) -> Note | None:
+    note = parse_note(raw)
+    if note is None:
+        log.warning("batch relay: dropping a note that is not one: %r", raw[:200])
+    return note

@@ -20,8 +20,13 @@
 -- Fields: state, name, enqueued_at, started_at, finished_at, by (the process running it),
 -- attempt, progress, info, result, error, lock (a unique job's lock), cancel ("1": a
 -- cancel is requested and a copy of the job may still be somewhere: it is dropped,
--- unrun, by the next script that moves it), cancel_at; and, live only, until (epoch s:
--- after it, ``sweep_records`` drops a record whose job vanished without a move).
+-- unrun, by the next script that moves it), cancel_at, batch (the batch it is a member
+-- of), watchers (the jobs waiting for it, ``after=``: "[+]<queue>/<jid>" joined by
+-- "\30", "+" where the dependent takes its result), noted (the end last noted for
+-- those); and, live only, until (epoch s: after it, ``sweep_records`` drops a record
+-- whose job vanished without a move).
+-- States: queued, scheduled, running, retrying, waiting (for its parents: dep_wait.lua),
+-- and for good succeeded, dead, cancelled.
 -- Packed: "<state>\t<name>\t<enqueued_at>\t<until>" then "\t<field>=<value>" for each
 -- other field; a tab inside a value is written as a space (``status.unpack`` reads it).
 
@@ -69,7 +74,8 @@ end
 local record_library_made = nil
 local function record_library()
   if record_library_made then return record_library_made end
-  local LIVE_STATES = {queued = true, scheduled = true, running = true, retrying = true}
+  local LIVE_STATES = {queued = true, scheduled = true, running = true, retrying = true,
+                       waiting = true}
   local FINISHED_STATES = {succeeded = true, dead = true, cancelled = true}
   local PACKED_FIRST = {state = true, name = true, enqueued_at = true, ["until"] = true}
   local record_now = nil -- TIME, once per script run (a bulk enqueue writes many records)
@@ -133,14 +139,17 @@ local function record_library()
   -- Best effort: a record of the wrong type must never stop the move it describes (pcall).
   local function lib_write(key, fields, ttl, origin)
     local live, jid = live_place(key)
-    if fields.batch and FINISHED_STATES[fields.state] and fields.noted ~= fields.state
-        and live then
-      -- A member of a batch has ended (or ended otherwise: a dead job retried by hand
-      -- that then succeeds): a note for its batch, in this slot's outbox, in the same
-      -- step. ``noted`` makes a rewrite of the same end write none (batches.py relays
-      -- the notes; the batch's sets make a repeated note count once anyway).
+    if (fields.batch or fields.watchers) and FINISHED_STATES[fields.state]
+        and fields.noted ~= fields.state and live then
+      -- A member of a batch, or a parent other jobs wait for (``after=``), has ended
+      -- (or ended otherwise: a dead job retried by hand that then succeeds): a note for
+      -- its batch and its waiting dependents, in this slot's outbox, in the same step.
+      -- ``noted`` makes a rewrite of the same end write none (batch_relay.py relays the
+      -- notes; the batch's sets and a dependent's pending set make a repeated note
+      -- count once anyway).
       local pushed = redis.pcall("RPUSH", string.sub(live, 1, -5) .. "batch_notes",
-                                 fields.batch .. "\t" .. jid .. "\t" .. fields.state)
+                                 (fields.batch or "") .. "\t" .. jid .. "\t" .. fields.state ..
+                                 (fields.watchers and ("\t" .. fields.watchers) or ""))
       if type(pushed) == "number" then fields.noted = fields.state end -- else: again later
     end
     if live and (LIVE_STATES[fields.state] or fields.cancel == "1") then
@@ -338,7 +347,8 @@ local function finish_record(key, ttl, state, now, result)
   if type(text) == "string" and not string.find(text, "\tcancel=", 1, true)
       and not string.find(text, "\tfinished_at=", 1, true)
       and not string.find(text, "\tresult=", 1, true)
-      and not string.find(text, "\tbatch=", 1, true) then -- a member: its note (lib_write)
+      and not string.find(text, "\tbatch=", 1, true) -- a member: its note (lib_write)
+      and not string.find(text, "\twatchers=", 1, true) then -- a parent: the same
     local tab = string.find(text, "\t", 1, true)
     if tab then
       if finished_tail_of ~= now then

@@ -1,0 +1,69 @@
+"""Dependents: enqueueing a job that runs after others (``options(after=[...])``).
+
+    first = await fetch.enqueue(url)
+    await parse.options(after=[first], pass_result=True).enqueue()   # parse(<fetch's result>)
+
+The caller's side of ``redis/dependencies.py``: find each parent's queue (a jid names a
+job, not its queue), refuse an unknown parent at the call, then put the job waiting
+(``wait``) and watch its parents (``arm``). A parent that already ended is applied at
+once; one that ends later is noted by its own settle script and relayed by the workers.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from cogworker_async.definition import JobOptions
+from cogworker_async.lookup import JobLookup
+from cogworker_async.redis.dependencies import Parent
+from cogworker_async.redis.store import Store
+
+RESULT_SLOT: Final = "\x00cogworker-async:parent-result\x00"
+"""The placeholder first argument of a job that takes its parent's result: checked and
+encoded like any argument, then cut out of the raw job (``split``), whose two halves
+``dep_apply.lua`` joins around the parent's result."""
+_SLOT_JSON: Final = b'"\\u0000cogworker-async:parent-result\\u0000"'
+
+
+def split(raw: bytes) -> tuple[bytes, bytes]:
+    """A raw job with ``RESULT_SLOT`` as its first argument, as the text before and after
+    it."""
+    head, found, tail = raw.partition(b'"args":[' + _SLOT_JSON)
+    if not found:
+        raise ValueError("the job's first argument was changed on its way (a client "
+                         "middleware?): pass_result cannot place the parent's result")
+    return head + b'"args":[', tail
+
+
+async def parents_of(store: Store, lookup: JobLookup, options: JobOptions) -> list[Parent]:
+    """Each jid of ``options.after`` with its queue; a ValueError naming any that is
+    unknown (never enqueued, or ended longer ago than its record is kept)."""
+    parents, unknown = [], []
+    for jid in options.after:
+        status = await lookup.status(jid)
+        if status.state == "unknown" or status.queue is None:
+            unknown.append(jid)
+        else:
+            parents.append(Parent(status.queue, jid))
+    if unknown:
+        raise ValueError(f"after= names jobs that are not known: {unknown!r} (never "
+                         "enqueued, or ended longer ago than keep_status)")
+    return parents
+
+
+async def wait(store: Store, lookup: JobLookup, options: JobOptions, queue: str, jid: str,
+               raw: bytes, *, name: str, bid: str | None, chosen: bool) -> str | None:
+    """Put job ``jid`` waiting for ``options.after``; its jid, or None if refused (a
+    chosen jid that is alive)."""
+    parents = await parents_of(store, lookup, options)
+    takes = parents[0] if options.pass_result else None
+    head, tail = split(raw) if takes is not None else (raw, b"")
+    deps = store.dependencies
+    if not await deps.wait(queue, jid, head, parents,
+                           policy=options.on_parent_failure,  # type: ignore[arg-type]
+                           takes_result_of=takes, name=name, batch=bid, chosen=chosen,
+                           tail=tail):
+        return None
+    # A death here leaves the job in ``arming``: the relay arms it (ARM_GRACE).
+    await deps.arm(queue, jid, parents, takes)
+    return jid

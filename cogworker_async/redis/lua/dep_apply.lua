@@ -1,0 +1,74 @@
+-- dep_apply: parents' ends reach a waiting job, in its queue's slot; when the last one
+-- has, in the same step, the job is pushed on its queue — or cancelled, or filed in dead,
+-- as its ``on_parent_failure`` says, when a parent did not succeed.
+-- KEYS[1] its dep hash   KEYS[2] its pending set   KEYS[3] its status record
+-- KEYS[4] the queue's waiting zset   KEYS[5] the queue's arming zset
+-- KEYS[6] the queue list   KEYS[7] the queue's dead zset
+-- ARGV[1] jid   ARGV[2] now (epoch s)   ARGV[3] wake channel   ARGV[4] queue name
+-- ARGV[5] a live record's bound (s)   ARGV[6] a finished record's (keep_status, s)
+-- ARGV[7] dead_max_jobs   ARGV[8] dead_max_age (s)
+-- ARGV[9] "1": every parent is watched now (it leaves ``arming``)
+-- ARGV[10..] parent ("<queue>/<jid>"), end, result triples (result: the parent's as JSON,
+-- "" when it kept none; end: succeeded, dead, cancelled)
+-- Returns what became of it: "waiting", "released", "cancelled", "dead", or "gone" (no
+-- such job waits: released or ended before, or never; nothing done).
+-- Safe to run twice and in any order: a parent counts once (SREM), and the copy, the
+-- dep hash, is deleted in the step that releases or ends the job, so a repeated call
+-- finds it gone. Destination first: pushed or filed, then the copy deleted.
+local jid, now = ARGV[1], tonumber(ARGV[2])
+local function forget()
+  redis.call("DEL", KEYS[1], KEYS[2])
+  redis.call("ZREM", KEYS[4], jid)
+  redis.call("ZREM", KEYS[5], jid)
+end
+local dep = redis.call("HMGET", KEYS[1], "raw", "tail", "policy", "pass", "result")
+local raw, tail, policy, pass, result = dep[1], dep[2] or "", dep[3] or "cancel", dep[4] or "", dep[5]
+if not raw then
+  forget()
+  return "gone"
+end
+local fields, origin = read_record(KEYS[3])
+if fields and (fields.cancel == "1" or fields.state == "cancelled") then
+  -- cancelled while it waited (cancel.lua): this copy goes, unrun
+  forget()
+  if fields.cancel == "1" then
+    write_record(KEYS[3], set_fields(fields, "cancel", false, "state", "cancelled",
+                                     "finished_at", now), tonumber(ARGV[6]), origin)
+  end
+  return "cancelled"
+end
+if ARGV[9] == "1" then redis.call("ZREM", KEYS[5], jid) end
+local failed, failed_end = nil, nil
+for i = 10, #ARGV - 2, 3 do
+  local parent, ended = ARGV[i], ARGV[i + 1]
+  if redis.call("SREM", KEYS[2], parent) == 1 then
+    if ended ~= "succeeded" and not failed then failed, failed_end = parent, ended end
+    if ended == "succeeded" and parent == pass then
+      result = ARGV[i + 2] ~= "" and ARGV[i + 2] or "null"
+      redis.call("HSET", KEYS[1], "result", result)
+    end
+  end
+end
+fields = fields or {name = string.match(raw, '"class":"([^"\\]*)"')}
+if failed and policy ~= "run" then
+  local why = "parent " .. string.gsub(failed, "^[^/]*/", "") .. " " .. failed_end
+  if policy == "dead" then
+    local whole = tail ~= "" and table.concat({raw, "null", tail}) or raw
+    local entry = string.sub(whole, 1, -2) .. ',"error_class":"ParentFailed","error_message":"' .. why ..
+            '","failed_at":' .. string.format("%.6f", now) .. "}"
+    redis.call("ZADD", KEYS[7], now, entry)
+    trim_dead(KEYS[7], now, ARGV[7], ARGV[8])
+  end
+  forget()
+  local state = policy == "dead" and "dead" or "cancelled"
+  write_record(KEYS[3], set_fields(fields, "state", state, "finished_at", now, "error",
+                                   "ParentFailed: " .. why), tonumber(ARGV[6]), origin)
+  return state
+end
+if redis.call("SCARD", KEYS[2]) > 0 then return "waiting" end
+if tail ~= "" then raw = raw .. (result or "null") .. tail end
+redis.call("LPUSH", KEYS[6], raw)
+forget()
+write_record(KEYS[3], set_fields(fields, "state", "queued"), tonumber(ARGV[5]), origin)
+wake(ARGV[3], ARGV[4])
+return "released"
