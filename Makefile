@@ -68,6 +68,7 @@ check: lint typecheck docs test test-matrix
 ## each scenario prints a "CHAOS <name> {figures}" line.
 chaos: $(STAMP)
 	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/worker/chaos tests/redis/cluster/test_cluster_chaos.py \
+		tests/redis/cluster/test_cluster_workflows_chaos.py \
 		tests/redis/sentinel/test_failover.py tests/cli/supervisor tests/admin/test_cotenant_fuzz.py
 
 ## Side-by-side benchmark against arq, SAQ, taskiq, streaq and RQ (each in its own venv

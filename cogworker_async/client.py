@@ -94,7 +94,7 @@ class Sink(Protocol):
         ...
 
     async def wait(self, push: Push, options: JobOptions, *, chosen: bool) -> bool:
-        """A job that runs after ``options.after`` (whether it was taken)."""
+        """Take a job that runs after ``options.after``; ``push``'s answer."""
         ...
 
     def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
@@ -297,43 +297,28 @@ class Client:
             await batch.left(joined)
         return jid
 
-    async def _enqueue_after(
-        self,
-        definition: JobDefinition,
-        options: JobOptions,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        delay: Delay | None,
-        at: When | None,
-    ) -> str | None:
+    async def _enqueue_after(self, definition: JobDefinition, options: JobOptions,
+                             args: Sequence[Any], kwargs: Mapping[str, Any],
+                             delay: Delay | None, at: When | None) -> str | None:
         """A job that waits for its parents (``dependents.py``)."""
-        if delay is not None or at is not None:
-            raise ValueError("after= cannot be combined with enqueue_in/enqueue_at: the "
-                             "job runs as soon as its parents succeeded")
-        if options.unique is not None:
-            raise ValueError("after= cannot be combined with unique")
-        if not self.settings.tracked:
-            raise ConfigurationError(UNTRACKED)
-        if options.pass_result:
-            args = (dependents.RESULT_SLOT, *args)
-        push = await self._prepare(definition, options, args, kwargs)
+        dependents.check_call(options, scheduled=delay is not None or at is not None,
+                              tracked=self.settings.tracked)
+        push = await self._prepare(definition, options, dependents.arguments(options, args),
+                                   kwargs)
         if push is None:
             return None
         batch = context.BATCH.get()
         joined = await batch.joining([push.jid]) if batch is not None else []
-        bid = batch.bid if batch is not None else None
-        chosen = options.jid is not None
         if self.sink is not None:
-            jid = push.jid if await self.sink.wait(push, options, chosen=chosen) else None
+            taken = await self.sink.wait(push, options, chosen=options.jid is not None)
         else:
-            store = self.store()
             lookup = JobLookup(self.store, True, self.queue_hints)
-            jid = await dependents.wait(store, lookup, options, push.queue, push.jid,
-                                        push.raw, name=definition.name, bid=bid,
-                                        chosen=chosen)
-        if jid is None and joined:
-            await batch.left(joined)  # type: ignore[union-attr]
-        return jid if jid is not None else _duplicate(push.jid)
+            taken = await dependents.wait(self.store(), lookup, options, push.queue, push.jid,
+                                          push.raw, name=definition.name,
+                                          bid=batch.bid if batch is not None else None)
+        if not taken and batch is not None and joined:
+            await batch.left(joined)
+        return push.jid if taken else _duplicate(push.jid)
 
     async def _push(self, definition: JobDefinition, options: JobOptions, push: Push,
                     epoch: float | None, seconds: float | None, bid: str | None,
@@ -398,6 +383,9 @@ class Client:
         if options.jid is not None:
             raise ValueError("options(jid=...) names one job: enqueue it with enqueue(), "
                              "not enqueue_many()")
+        if options.after:  # each waits on its own (a fan-out after one parent)
+            return [await self._enqueue_after(definition, options, args, kwargs, None, None)
+                    for args, kwargs in calls]
         pushes: list[Push | None] = []
         for index, call in enumerate(calls):
             try:

@@ -11,12 +11,15 @@ once; one that ends later is noted by its own settle script and relayed by the w
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
 
 from cogworker_async.definition import JobOptions
+from cogworker_async.errors import UNTRACKED, ConfigurationError
 from cogworker_async.lookup import JobLookup
 from cogworker_async.redis.dependencies import Parent
 from cogworker_async.redis.store import Store
+from cogworker_async.status import JobStatus
 
 RESULT_SLOT: Final = "\x00cogworker-async:parent-result\x00"
 """The placeholder first argument of a job that takes its parent's result: checked and
@@ -35,7 +38,31 @@ def split(raw: bytes) -> tuple[bytes, bytes]:
     return head + b'"args":[', tail
 
 
-async def parents_of(store: Store, lookup: JobLookup, options: JobOptions) -> list[Parent]:
+def check_call(options: JobOptions, *, scheduled: bool, tracked: bool) -> None:
+    """What cannot be combined with ``after=``: a ValueError (or the untracked
+    ConfigurationError) at the call."""
+    if scheduled:
+        raise ValueError("after= cannot be combined with enqueue_in/enqueue_at: the job "
+                         "runs as soon as its parents succeeded")
+    if options.unique is not None:
+        raise ValueError("after= cannot be combined with unique")
+    if not tracked:
+        raise ConfigurationError(UNTRACKED)
+
+
+def arguments(options: JobOptions, args: Sequence[Any]) -> Sequence[Any]:
+    """The arguments to check and encode: with ``pass_result``, the placeholder first."""
+    return (RESULT_SLOT, *args) if options.pass_result else args
+
+
+class StatusLookup(Protocol):
+    """What finding a parent needs: a jid's status, with its queue (``JobLookup``; the
+    testing fake's world)."""
+
+    async def status(self, jid: str) -> JobStatus: ...
+
+
+async def parents_of(lookup: StatusLookup, options: JobOptions) -> list[Parent]:
     """Each jid of ``options.after`` with its queue; a ValueError naming any that is
     unknown (never enqueued, or ended longer ago than its record is kept)."""
     parents, unknown = [], []
@@ -52,18 +79,28 @@ async def parents_of(store: Store, lookup: JobLookup, options: JobOptions) -> li
 
 
 async def wait(store: Store, lookup: JobLookup, options: JobOptions, queue: str, jid: str,
-               raw: bytes, *, name: str, bid: str | None, chosen: bool) -> str | None:
-    """Put job ``jid`` waiting for ``options.after``; its jid, or None if refused (a
-    chosen jid that is alive)."""
-    parents = await parents_of(store, lookup, options)
+               raw: bytes, *, name: str, bid: str | None) -> bool:
+    """Put job ``jid`` (``raw``) of ``queue`` waiting for ``options.after``; False if
+    refused (a chosen jid that is alive)."""
+    parents = await parents_of(lookup, options)
+    chosen = options.jid is not None
+    if chosen and await _alive_elsewhere(store, queue, jid):
+        return False
     takes = parents[0] if options.pass_result else None
     head, tail = split(raw) if takes is not None else (raw, b"")
     deps = store.dependencies
     if not await deps.wait(queue, jid, head, parents,
                            policy=options.on_parent_failure,  # type: ignore[arg-type]
-                           takes_result_of=takes, name=name, batch=bid, chosen=chosen,
-                           tail=tail):
-        return None
+                           takes_result_of=takes, name=name, batch=bid,
+                           chosen=chosen, tail=tail):
+        return False
     # A death here leaves the job in ``arming``: the relay arms it (ARM_GRACE).
     await deps.arm(queue, jid, parents, takes)
-    return jid
+    return True
+
+
+async def _alive_elsewhere(store: Store, queue: str, jid: str) -> bool:
+    """Whether a chosen jid is alive in another queue (``dep_wait`` checks its own, in
+    its step), as a plain enqueue asks (``Client._alive_elsewhere``)."""
+    others = [name for name in await store.queue_names() if name != queue]
+    return bool(others) and bool(await store.alive_in(jid, others))

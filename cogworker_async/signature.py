@@ -8,7 +8,7 @@ them (they fit the function, JSON brings them back as they were), so a bad callb
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,7 +27,8 @@ class Enqueuer(Protocol):
 
     async def enqueue(self, /, *args: Any, **kwargs: Any) -> str | None: ...
 
-    def options(self, **changes: Any) -> Enqueuer: ...
+    def options(self, *, keep_result: float | None = None, after: Iterable[str] | None = None,
+                pass_result: bool | None = None) -> Enqueuer: ...
 
 
 @dataclass(frozen=True, slots=True)

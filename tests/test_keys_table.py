@@ -48,7 +48,8 @@ NOT_KEYS: Final = {
     "declared_dead": "in the namespace's slot: handed to the beat script, never written",
     "no_list": "in the namespace's slot: handed to forget.lua, never written",
     "batch_keys": "a batch's keys as a list: batch and batch_set are rows",
-    "dep_keys": "a waiting job's keys as a list: dep, dep_pending, record, waiting, arming are rows",
+    "dep_keys": "a waiting job's keys as a list: dep, dep_pending, record, waiting, "
+                "arming are rows",
 }
 """Public members of ``Keys`` that name no stored key, and why. The channels and the two
 names never written are still named on the page (checked below), outside the tables."""

@@ -20,15 +20,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 from cogworker_async.redis.part import Part, Shared, as_bytes, as_list
 from cogworker_async.redis.queues import Queues
 from cogworker_async.status import LIVE_TTL
 
-WAIT_TTL: Final = 30 * 86400.0
-"""Seconds a waiting job's keys live without hearing from a parent (renewed by each
-parent's end): a parent that never ends (its record lost) must not hold them forever."""
 ARM_GRACE: Final = 30.0
 """Seconds after its wait began that a job whose parents are not all watched is taken
 for one whose enqueuer died between the steps, and armed by the relay."""
@@ -99,7 +96,7 @@ class Dependencies(Part):
         now = time.time()
         args: list[object] = [
             jid, raw, tail, policy, takes_result_of.member if takes_result_of else "",
-            repr(now), int(WAIT_TTL), LIVE_TTL, name, batch or "", "1" if chosen else "0",
+            repr(now), "0", LIVE_TTL, name, batch or "", "1" if chosen else "0",
             *(parent.member for parent in parents)]
         return int(await self.scripts.run("dep_wait", self._dep_keys(queue, jid), args,
                                           durable=True)) == 1
@@ -146,7 +143,7 @@ class Dependencies(Part):
         """Jids of ``queue`` waiting longer than ``older_than`` s with parents unwatched."""
         found = await self.client.zrangebyscore(self.keys.arming(queue), "-inf",
                                                 time.time() - older_than, start=0, num=count)
-        return [as_bytes(jid).decode() for jid in found]
+        return [as_bytes(cast("bytes | str", jid)).decode() for jid in found]
 
     async def read(self, queue: str, jid: str) -> tuple[list[Parent], Parent | None] | None:
         """A waiting job's parents and the one whose result it takes; None if none waits."""

@@ -239,8 +239,8 @@ class Keys:
     def dep(self, queue: str, jid: str) -> str:
         """Hash: job ``jid`` of ``queue`` waiting for its parents (``after=``): its raw
         job, on_parent_failure, the parents, the parent whose result it takes; deleted
-        in the step that releases or ends it (``lua/dep_apply.lua``), bounded meanwhile
-        (``dependencies.WAIT_TTL``)."""
+        in the step that releases or ends it (``lua/dep_apply.lua``); no TTL meanwhile:
+        it is the job's copy, as a queue's entry is."""
         return self._queue(queue, f"dep:{jid}")
 
     def dep_pending(self, queue: str, jid: str) -> str:

@@ -17,6 +17,7 @@ from cogworker_async.redis.scripts import Call
 from cogworker_async.status import (
     ALIVE,
     CANCELS_TTL,
+    LIVE_TTL,
     CancelOutcome,
     JobStatus,
     newest,
@@ -157,5 +158,5 @@ class Records(Part):
         """One step of the sweep of ``queue``'s live records (``lua/sweep_records.lua``):
         the next cursor ("0": a pass is done) and how many records were dropped."""
         reply = await self.scripts.run("sweep_records", [self.keys.live_records(queue)],
-                                       [cursor, count, repr(time.time())])
+                                       [cursor, count, repr(time.time()), LIVE_TTL])
         return _text(reply[0]), int(reply[1])

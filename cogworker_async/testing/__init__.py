@@ -10,7 +10,8 @@
   ``cogworker_inline`` fixtures.
 
 ``harness.py`` holds ``Testing``; ``world.py`` the jobs; ``drain.py`` the worker with no
-Redis; ``memory.py`` the locks and limiter decisions it needs.
+Redis; ``memory.py`` the locks and limiter decisions it needs; ``batches.py`` and
+``dependencies.py`` what the relay does for batches and for jobs run after others.
 """
 
 from cogworker_async.testing.harness import MAX_INLINE_DEPTH, MAX_RUNS, Mode, Testing

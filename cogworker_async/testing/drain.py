@@ -88,11 +88,12 @@ class FakeWorker:
         definition = processor.registry[payload["class"]]  # enqueued through this App
         running = RUNNER.set(processor.runner)
         error: BaseException | None = None
+        kept: bytes | None = None
         try:
             if await processor.locks.before_run(payload):  # False: a periodic overlap
                 leftover = Leftover()
                 await processor.executor.run(definition, payload, entry.queue, leftover)
-                self._check_result(definition.name, payload, leftover)
+                kept = self._kept(definition.name, payload, leftover)
         except BaseException as exc:
             error = exc
             raise
@@ -101,24 +102,28 @@ class FakeWorker:
             # In-memory locks: nothing here waits, so it completes even when cancelled.
             ended = ACK if error is None else Filing("dead", payload, 0.0, terminal=True)
             await processor.locks.after_settle(payload, ended, ran=True)
-            self._inline_end(entry, payload, error)
+            self._inline_end(entry, payload, error, kept)
 
-    def _check_result(self, name: str, payload: job.Payload, leftover: Leftover) -> None:
-        """A result the job keeps must be one a worker can keep (``Processor._kept``):
-        raised here, where a worker would file the job in dead."""
+    def _kept(self, name: str, payload: job.Payload, leftover: Leftover) -> bytes | None:
+        """The result the job keeps, as JSON (None: it keeps none); it must be one a
+        worker can keep (``Processor._kept``): raised here, where a worker would file
+        the job in dead."""
         if job.number(payload, "keep_result") is None:
-            return
+            return None
         try:
-            job.encode_result(leftover.result, self.processor.settings.max_payload_bytes)
+            return job.encode_result(leftover.result, self.processor.settings.max_payload_bytes)
         except (TypeError, ValueError) as exc:
             raise ResultNotJSON(f"{name} returned a result that cannot be kept: "
                                 f"{exc}") from None
 
-    def _inline_end(self, entry: Entry, payload: job.Payload,
-                    error: BaseException | None) -> None:
+    def _inline_end(self, entry: Entry, payload: job.Payload, error: BaseException | None,
+                    kept: bytes | None) -> None:
+        """The run's end, in the world: its status keeps its result as an ack does (what
+        ``jobs.result`` and a dependent's ``pass_result`` read)."""
         self.world.end(entry.queue, entry.jid, JobStatus(
             jid=entry.jid, state="succeeded" if error is None else "dead",
             queue=entry.queue, name=payload["class"], attempt=1, finished_at=time.time(),
+            result=json.loads(kept) if kept is not None else None, has_result=kept is not None,
             error=None if error is None else error_text(type(error).__name__, str(error))))
         self.world.runs.append(Run(jid=entry.jid, name=payload["class"], queue=entry.queue,
                                    attempt=1, error=error,

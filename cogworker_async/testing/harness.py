@@ -12,10 +12,13 @@
 A faked enqueue is a real one up to the push: the client's own checks, payload and
 middleware run (``Client.sink``), and only the push lands here instead of Redis, with
 Redis' refusals: a unique job whose lock is held and a chosen jid that is alive return
-None. A drained run is the worker's own processor (``drain.py``). Nothing here reaches
-Redis: inside a block ``jobs.status``, ``jobs.result`` and ``jobs.cancel`` answer from
-the fake (``jobs.testing.status(jid)`` too); what still needs Redis (``pause``, a
-limiter entered outside a job) is not faked.
+None. A drained run is the worker's own processor (``drain.py``); batches and jobs that
+run after others (``after=``, chains) are kept as the relay keeps them (``batches.py``,
+``dependencies.py``): in ``inline()`` a job whose parents have all succeeded runs at
+once, or when the last of them ends. Nothing here reaches Redis: inside a block
+``jobs.status``, ``jobs.result`` and ``jobs.cancel`` answer from the fake
+(``jobs.testing.status(jid)`` too); what still needs Redis (``pause``, a limiter entered
+outside a job) is not faked.
 """
 
 from __future__ import annotations
@@ -29,16 +32,17 @@ import anyio
 
 from cogworker_async import job
 from cogworker_async.client import Client, Push
-from cogworker_async.definition import JobDefinition
+from cogworker_async.definition import JobDefinition, JobOptions
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
 from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.testing.batches import FakeBatches
+from cogworker_async.testing.dependencies import FakeDependencies
 from cogworker_async.testing.drain import FakeWorker
 from cogworker_async.testing.memory import MemoryStore
 from cogworker_async.testing.records import Enqueued, Run, TooManyRuns
-from cogworker_async.testing.world import World
+from cogworker_async.testing.world import Entry, World
 from cogworker_async.worker.hooks import Hooks
 from cogworker_async.worker.observers import Outcome
 
@@ -66,6 +70,8 @@ class Testing:
         self._world = World()
         self.batches = FakeBatches(registry, self._add_callback)
         self._world.on_end = self.batches.ended
+        self.dependencies = FakeDependencies(self._world)
+        self._world.on_finish = self.dependencies.ended
         self._sink = _Sink(self)
         self._inline = False
         self._depth = 0
@@ -96,6 +102,7 @@ class Testing:
         self.clear()
         self._inline = inline
         self.batches.run_now = self._run_inline if inline else None
+        self.dependencies.released = [] if inline else None
         self._client.sink = self._sink
 
     def _end(self) -> None:
@@ -124,6 +131,7 @@ class Testing:
         self._world.clear()
         self._memory.clear()
         self.batches.clear()
+        self.dependencies.clear()
 
     def refuse(self, *limiters: str) -> None:
         """Make these limiters refuse every acquisition in drained runs (``OverLimit``:
@@ -192,9 +200,63 @@ class Testing:
         """Callbacks decided at a seal, in an ``inline()`` block: run at once."""
         for push in pushes:
             entry = next(e for e in self._world.waiting if e.jid == push.jid)
-            self._world.waiting.remove(entry)
-            self._world.running.add((entry.queue, entry.jid))
+            await self._run_at_once(entry)
+
+    async def _wait(self, push: Push, options: JobOptions, chosen: bool) -> bool:
+        """A job that runs after others (``after=``): held until they end; in an
+        ``inline()`` block, run at once if they all have (what it raises is raised)."""
+        taken = await self.dependencies.wait(push, options, chosen=chosen)
+        if taken and self._inline:
+            failure = await self._run_released()
+            if failure is not None:
+                raise failure
+        return taken
+
+    async def _run_at_once(self, entry: Entry) -> None:
+        """``inline``: run a waiting job now, nested in the caller, then the jobs its end
+        released (``after=``: they run when their last parent ends). What the job raised
+        is raised, once those ran; else the first thing one of them raised."""
+        try:
+            await self._nested(entry)
+        except Exception:
+            await self._run_released()  # on_parent_failure="run": they run after a failure
+            raise
+        failure = await self._run_released()
+        if failure is not None:
+            raise failure
+
+    async def _run_released(self) -> Exception | None:
+        """``inline``: the jobs released since the last call, in the order they were,
+        each run (and what their ends release, in turn); the first error one raised."""
+        released, world = self.dependencies.released, self._world
+        first: Exception | None = None
+        for _ in range(MAX_RUNS):
+            if not released:
+                return first
+            entry = released.pop(0)
+            if not any(waiting is entry for waiting in world.waiting):
+                continue  # cancelled since it was released
+            try:
+                await self._nested(entry)
+            except Exception as exc:
+                first = first or exc
+        raise TooManyRuns(f"inline runs released {MAX_RUNS} jobs in a row (a job that "
+                          "enqueues a job after itself forever?)")
+
+    async def _nested(self, entry: Entry) -> None:
+        """``inline``: run one waiting job at once, one level deeper than the caller."""
+        world = self._world
+        world.waiting.remove(entry)
+        world.running.add((entry.queue, entry.jid))
+        if self._depth >= MAX_INLINE_DEPTH:
+            world.running.discard((entry.queue, entry.jid))
+            raise TooManyRuns(f"inline runs nested {MAX_INLINE_DEPTH} deep (a job that "
+                              "enqueues itself forever?)")
+        self._depth += 1
+        try:
             await self._worker().run_now(entry)
+        finally:
+            self._depth -= 1
 
     async def _push(self, push: Push, due: float | None, chosen: bool) -> bool:
         world, memory = self._world, self._memory
@@ -207,17 +269,7 @@ class Testing:
         entry = world.add(push.raw, push.queue, push.jid, due=due,
                           state="queued" if due is None else "scheduled")
         if self._inline:
-            world.waiting.remove(entry)
-            world.running.add((entry.queue, entry.jid))
-            if self._depth >= MAX_INLINE_DEPTH:
-                world.running.discard((entry.queue, entry.jid))
-                raise TooManyRuns(f"inline runs nested {MAX_INLINE_DEPTH} deep (a job that "
-                                  "enqueues itself forever?)")
-            self._depth += 1
-            try:
-                await self._worker().run_now(entry)
-            finally:
-                self._depth -= 1
+            await self._run_at_once(entry)
         return True
 
 
@@ -250,6 +302,9 @@ class _Sink:
 
     async def push(self, push: Push, *, due: float | None, chosen: bool) -> bool:
         return await self._testing._push(push, due, chosen)
+
+    async def wait(self, push: Push, options: JobOptions, *, chosen: bool) -> bool:
+        return await self._testing._wait(push, options, chosen)
 
     def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
         """``enqueue_sync``: the enqueue on a private event loop in a thread (the

@@ -8,8 +8,9 @@ from typing import Any, Literal
 
 from cogworker_async.worker.observers import Outcome
 
-Waiting = Literal["queued", "scheduled", "retrying"]
-"""Where a faked job waits: on its queue, scheduled for later, or for its retry."""
+Waiting = Literal["queued", "scheduled", "retrying", "waiting"]
+"""Where a faked job waits: on its queue, scheduled for later, for its retry, or for its
+parents (``options(after=[...])``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,12 +21,15 @@ class Enqueued:
     name: str
     """The registered job name (the payload's ``class``)."""
     args: list[Any]
+    """As enqueued: a job ``waiting`` to take its parent's result (``pass_result``) has
+    ``dependents.RESULT_SLOT`` first until the parent ends."""
     kwargs: dict[str, Any]
     queue: str
     state: Waiting
     due_at: float | None
-    """When it may run (epoch s): None for a job enqueued to run now; for a retry, when
-    a worker would retry it (``drain`` does not wait for it)."""
+    """When it may run (epoch s): None for a job enqueued to run now (or once its
+    parents have); for a retry, when a worker would retry it (``drain`` does not wait
+    for it)."""
     payload: dict[str, Any] = field(repr=False)
     """The whole payload, with what client middleware added."""
 

@@ -1,9 +1,11 @@
-"""The fake's jobs: waiting (queued, scheduled, retrying), running, and how each ended.
+"""The fake's jobs: waiting (queued, scheduled, retrying), held for their parents
+(``after=``), running, and how each ended.
 
 It stands where Redis' lists, sets and status records stand, with their rules: a
 chosen jid is refused while a job with it is alive in any queue (``enqueue.lua``), a
 job moved onto its queue when due gets the queue and a fresh ``enqueued_at`` (the
-poller's promotion), and a job's status reads as ``jobs.status(jid)`` would.
+poller's promotion), and a job's status reads as ``jobs.status(jid)`` would. A held job
+is never taken by a drain: ``testing/dependencies.py`` releases it onto ``waiting``.
 
 Order: jobs due now run in the order they arrived (a queue is first in, first out; a
 retry waits behind what was already queued, as after its promotion); scheduled jobs,
@@ -19,8 +21,11 @@ from dataclasses import dataclass, field
 
 from cogworker_async import job
 from cogworker_async.retries import attempt_of
-from cogworker_async.status import CancelOutcome, JobStatus, error_text, unknown
+from cogworker_async.status import FINISHED, CancelOutcome, JobStatus, error_text, unknown
 from cogworker_async.testing.records import Enqueued, Run, Waiting
+
+Key = tuple[str, str]
+"""(queue, jid): one job, as Redis' keys name it."""
 
 
 @dataclass(slots=True)
@@ -46,10 +51,16 @@ class World:
     ended: dict[tuple[str, str], JobStatus] = field(default_factory=dict)
     """(queue, jid) -> its status once it ended (succeeded, dead, cancelled)."""
     runs: list[Run] = field(default_factory=list)
+    held: dict[Key, Entry] = field(default_factory=dict)
+    """Jobs waiting for their parents (state ``waiting``), as Redis' dep hashes hold
+    them: alive, cancellable, never taken by a drain until ``release``d."""
     members: dict[str, str] = field(default_factory=dict)
     """jid -> the batch it is a member of (its payload's ``bid``)."""
     on_end: Callable[[str, str, str], None] | None = None
     """Told (bid, jid, end) when a batch's member ends (``testing/batches.py``)."""
+    on_finish: Callable[[str, str, JobStatus], None] | None = None
+    """Told (queue, jid, status) when any job ends: the jobs waiting for it hear of it
+    (``testing/dependencies.py``)."""
     _counter: itertools.count[int] = field(default_factory=itertools.count)
 
     def clear(self) -> None:
@@ -57,19 +68,40 @@ class World:
         self.running.clear()
         self.ended.clear()
         self.runs.clear()
+        self.held.clear()
         self.members.clear()
 
     def alive(self, jid: str) -> bool:
-        """Queued, scheduled, running or retrying in any queue (a chosen jid's test: the
-        client looks in every queue, as ``Client._alive_elsewhere`` does)."""
+        """Queued, scheduled, running, retrying or waiting in any queue (a chosen jid's
+        test: the client looks in every queue, as ``Client._alive_elsewhere`` does)."""
         return any(running == jid for _, running in self.running) or any(
-            entry.jid == jid for entry in self.waiting)
+            entry.jid == jid for entry in self.waiting) or any(
+            held == jid for _, held in self.held)
 
     def add(self, raw: bytes, queue: str, jid: str, *, due: float | None,
             state: Waiting) -> Entry:
+        entry = self._new(raw, queue, jid, due, state)
+        self.waiting.append(entry)
+        return entry
+
+    def hold(self, raw: bytes, queue: str, jid: str) -> Entry:
+        """A job that waits for its parents (``dep_wait.lua``)."""
+        entry = self._new(raw, queue, jid, None, "waiting")
+        self.held[(queue, jid)] = entry
+        return entry
+
+    def release(self, key: Key, raw: bytes) -> Entry:
+        """A held job whose parents have ended, pushed onto its queue behind what is
+        already there (``dep_apply.lua``), as ``raw`` (with its parent's result)."""
+        held = self.held.pop(key)
+        entry = Entry(raw, held.queue, held.jid, "queued", None, next(self._counter))
+        self.waiting.append(entry)
+        return entry
+
+    def _new(self, raw: bytes, queue: str, jid: str, due: float | None,
+             state: Waiting) -> Entry:
         self.ended.pop((queue, jid), None)  # a chosen jid used again: its old end goes
         entry = Entry(raw, queue, jid, state, due, next(self._counter))
-        self.waiting.append(entry)
         bid = entry.payload().get("bid")
         if isinstance(bid, str) and "batch_callback" not in entry.payload():
             self.members[jid] = bid
@@ -109,10 +141,13 @@ class World:
     def end(self, queue: str, jid: str, status: JobStatus) -> None:
         self.running.discard((queue, jid))
         self.ended[(queue, jid)] = status
+        if status.state not in FINISHED:
+            return
         bid = self.members.get(jid)
-        if bid is not None and self.on_end is not None and \
-                status.state in ("succeeded", "dead", "cancelled"):
+        if bid is not None and self.on_end is not None:
             self.on_end(bid, jid, status.state)
+        if self.on_finish is not None:
+            self.on_finish(queue, jid, status)
 
     def known(self, jid: str) -> bool:
         """Any job with this jid, waiting, running or ended (a callback's ``once``)."""
@@ -120,7 +155,8 @@ class World:
 
     def enqueued(self, name: str | None = None, queue: str | None = None) -> list[Enqueued]:
         found = []
-        for entry in sorted(self.waiting, key=lambda entry: entry.order):
+        for entry in sorted([*self.waiting, *self.held.values()],
+                            key=lambda entry: entry.order):
             payload = entry.payload()
             if (name is None or payload["class"] == name) and \
                     (queue is None or entry.queue == queue):
@@ -132,10 +168,14 @@ class World:
 
     def cancel(self, jid: str, queue: str | None = None) -> CancelOutcome:
         """What ``jobs.cancel(jid)`` does to a faked job (``cancel.lua``): a waiting one
-        is dropped unrun and ends cancelled."""
-        for entry in list(self.waiting):
+        (or one held for its parents) is dropped unrun and ends cancelled — which the
+        jobs waiting for it hear, as of any end."""
+        for entry in [*self.waiting, *self.held.values()]:
             if entry.jid == jid and queue in (None, entry.queue):
-                self.waiting.remove(entry)
+                if self.held.get((entry.queue, jid)) is entry:
+                    del self.held[(entry.queue, jid)]
+                else:
+                    self.waiting.remove(entry)
                 self.end(entry.queue, jid, JobStatus(
                     jid=jid, state="cancelled", queue=entry.queue,
                     name=entry.payload()["class"], finished_at=time.time()))
@@ -148,7 +188,7 @@ class World:
 
     def status(self, jid: str, queue: str | None = None) -> JobStatus:
         """What ``jobs.status(jid)`` would say of a faked job."""
-        for entry in reversed(self.waiting):
+        for entry in [*reversed(self.waiting), *self.held.values()]:
             if entry.jid == jid and queue in (None, entry.queue):
                 return waiting_status(entry)
         for running_queue, running_jid in self.running:

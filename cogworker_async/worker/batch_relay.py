@@ -1,4 +1,5 @@
-"""Batch relay: carries members' ends to their batches, and enqueues the callbacks due.
+"""Batch relay: carries members' ends to their batches and parents' ends to the jobs
+waiting for them, and enqueues the callbacks due.
 
 A member's settle script, in its queue's slot, notes its end there (``_record.lua``); a
 batch lives in the namespace's slot (``redis/batches.py``). Every worker relays the notes
@@ -12,6 +13,11 @@ mode that refuses a jid with any record, finished too (``enqueue.lua``, "2"), th
 so (``batch_fired``). A relay that dies between the two enqueues again and is refused:
 each callback runs once — as long as the callback's record is kept (``keep_status``),
 which a relay's next pass, a poll interval later, is far inside.
+
+Dependents: a note that names watchers (a parent's end, ``redis/dependencies.py``) is
+applied to each of them (``dep_apply``, in the dependent's slot) before it is dropped,
+with the parent's result for one that takes it; each pass also arms again the jobs of
+the served queues whose enqueuer died before watching every parent.
 """
 
 from __future__ import annotations

@@ -135,6 +135,21 @@ async def test_a_chain_stops_at_a_failure(make_app: Callable[..., App]) -> None:
     assert names(seen, "collect") == []
 
 
+async def test_a_fan_out_after_one_parent_runs_every_child_once(
+    make_app: Callable[..., App],
+) -> None:
+    app, seen, jobs = shop(make_app)
+    async with app.worker():
+        parent = await jobs["gated"].enqueue("fan")
+        children = await jobs["collect"].options(after=[parent], queue="emails").enqueue_many(
+            [((n,), {}) for n in range(10)])
+        assert all([(await app.status(jid)).state == "waiting" for jid in children if jid])
+        jobs["gates"].setdefault("fan", anyio.Event()).set()
+        await wait_until(lambda: len(names(seen, "collect")) == 10, timeout=WAIT)
+        await wait_until(lambda: _no_waiting(app), timeout=WAIT)
+    assert sorted(value for value, _, _ in names(seen, "collect")) == list(range(10))
+
+
 async def test_a_parent_that_ended_before_the_child_was_enqueued_releases_it(
     make_app: Callable[..., App],
 ) -> None:

@@ -7,7 +7,7 @@
 -- ARGV[1] jid   ARGV[2] the raw job (with ``pass``: the text before the argument the
 -- parent's result takes)   ARGV[3] "" (with ``pass``: the text after it)
 -- ARGV[4] on_parent_failure (cancel, run, dead)   ARGV[5] the parent whose result it takes
--- ("<queue>/<jid>"; "": none)   ARGV[6] now (epoch s)   ARGV[7] the dep keys' bound (s)
+-- ("<queue>/<jid>"; "": none)   ARGV[6] now (epoch s)   ARGV[7] unused ("0")
 -- ARGV[8] the record's bound (s)   ARGV[9] the job's name   ARGV[10] its batch ("": none)
 -- ARGV[11] "1": the caller chose the jid: refuse one whose record says it may still run
 -- ARGV[12..] its parents, "<queue>/<jid>"
@@ -19,12 +19,13 @@ if redis.call("EXISTS", KEYS[1]) == 1 then return 0 end
 if ARGV[11] == "1" and record_alive(KEYS[3]) then return 0 end
 local parents = {}
 for i = 12, #ARGV do parents[#parents + 1] = ARGV[i] end
-local now, bound = tonumber(ARGV[6]), tonumber(ARGV[7])
+local now = tonumber(ARGV[6])
 redis.call("HSET", KEYS[1], "raw", ARGV[2], "tail", ARGV[3], "policy", ARGV[4],
            "pass", ARGV[5], "parents", table.concat(parents, "\30"), "created_at", ARGV[6])
+-- No TTL: the dep hash is the job's only copy, as a queue's entry is (a parent scheduled
+-- a month ahead keeps it waiting a month). It goes in the step that releases or ends it;
+-- sweep_records spares its record meanwhile.
 redis.call("SADD", KEYS[2], unpack(parents))
-redis.call("EXPIRE", KEYS[1], bound)
-redis.call("EXPIRE", KEYS[2], bound)
 redis.call("ZADD", KEYS[4], now, ARGV[1])
 redis.call("ZADD", KEYS[5], now, ARGV[1])
 drop_record(KEYS[3]) -- a chosen jid's finished run

@@ -7,18 +7,27 @@
 -- KEYS[1] the queue's live hash
 -- ARGV[1] the HSCAN cursor ("0": from the start)   ARGV[2] fields to look at (COUNT)
 -- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
+-- ARGV[4] (optional) a live record's bound (s): a waiting job's record is renewed by it
 -- Returns {next cursor ("0": a whole pass is done), how many were dropped}.
 -- One step per call: a record renewed since the HSCAN cannot be dropped in between.
 -- A live hash of the wrong type is left alone ({"0", 0}).
 local scanned = redis.pcall("HSCAN", KEYS[1], ARGV[1], "COUNT", tonumber(ARGV[2]))
 if type(scanned) ~= "table" or scanned.err then return {"0", 0} end
 local now = redis_now(ARGV[3])
+local slot = string.sub(KEYS[1], 1, -5) -- "<ns>:{q}:jobs" -> "<ns>:{q}:"
+local live_ttl = tonumber(ARGV[4] or "") or 1209600 -- the live records' bound
 local dropped = 0
 local entries = scanned[2]
 for i = 1, #entries, 2 do
   local fields = unpack_record(entries[i + 1])
   local till = fields and tonumber(fields["until"] or "")
-  if not fields or (till and till < now) then
+  if fields and till and till < now and fields.state == "waiting"
+      and redis.call("EXISTS", slot .. "dep:" .. entries[i]) == 1 then
+    -- a job waiting for its parents has not vanished: its copy is its dep hash, and
+    -- its record names its own dependents (``watchers``): kept, bound renewed
+    fields["until"] = tostring(math.ceil(now + live_ttl))
+    redis.call("HSET", KEYS[1], entries[i], record_library().pack(fields))
+  elseif not fields or (till and till < now) then
     redis.call("HDEL", KEYS[1], entries[i])
     dropped = dropped + 1
   end

@@ -19,7 +19,7 @@ from typing import Any, Final
 import anyio
 import redis.asyncio
 
-from cogworker_async import App
+from cogworker_async import App, current_job
 from cogworker_async.registry import JobFunction
 from tests.clients import async_client
 from tests.worker.e2e.jobsapp import NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
@@ -78,15 +78,39 @@ async def work(tag: str, seconds: float) -> None:
     await recorder.record(finished_key(recorder.namespace), tag)
 
 
+def events_key(namespace: str) -> str:
+    """One list of "S <tag>" / "F <tag>" entries: the order of starts and finishes."""
+    return f"{namespace}:{{{RECORD_TAG}}}:events"
+
+
+async def node(tag: str, seconds: float) -> None:
+    """A job of a chain: its start and finish also in one list, in order."""
+    await recorder.record(started_key(recorder.namespace), tag)
+    await recorder.client().rpush(events_key(recorder.namespace), f"S {tag}")
+    await anyio.sleep(seconds)
+    await recorder.client().rpush(events_key(recorder.namespace), f"F {tag}")
+    await recorder.record(finished_key(recorder.namespace), tag)
+
+
+async def callback(kind: str) -> None:
+    """A batch's callback: records ``<kind>:<bid>``."""
+    tag = f"{kind}:{current_job().batch_id}"
+    await recorder.record(started_key(recorder.namespace), tag)
+    await recorder.record(finished_key(recorder.namespace), tag)
+
+
 @dataclass(frozen=True)
 class Jobs:
     app: App
     work: JobFunction[[str, float], Any]
+    node: JobFunction[[str, float], Any]
+    callback: JobFunction[[str], Any]
 
 
 def build(redis_url: str, namespace: str, **overrides: Any) -> Jobs:
     app = App(redis_url, namespace=namespace, **{**SETTINGS, **overrides})
-    return Jobs(app, work=app.job(name="work")(work))
+    return Jobs(app, work=app.job(name="work")(work), node=app.job(name="node")(node),
+                callback=app.job(name="callback")(callback))
 
 
 def _from_env() -> App | None:

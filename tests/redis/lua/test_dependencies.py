@@ -241,3 +241,28 @@ async def test_a_wrong_typed_dep_key_is_an_error_and_loses_no_parent_end(store: 
     with pytest.raises(Exception, match="WRONGTYPE"):
         await store.dependencies.apply(CHILDREN, "kid", [(who, "succeeded", "")])
     assert await store.client.hget(store.keys.dep(CHILDREN, "kid"), "raw") is not None
+
+
+async def test_the_sweep_keeps_a_waiting_jobs_record_past_its_bound(
+    store: Store, keys: Keys,
+) -> None:
+    who = await parent(store)
+    await child(store, [who])
+    await store.dependencies.arm(CHILDREN, "kid", [who])
+    live = keys.live_records(CHILDREN)
+    parts = (await store.client.hget(live, "kid")).decode().split("\t")
+    parts[3] = "1000"  # its bound long passed
+    await store.client.hset(live, "kid", "\t".join(parts))
+    gone = make_job(CHILDREN, jid="gone")  # a queued job whose copy vanished: dropped
+    await store.enqueue(CHILDREN, [gone])
+    await store.client.delete(keys.queue(CHILDREN))
+    other = (await store.client.hget(live, "gone")).decode().split("\t")
+    other[3] = "1000"
+    await store.client.hset(live, "gone", "\t".join(other))
+
+    assert await store.sweep_records(CHILDREN) == ("0", 1)
+    assert await state(store, "kid") == "waiting"
+    assert not await store.client.hexists(live, "gone")
+    await run(store, who)
+    await relay(store)
+    assert await state(store, "kid") == "queued"

@@ -126,6 +126,31 @@ async def callback(kind: str) -> None:
     await recorder.finished(tag)
 
 
+def events_key(namespace: str) -> str:
+    return f"{namespace}:chaos:events"
+
+
+async def node(tag: str, seconds: float) -> None:
+    """A job of a dependency tree: records "S <tag>" and "F <tag>" in one list, so that
+    a test reads the order of every start and finish across processes (one Redis)."""
+    await recorder.started(tag)
+    await recorder.client().rpush(events_key(recorder.namespace), f"S {tag}")
+    await anyio.sleep(seconds)
+    await recorder.client().rpush(events_key(recorder.namespace), f"F {tag}")
+    await recorder.finished(tag)
+
+
+async def chained(value: int, tag: str) -> int:
+    """A step of a chain with pass_result: records the value it was handed, returns the
+    next one."""
+    await recorder.started(f"{tag}={value}")
+    await recorder.client().rpush(events_key(recorder.namespace), f"S {tag}")
+    await anyio.sleep(0.05)
+    await recorder.client().rpush(events_key(recorder.namespace), f"F {tag}")
+    await recorder.finished(f"{tag}={value}")
+    return value + 1
+
+
 @dataclass(frozen=True)
 class Jobs:
     app: App
@@ -134,6 +159,8 @@ class Jobs:
     blocker: JobFunction[[str, float], Awaitable[None]]
     fail: JobFunction[[str, float], Awaitable[None]]
     callback: JobFunction[[str], Awaitable[None]]
+    node: JobFunction[[str, float], Awaitable[None]]
+    chained: JobFunction[[int, str], Awaitable[int]]
 
 
 def build(redis_url: str, namespace: str, **overrides: Any) -> Jobs:
@@ -145,6 +172,8 @@ def build(redis_url: str, namespace: str, **overrides: Any) -> Jobs:
         blocker=app.job(name="blocker", queue="blocking")(blocker),
         fail=app.job(name="fail", retry=False)(fail),
         callback=app.job(name="callback")(callback),
+        node=app.job(name="node")(node),
+        chained=app.job(name="chained", keep_result=3600)(chained),
     )
 
 

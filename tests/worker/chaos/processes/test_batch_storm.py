@@ -22,6 +22,7 @@ import os
 import random
 import signal
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -64,6 +65,8 @@ class Storm:
     held: Counter[str] = field(default_factory=Counter)
     """Tags on victims' in-progress lists at their kills (a run that may go again)."""
     kills: int = 0
+    tags: Callable[[list[bytes | str]], list[str]] = field(default=lambda raws: _tags(raws))
+    """The tag of each raw job, as the scenario's jobs record it."""
 
     async def kill_one(self) -> bool:
         by_pid = {info.get("pid"): identity
@@ -78,7 +81,7 @@ class Storm:
         before = [raw for key in lists for raw in await self.r.lrange(key, 0, -1)]
         worker.kill()
         after = [raw for key in lists for raw in await self.r.lrange(key, 0, -1)]
-        for tag in set(_tags(before + after)):
+        for tag in set(self.tags(before + after)):
             self.held[tag] += 1
         self.kills += 1
         self.workers[self.workers.index(worker)] = self.fleet.start(

@@ -68,3 +68,40 @@ async def test_lost_replies_of_a_batch_s_moves_count_once_and_call_once(
     assert starts == dict.fromkeys([*tags, "on-complete", "on-success"], 1)
     assert (status.total, status.succeeded, status.pending) == (MEMBERS, MEMBERS, 0)
     await worker.stop()
+
+
+async def test_lost_replies_of_a_dependents_moves_release_it_once_after_its_parent(
+    proxied: tuple[ServerProcess, LostReplyProxy], start_worker: StartWorker,
+    make_jobs: Callable[[str], Jobs], clients: Callable[[str], redis.asyncio.Redis],
+    witness: Witness, namespace: str,
+) -> None:
+    """The parent's ack (its note written, or not?), the relay's dep_apply (released, or
+    not?) and drop_notes lose their replies: each job of parent -> child -> grandchild
+    runs once, in that order, and nothing is left waiting."""
+    server, proxy = proxied
+    r, jobs, keys = clients(server.url), make_jobs(server.url), Keys(namespace)
+    rules = {name: proxy.arm(DropReply(sha(name), times=times)) for name, times in (
+        ("ack", 1), ("dep_apply", 2), ("drop_notes", 1))}
+    parent = await jobs.record.enqueue("parent")
+    assert parent is not None
+    child = await jobs.record.options(after=[parent]).enqueue("child")
+    assert child is not None
+    await jobs.record.options(after=[child]).enqueue("grandchild")
+    worker = start_worker(proxy.url, "--concurrency", "4", identity="fault-deps")
+    await wait_ready(r, namespace, worker)
+
+    async def settled() -> bool:
+        return (await witness.finished() == 3 and not await r.zcard(keys.waiting("default"))
+                and not await r.llen(keys.batch_notes("default"))
+                and not any((await leftovers(r, namespace)).values()))
+    await wait_alive(worker, settled, timeout=30)
+
+    starts = await witness.starts()
+    report("dependency-lost-replies", runs=dict(starts),
+           dropped={name: len(rule.dropped) for name, rule in rules.items()})
+    assert {name: len(rule.dropped) for name, rule in rules.items()} == {
+        "ack": 1, "dep_apply": 2, "drop_notes": 1}
+    assert starts == {"parent": 1, "child": 1, "grandchild": 1}
+    assert [event["tag"] for event in await witness.started()] == ["parent", "child",
+                                                                   "grandchild"]
+    await worker.stop()
