@@ -308,7 +308,10 @@ def unparseable_entry(raw: bytes, *, queue: str, reason: str, now: float) -> Pay
     """
     preview = raw[: PREVIEW_CHARS * 4].decode("utf-8", "replace")[:PREVIEW_CHARS]
     return {
-        "jid": new_jid(),
+        # Its own jid when one can be read: the fetch marked that jid's record running,
+        # and the filing must end that record (a batch member's end is noted from it,
+        # a waiting dependent hears it); a fresh one for bytes that name none.
+        "jid": _readable_jid(raw) or new_jid(),
         # No class: what is not a job names none, and so can never run (``decode``
         # refuses it, and an admin's retry with it: ``JobRecord.runnable``).
         "class": None,  # type: ignore[typeddict-item]
@@ -400,6 +403,13 @@ def queue_of(payload: Mapping[str, Any] | None, fallback: str) -> str:
         return check_queue_name(payload.get("queue") if payload is not None else None)
     except (TypeError, ValueError):
         return fallback
+
+
+def _readable_jid(raw: bytes) -> str | None:
+    """The jid a raw job names (as ``fetch.lua``'s ``jid_in`` reads it), if it is text
+    a record's key can hold."""
+    jid = jid_of(raw)
+    return jid if jid and _is_text(jid) else None
 
 
 def jid_of(raw: bytes) -> str | None:

@@ -193,8 +193,11 @@ class Batches(Part):
                            sorted(as_bytes(kid).decode() for kid in got[5]))
 
     async def members(self, bid: str, which: str) -> list[str]:
-        return sorted(as_bytes(jid).decode() for jid in
-                      await self.client.smembers(self.keys.batch_set(bid, which)))
+        """Every jid of one of ``bid``'s sets, sorted: read by SSCAN pages, so that a set
+        of a million members never blocks Redis with one reply."""
+        found = [as_bytes(jid).decode() async for jid in
+                 self.client.sscan_iter(self.keys.batch_set(bid, which), count=1000)]
+        return sorted(set(found))
 
     # -- the admin model's reads (the dashboard's Batches tab): bounded, whatever the size
 

@@ -314,3 +314,28 @@ async def test_cancel_batch_ends_a_batch_holding_a_jid_that_was_never_pushed(
         await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)
     status = await app.batch_status(batch.bid)
     assert (status.state, status.cancelled, status.pending) == ("complete", 2, 0)
+
+
+async def test_a_member_whose_payload_is_garbled_ends_its_batch_dead(
+    make_app: Callable[..., App],
+) -> None:
+    """A member that cannot be read is filed dead under its own jid: its batch hears its
+    end (it never waits forever for a member nobody can run)."""
+    app, calls, jobs = shop(make_app)
+    report = jobs["report"]
+    async with app.batch(on_complete=report.s("complete"), on_death=report.s("death")) as batch:
+        good = await jobs["work"].enqueue(1)
+        garbled = await jobs["work"].enqueue(2)
+    store = app.store()
+    key = store.keys.queue("default")
+    for raw in await store.client.lrange(key, 0, -1):
+        if garbled.encode() in raw:  # its arguments are not a list any more
+            await store.client.lset(key, (await store.client.lrange(key, 0, -1)).index(raw),
+                                    f'{{"jid":"{garbled}","class":"work","args":"x"}}')
+    async with app.worker():
+        await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)
+        status = await app.batch_status(batch.bid)
+    assert calls.of("death") == [batch.bid]
+    assert (status.state, status.succeeded, status.dead) == ("dead", 1, 1)
+    assert (await app.status(garbled)).state == "dead"
+    assert good is not None

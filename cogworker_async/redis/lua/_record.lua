@@ -301,16 +301,30 @@ local function drop_cancelled(key, now, ttl)
               "finished_at", now)
 end
 
+-- payload_bid: the batch a raw job names (its payload's ``bid``), or nil: for a record
+-- made afresh for a member whose record had gone (expired, swept), so that its end is
+-- still noted for its batch. Decoded: a rare path, and a pattern could be fooled by an
+-- argument holding the same text.
+local function payload_bid(raw)
+  if not raw or not string.find(raw, '"bid":', 1, true) then return nil end
+  local ok, payload = pcall(cjson.decode, raw)
+  if ok and type(payload) == "table" and type(payload.bid) == "string" and payload.bid ~= "" then
+    return payload.bid
+  end
+  return nil
+end
+
 -- fetch_record: the record of job ``jid`` just fetched from the queue whose records are
 -- at ``prefix`` (live hash ``live``) says running, by ``by`` since ``now``; or, when a
 -- cancel waits for the job, that its copy was dropped (kept ``cancelled_ttl`` seconds):
 -- returns true then, and the caller drops it. No record (it expired, or the job predates
--- records): one is made, bounded ``live_ttl`` seconds. The usual record — live, never
--- run, no cancel — is edited as text: its state swapped, the fields of the run appended
+-- records): one is made, bounded ``live_ttl`` seconds, with the batch ``raw`` names.
+-- The usual record — live, never run, no cancel — is edited as text: its state swapped,
+-- the fields of the run appended
 -- (``running_tail``, the same for every job of one fetch: made once, little garbage for
 -- Lua's collector, whose work grows with every string a script makes).
 local running_tail, running_tail_of = nil, nil
-local function fetch_record(prefix, live, jid, by, now, cancelled_ttl, live_ttl)
+local function fetch_record(prefix, live, jid, by, now, cancelled_ttl, live_ttl, raw)
   local text = redis.pcall("HGET", live, jid)
   if type(text) == "string" and not string.find(text, "\tcancel=", 1, true)
       and not string.find(text, "\tby=", 1, true) then
@@ -332,8 +346,8 @@ local function fetch_record(prefix, live, jid, by, now, cancelled_ttl, live_ttl)
                            "finished_at", now), cancelled_ttl, origin)
     return true
   end
-  lib.write(key, lib.set(fields or {}, "state", "running", "by", by, "started_at", now),
-            (not fields) and live_ttl or nil, origin)
+  lib.write(key, lib.set(fields or {batch = payload_bid(raw)}, "state", "running", "by", by,
+                         "started_at", now), (not fields) and live_ttl or nil, origin)
   return false
 end
 

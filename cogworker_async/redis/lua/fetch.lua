@@ -87,7 +87,7 @@ for i = 1, #KEYS - 1, 2 do
     if not job then break end
     now = now or redis_now(ARGV[3])
     local jid = prefix ~= "" and jid_in(job)
-    if jid and fetch_record(prefix, live, jid, ARGV[2], now, ARGV[4], ARGV[5]) then
+    if jid and fetch_record(prefix, live, jid, ARGV[2], now, ARGV[4], ARGV[5], job) then
       redis.call("LPOP", KEYS[i + 1])
       table.insert(dropped, index)
       table.insert(dropped, jid)

@@ -19,7 +19,12 @@ if KEYS[1] ~= KEYS[2] or ARGV[1] ~= ARGV[2] then
 end
 trim_dead(KEYS[2], now, ARGV[5], ARGV[6])
 if KEYS[3] then
-  if ARGV[7] == "dead" then
+  -- A member retried by hand after its record went (keep_status): the record made
+  -- afresh names its batch, so that its end is still noted.
+  local bid = ARGV[7] ~= "dead" and not read_record(KEYS[3]) and payload_bid(ARGV[2])
+  if bid then
+    mark_record(KEYS[3], tonumber(ARGV[8]) + tonumber(ARGV[3]), "state", ARGV[7], "batch", bid)
+  elseif ARGV[7] == "dead" then
     mark_record(KEYS[3], tonumber(ARGV[8]) + tonumber(ARGV[3]), "cancel", false, "by", false,
                 "state", ARGV[7])
   else

@@ -51,6 +51,69 @@ async def _settled(flow: Flow, tags: list[str]) -> bool:
     return not await flow.r.zcard(keys.batches_firing)
 
 
+class Mover:
+    """Moves slots to another master, noting how much was in flight and how long each
+    move took."""
+
+    def __init__(self, cluster: ClusterProcess, r: redis.asyncio.Redis, keys: Keys,
+                 queues: list[str]) -> None:
+        self.cluster, self.r, self.keys, self.queues = cluster, r, keys, queues
+        self.seconds: list[float] = []
+        self.in_flight: list[int] = []
+        self.halfway = anyio.Event()
+
+    async def move(self, slot: int) -> None:
+        target = next(port for _, port in self.cluster.masters()
+                      if port != self.cluster.port_of_slot(slot))
+        self.in_flight.append(await self.r.zcard(self.keys.batches_open) + sum(
+            [await self.r.zcard(self.keys.waiting(q)) for q in self.queues]))
+        moved_at = time.monotonic()
+        await anyio.to_thread.run_sync(self.cluster.move_slot, slot, target)
+        self.seconds.append(round(time.monotonic() - moved_at, 2))
+        assert self.cluster.port_of_slot(slot) == target
+
+    async def run(self) -> None:
+        await self.halfway.wait()  # while batches are open and members pending
+        await self.move(self.cluster.slot_of(self.keys.batches))
+        # the first queue: chain steps wait on it
+        await self.move(self.cluster.slot_of(self.keys.queue(self.queues[0])))
+
+
+async def _enqueue(jobs: clusterapp.Jobs, queues: list[str], mover: Mover,
+                   rng: random.Random) -> list[str]:
+    """The batches (the moves start a third of the way) and the chains; the bids."""
+    batches, members, chains = SIZES
+    bids = []
+    for b in range(batches):
+        if b == batches // 3:
+            mover.halfway.set()
+        async with jobs.app.batch(on_complete=jobs.callback.s("complete")) as batch:
+            for m in range(members):
+                await jobs.work.options(queue=queues[(b + m) % len(queues)]).enqueue(
+                    f"b{b}m{m}", round(rng.uniform(0.01, 0.05), 3))
+        bids.append(batch.bid)
+    for c in range(chains):
+        await jobs.app.chain(*[
+            jobs.node.options(queue=queues[(c + k) % len(queues)]).s(
+                f"c{c}s{k}", round(rng.uniform(0.05, 0.2), 3)) for k in range(STEPS)
+        ]).enqueue()
+    return bids
+
+
+async def _early_steps(r: redis.asyncio.Redis, namespace: str) -> list[str]:
+    """Chain steps whose first start came before the last finish of the step before."""
+    first_start: dict[str, int] = {}
+    last_finish: dict[str, int] = {}
+    events = await r.lrange(clusterapp.events_key(namespace), 0, -1)
+    for index, (kind, tag) in enumerate(entry.decode().split(" ", 1) for entry in events):
+        if kind == "S":
+            first_start.setdefault(tag, index)
+        else:
+            last_finish[tag] = index
+    return [f"c{c}s{k}" for c in range(SIZES[2]) for k in range(1, STEPS)
+            if first_start[f"c{c}s{k}"] < last_finish[f"c{c}s{k - 1}"]]
+
+
 async def test_batches_and_chains_through_live_reshards_of_their_slots(
     own_cluster: ClusterProcess, r: redis.asyncio.Redis, namespace: str, flows: list[Flow]
 ) -> None:
@@ -58,80 +121,35 @@ async def test_batches_and_chains_through_live_reshards_of_their_slots(
     keys = Keys(namespace)
     spread = spread_queues(own_cluster, namespace)
     queues = [name for names in spread.values() for name in names]
-    rng = random.Random(11)
+    tags = [f"b{b}m{m}" for b in range(batches) for m in range(members)] + [
+        f"c{c}s{k}" for c in range(chains) for k in range(STEPS)]
+    mover = Mover(own_cluster, r, keys, queues)
     with worker_pool() as workers:
         flow = Flow(own_cluster, r, namespace, queues, workers)
         flows.append(flow)
         for _ in range(2):
             flow.start_worker()
         await flow.wait_ready()
-        jobs = flow.jobs
-        bids: list[str] = []
-        member_tags = [f"b{b}m{m}" for b in range(batches) for m in range(members)]
-        step_tags = [f"c{c}s{k}" for c in range(chains) for k in range(STEPS)]
-        waiting_queue = queues[0]  # steps wait on it when its slot moves
-        moves: list[float] = []
-        in_flight: list[int] = []
-        halfway = anyio.Event()
-
-        async def move(slot: int) -> None:
-            target = next(port for _, port in own_cluster.masters()
-                          if port != own_cluster.port_of_slot(slot))
-            in_flight.append(await r.zcard(keys.batches_open)
-                             + sum([await r.zcard(keys.waiting(q)) for q in queues]))
-            moved_at = time.monotonic()
-            await anyio.to_thread.run_sync(own_cluster.move_slot, slot, target)
-            moves.append(round(time.monotonic() - moved_at, 2))
-            assert own_cluster.port_of_slot(slot) == target
-
-        async def mover() -> None:
-            await halfway.wait()  # while batches are open and members pending
-            await move(own_cluster.slot_of(keys.batches))
-            await move(own_cluster.slot_of(keys.queue(waiting_queue)))
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(mover)
-            for b in range(batches):
-                if b == batches // 3:
-                    halfway.set()
-                async with jobs.app.batch(on_complete=jobs.callback.s("complete")) as batch:
-                    for m in range(members):
-                        await jobs.work.options(queue=queues[(b + m) % len(queues)]).enqueue(
-                            f"b{b}m{m}", round(rng.uniform(0.01, 0.05), 3))
-                bids.append(batch.bid)
-            for c in range(chains):
-                await jobs.app.chain(*[
-                    jobs.node.options(queue=queues[(c + k) % len(queues)]).s(
-                        f"c{c}s{k}", round(rng.uniform(0.05, 0.2), 3)) for k in range(STEPS)
-                ]).enqueue()
-
-        tags = member_tags + step_tags
+            tg.start_soon(mover.run)
+            bids = await _enqueue(flow.jobs, queues, mover, random.Random(11))
         await wait_until(lambda: _settled(flow, tags), timeout=240, every=0.2)
         for worker in flow.workers:
             assert worker.alive(), worker.log()
         await flow.stop_all()
         started = await flow.started()
-        events = [entry.decode().split(" ", 1)
-                  for entry in await r.lrange(clusterapp.events_key(namespace), 0, -1)]
 
-    first_start: dict[str, int] = {}
-    last_finish: dict[str, int] = {}
-    for index, (kind, tag) in enumerate(events):
-        if kind == "S":
-            first_start.setdefault(tag, index)
-        else:
-            last_finish[tag] = index
     twice = [tag for tag in tags if started[tag] != 1]
     callbacks = {bid: started[f"complete:{bid}"] for bid in bids}
-    early = [f"c{c}s{k}" for c in range(chains) for k in range(1, STEPS)
-             if first_start[f"c{c}s{k}"] < last_finish[f"c{c}s{k - 1}"]]
-    report("workflows-live-reshard", batches=batches, members=len(member_tags),
-           chain_steps=len(step_tags), in_flight_when_moved=in_flight, move_seconds=moves)
-    assert len(moves) == 2
-    assert in_flight[0] > 0, "the namespace's slot moved with no batch open"
+    early = await _early_steps(r, namespace)
+    report("workflows-live-reshard", batches=batches, members=batches * members,
+           chain_steps=chains * STEPS, in_flight_when_moved=mover.in_flight,
+           move_seconds=mover.seconds)
+    assert len(mover.seconds) == 2
+    assert mover.in_flight[0] > 0, "the namespace's slot moved with no batch open"
     assert not twice, f"{len(twice)} job(s) ran other than once: {twice[:20]}"
     assert set(callbacks.values()) == {1}, \
         {bid: n for bid, n in callbacks.items() if n != 1}
     assert not early, f"steps started before the step before them finished: {early[:20]}"
     for bid in bids:
-        assert (await jobs.app.batch_status(bid)).state == "success"
+        assert (await flow.jobs.app.batch_status(bid)).state == "success"

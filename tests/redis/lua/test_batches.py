@@ -333,3 +333,38 @@ async def test_a_callback_enqueued_once_is_refused_after_its_record_has_gone(
     await store.client.delete(keys.record(QUEUE, "b-complete"))
     assert await store.enqueue(QUEUE, [raw], jids=["b-complete"], chosen="once") == -1
     assert await store.client.llen(keys.queue(QUEUE)) == 1
+
+
+async def test_a_member_whose_record_went_still_notes_its_end(store: Store, keys: Keys) -> None:
+    """The record made afresh, at the fetch of a member whose record expired or was
+    swept, or at its retry by hand from dead after keep_status, names its batch (read
+    from the payload's ``bid``): its end is noted all the same."""
+    raw = make_job(QUEUE, bid="b")
+    await store.enqueue(QUEUE, [raw], batch="b")
+    await store.client.hdel(keys.live_records(QUEUE), jid_of(raw))  # swept
+    await store.fetch(IDENTITY, [QUEUE], 1)
+    await store.ack(IDENTITY, QUEUE, [(raw, jid_of(raw))])
+    assert await notes(store) == [("b", jid_of(raw), "succeeded")]
+    await store.batches.drop_notes(QUEUE, await store.batches.notes(QUEUE))
+
+    dead = make_job(QUEUE, bid="b")
+    await store.enqueue(QUEUE, [dead], batch="b")
+    await store.fetch(IDENTITY, [QUEUE], 1)
+    await store.file_failure(IDENTITY, QUEUE, dead, "dead", dead, 0.0,
+                             failure=Failure(jid_of(dead), "E: x", 1))
+    await store.batches.drop_notes(QUEUE, await store.batches.notes(QUEUE))
+    await store.client.delete(keys.record(QUEUE, jid_of(dead)))  # kept keep_status only
+    assert await store.move_member(QUEUE, "dead", "retry", dead, dead)
+    assert await store.promote(QUEUE, "retry", [(dead, dead)]) == 1
+    await store.fetch(IDENTITY, [QUEUE], 1)
+    await store.ack(IDENTITY, QUEUE, [(dead, jid_of(dead))])
+    assert await notes(store) == [("b", jid_of(dead), "succeeded")]
+
+
+async def test_an_argument_that_looks_like_a_bid_names_no_batch(store: Store, keys: Keys) -> None:
+    raw = make_job(QUEUE, kwargs={"meta": {"bid": "not-a-batch"}})
+    await store.enqueue(QUEUE, [raw])
+    await store.client.hdel(keys.live_records(QUEUE), jid_of(raw))
+    await store.fetch(IDENTITY, [QUEUE], 1)
+    await store.ack(IDENTITY, QUEUE, [(raw, jid_of(raw))])
+    assert await notes(store) == []
