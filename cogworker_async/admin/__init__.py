@@ -22,7 +22,8 @@ typer) nor the dashboard's (starlette, jinja2).
 
 Modules: ``api`` (``Inspector`` and the structures it reads: stats, queues, processes,
 periodic jobs), ``sets`` (the scheduled, retry and dead sets and their actions),
-``batches`` (pages of batches, one's status and members, cancel),
+``batches`` (pages of batches, one's status and members, cancel), ``waiting`` (the
+jobs waiting for their parents: counts, a queue's page, what one waits for),
 ``records`` (the values returned, and tokens), ``cli`` and ``tables`` (the admin
 commands, which need rich and typer).
 """

@@ -46,6 +46,7 @@ from cogworker_async.admin.records import (
 )
 from cogworker_async.admin.run_metrics import RunMetrics
 from cogworker_async.admin.sets import DeadSet, JobSet, RetrySet, ScheduledSet, release_lock
+from cogworker_async.admin.waiting import WaitingJobs
 from cogworker_async.redis.admin import Admin
 from cogworker_async.settings import check_queue_name
 
@@ -193,17 +194,18 @@ class Queues:
         if names is None:
             names = await admin.queue_names()
         heads = await admin.queue_heads(names)
+        waiting = await admin.waiting_counts(names)
         pauses = await admin.store.pauses(names)
         now = await admin.now()
         infos = []
-        for name, (size, oldest) in zip(names, heads, strict=True):
+        for name, (size, oldest), held in zip(names, heads, waiting, strict=True):
             latency = 0.0
             if oldest is not None:
                 enqueued = JobRecord.read(oldest).stamp("enqueued_at")
                 latency = max(0.0, now - enqueued) if enqueued is not None else 0.0
             pause = pauses.get(name)
             infos.append(QueueInfo(name, size, latency,
-                                   pause.since if pause is not None else None))
+                                   pause.since if pause is not None else None, held))
         return infos
 
     async def pause(self, name: str) -> bool:
@@ -261,8 +263,9 @@ class Inspector:
     """Everything the dashboard and the admin CLI read and do, for one App: ``stats``,
     ``queues`` (and ``queue(name)``), ``scheduled``, ``retries``, ``dead``, ``processes``,
     ``periodic``, ``metrics`` (runs per job class and minute), ``jobs`` (one job by
-    its jid: status, cancel), ``limits`` and ``batches`` (pages of batches, one's
-    status and members, cancel).
+    its jid: status, cancel), ``limits``, ``batches`` (pages of batches, one's
+    status and members, cancel) and ``waiting`` (the jobs waiting for their parents:
+    a queue's page of them, what one waits for).
 
     It holds no connection of its own: each call uses the App's pool for the running
     event loop (closed by ``App.close()``).
@@ -281,6 +284,7 @@ class Inspector:
         self.jobs = JobStatuses(self)
         self.limits = Limits(self)
         self.batches = Batches(self)
+        self.waiting = WaitingJobs(self)
 
     @property
     def default_queue(self) -> str:
@@ -332,6 +336,7 @@ class Inspector:
             "processed": totals.processed,
             "failed": totals.failed,
             "enqueued": sum(q.size for q in queues),
+            "waiting_for_parents": sum(q.waiting_for_parents for q in queues),
             "scheduled": scheduled,
             "retries": retries,
             "dead": dead,

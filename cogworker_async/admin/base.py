@@ -1,5 +1,5 @@
 """What the sections of the admin model (``sets``, ``job_status``, ``limits``,
-``run_metrics``) use of the Inspector that holds them.
+``run_metrics``, ``waiting``) use of the Inspector that holds them.
 
 Named here as a protocol, not as ``api.Inspector``: ``api`` imports the sections to build
 its Inspector, and a section importing ``api`` back (even for its annotations only) made

@@ -6,16 +6,18 @@ jobs processes run now.
     outcome = await insp.jobs.cancel(jid)      # "cancelled", "stopping", "finished", "unknown"
     shown = await insp.jobs.running(processes) # (queue, jid) -> JobStatus, for Busy
     copy = await insp.jobs.copy(found)         # its stored payload (arguments), if any
+    parents = await insp.jobs.waiting_for(found)  # a waiting job's parents, else None
 
 Every read is bounded: a jid is looked for in each queue's slot (one HGETALL each, in
 one round trip; never a scan), and the Busy tab's progress is one pipelined read of at
 most ``MAX_RUNNING_READ`` records, however many jobs run.
 
 A record holds no arguments (a job's payload is in one place at a time: its queue, a
-process's in-progress list, or its queue's schedule, retry or dead set). ``copy`` looks
-for it in the one place the record's state names, and only so far: the ends of a queue
-(``QUEUE_ENDS_READ`` each), the first ``IN_PROGRESS_READ`` of a process's list, a set's
-ZSCAN up to ``SEARCH_BUDGET`` entries. A job that moved between the two reads, or sits
+process's in-progress list, its queue's schedule, retry or dead set, or, waiting for its
+parents, its dep hash). ``copy`` looks for it in the one place the record's state names,
+and only so far: the ends of a queue (``QUEUE_ENDS_READ`` each), the first
+``IN_PROGRESS_READ`` of a process's list, a set's ZSCAN up to ``SEARCH_BUDGET`` entries
+(a dep hash is one read). A job that moved between the two reads, or sits
 beyond the look, is reported not found, with whether the look was complete. A
 succeeded or cancelled job's payload is gone: there is nothing to find.
 """
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from cogworker_async.admin.records import JobRecord, ProcessInfo
 from cogworker_async.admin.sets import SCAN_STEP, SEARCH_BUDGET
+from cogworker_async.admin.waiting import WaitingFor, WaitingJobs, copy_of
 from cogworker_async.status import CancelOutcome, JobStatus
 
 if TYPE_CHECKING:
@@ -47,11 +50,13 @@ IN_PROGRESS_READ: Final = 1000
 """Jobs of a process's in-progress list read to find a running job's payload (the list
 is as long as its slots and prefetch: far less)."""
 
-Place = Literal["queue", "in progress", "schedule", "retry", "dead"]
+Place = Literal["queue", "in progress", "schedule", "retry", "dead", "waiting"]
 PLACES: Final[dict[str, Place]] = {"queued": "queue", "running": "in progress",
                                    "scheduled": "schedule", "retrying": "retry",
-                                   "dead": "dead"}
-"""Where the payload of a job in each state is (a succeeded or cancelled job has none)."""
+                                   "dead": "dead", "waiting": "waiting"}
+"""Where the payload of a job in each state is (a succeeded or cancelled job has none;
+a waiting job's is its dep hash, ``admin/waiting.py``): a state left out here would
+read as a job with no payload anywhere."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,11 @@ class JobStatuses:
         answer means)."""
         return await self._inspector.app.cancel(jid, queue=queue)
 
+    async def waiting_for(self, status: JobStatus) -> WaitingFor | None:
+        """The parents a waiting job waits for (``Inspector.waiting.of``); None for a
+        job in another state, or one released or ended since ``status`` was read."""
+        return await WaitingJobs(self._inspector).of(status)
+
     async def running(self, processes: Sequence[ProcessInfo]
                       ) -> dict[tuple[str, str], JobStatus]:
         """The records of the jobs live processes run, by ``(queue, jid)``: at most the
@@ -105,6 +115,9 @@ class JobStatuses:
             return StoredCopy(None, None)
         needle = b'"jid":' + json.dumps(status.jid).encode()  # as job.encode writes it
         admin = self._inspector.admin()
+        if place == "waiting":  # one hash, read whole: found, or released since
+            dep = await admin.dep_record(queue, status.jid)
+            return StoredCopy(copy_of(dep, queue) if dep is not None else None, place)
         if place == "queue":
             length, raws = await admin.queue_ends(queue, QUEUE_ENDS_READ)
             return StoredCopy(_holding(raws, status.jid, needle, queue), place,

@@ -294,6 +294,9 @@ class QueueInfo:
     paused_since: float | None = None
     """When the queue was paused (epoch s; 0.0 if its flag is unreadable); None: not
     paused."""
+    waiting_for_parents: int = 0
+    """Jobs of the queue waiting for their parents (``options(after=[...])``): not on
+    its list yet, so not in ``size`` (``admin/waiting.py``)."""
 
     @property
     def paused(self) -> bool:

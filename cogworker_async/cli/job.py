@@ -1,10 +1,12 @@
 """``cogworker-async job app:jobs JID``: what became of one job, by its jid — its state,
-queue, attempt, times, progress, result or error, and the process running it; with
+queue, attempt, times, progress, result or error, and the process running it (a job
+waiting for its parents: each parent, pending or ended, and its on_parent_failure); with
 ``--cancel``, cancel it first and say what that did.
 
 Read through the dashboard's model (``Inspector.jobs``, ``admin/job_status.py``), with
 the admin commands' conventions (``cli/common.py``): a table for a person, ``--json``
-(``JobStatus.as_dict()``, plus ``"cancel"``) for a script, errors at one boundary.
+(``JobStatus.as_dict()``, plus ``"cancel"``, and ``"waiting_for"`` for a waiting job:
+``WaitingFor.as_dict()``) for a script, errors at one boundary.
 Exit codes: 0 the job is known; 4 (``EXIT_UNKNOWN``) no record of it (never enqueued,
 or its record expired); 2 not a jid; 3 Redis out of reach.
 """
@@ -21,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cogworker_async.admin.api import Inspector
+from cogworker_async.admin.waiting import WaitingFor
 
 # The admin CLI imports this module as it loads (to register the command), so its names
 # are read when the command runs: annotations are strings, resolved by typer later.
@@ -55,14 +58,16 @@ def _command(load_app: common.LoadApp) -> Any:
         """What became of one job, by its jid: state, queue, attempt, times, progress,
         result or error, the process running it. --cancel cancels it first."""
         app = common.open_app(load_app, target, redis_url)
-        outcome, found = common.run_in_loop(app, lambda insp: _look(insp, jid, cancel=cancel))
+        outcome, found, waiting = common.run_in_loop(
+            app, lambda insp: _look(insp, jid, cancel=cancel))
         if as_json:
             common.emit_json({**found.as_dict(),
-                                 **({"cancel": outcome} if outcome is not None else {})})
+                              **({"cancel": outcome} if outcome is not None else {}),
+                              **({"waiting_for": waiting.as_dict()} if waiting else {})})
         else:
             if outcome is not None:
                 typer.echo(SAID[outcome])
-            common.show(status_view(found, time.time()))
+            common.show(status_view(found, time.time(), waiting))
         if found.state == "unknown" or outcome == "unknown":
             raise typer.Exit(EXIT_UNKNOWN)
 
@@ -70,10 +75,12 @@ def _command(load_app: common.LoadApp) -> Any:
 
 
 async def _look(insp: Inspector, jid: str, *, cancel: bool
-                ) -> tuple[CancelOutcome | None, JobStatus]:
-    """Cancel if asked, then read the record (as the cancel left it)."""
+                ) -> tuple[CancelOutcome | None, JobStatus, WaitingFor | None]:
+    """Cancel if asked, then read the record (as the cancel left it), and what a
+    waiting job waits for."""
     outcome = await insp.jobs.cancel(jid) if cancel else None
-    return outcome, await insp.jobs.status(jid)
+    found = await insp.jobs.status(jid)
+    return outcome, found, await insp.jobs.waiting_for(found)
 
 
 # -- rendering (pure) --------------------------------------------------------------------
@@ -104,8 +111,24 @@ def _times(found: JobStatus, now: float) -> list[tuple[str, str]]:
     return rows
 
 
-def status_view(found: JobStatus, now: float) -> RenderableType:
-    """The status as a two-column table (a line for an unknown jid)."""
+def _parents(waiting: WaitingFor) -> list[tuple[str, str]]:
+    """A waiting job's rows: its parents (one a line, ``queue/jid``: a jid to copy),
+    whose result it takes, what it does should one fail."""
+    lines = [f"{p.queue}/{p.jid} ({'pending' if p.pending else 'ended'})"
+             for p in waiting.parents]
+    rows = [(f"waits for ({waiting.pending} of {len(waiting.parents)} not ended)",
+             "\n".join(lines) or tables.NONE)]
+    taken = waiting.takes_result_of
+    if taken is not None:
+        rows.append(("takes the result of", f"{taken.queue}/{taken.jid}"))
+    rows.append(("if a parent fails", waiting.policy_text))
+    return rows
+
+
+def status_view(found: JobStatus, now: float,
+                waiting: WaitingFor | None = None) -> RenderableType:
+    """The status as a two-column table (a line for an unknown jid); ``waiting``: what
+    a waiting job waits for."""
     if found.state == "unknown":
         return Text(f"job {found.jid}: unknown (no status record: never enqueued here, "
                     "or it ended longer ago than its record is kept)")
@@ -122,6 +145,11 @@ def status_view(found: JobStatus, now: float) -> RenderableType:
             *_times(found, now)]
     if found.process:
         rows.append(("process" if found.state == "running" else "last run by", found.process))
+    if waiting is not None:
+        rows += _parents(waiting)
+    elif found.state == "waiting":  # released or ended between the two reads
+        rows.append(("waits for", "its parents could not be read: it was released or "
+                                  "ended since its record was read"))
     if found.progress is not None:
         rows.append(("progress", progress_bar(found.progress)))
     if found.info is not None:

@@ -87,7 +87,9 @@ def stats(summary: dict[str, Any], server: dict[str, Any],
     totals.add_column(style="bold")
     totals.add_column(justify="right")
     for label, key in (("processed", "processed"), ("failed", "failed"),
-                       ("enqueued", "enqueued"), ("scheduled", "scheduled"),
+                       ("enqueued", "enqueued"),
+                       ("waiting for parents", "waiting_for_parents"),
+                       ("scheduled", "scheduled"),
                        ("retries", "retries"), ("dead", "dead"),
                        ("live processes", "processes"), ("busy", "busy"),
                        ("awaiting recovery", "awaiting_recovery")):
@@ -96,7 +98,8 @@ def stats(summary: dict[str, Any], server: dict[str, Any],
                                   f"{duration(summary['dead_max_age'])} each")
     totals.add_row("redis", redis_line(server))
     totals.add_row("maxmemory-policy", summary["maxmemory_policy"] or NOT_AVAILABLE)
-    queues = [QueueInfo(q["name"], q["size"], q["latency"], q.get("paused_since"))
+    queues = [QueueInfo(q["name"], q["size"], q["latency"], q.get("paused_since"),
+                        q.get("waiting_for_parents", 0))
               for q in summary["queues"]]
     parts: list[RenderableType] = [totals, Text(""), queue_table(queues)]
     if summary["eviction_warning"]:
@@ -134,9 +137,12 @@ def queue_table(queues: Sequence[QueueInfo]) -> RenderableType:
     table.add_column("size", justify="right")
     table.add_column("latency", justify="right")
     table.add_column("state")
+    # Apart from size: these are not on the queue's list until their parents succeeded.
+    # Last, so that a column a script reads keeps its place.
+    table.add_column("waiting for parents", justify="right")
     for info in queues:
         table.add_row(info.name, str(info.size), duration(info.latency),
-                      "paused" if info.paused else "")
+                      "paused" if info.paused else "", str(info.waiting_for_parents))
     return table
 
 

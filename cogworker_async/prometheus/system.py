@@ -10,6 +10,8 @@ as the dashboard reads them, at each scrape:
 - ``cogworker_queue_latency_seconds{queue}``: how long its oldest job has waited (0 for
   an empty queue).
 - ``cogworker_queue_paused{queue}``: 1 while the queue is paused (``App.pause``), else 0.
+- ``cogworker_jobs_waiting_for_parents{queue}``: the queue's jobs waiting for their
+  parents (``options(after=[...])``): not on its list yet, so not in its size.
 - ``cogworker_scheduled_size``, ``cogworker_retry_size``, ``cogworker_dead_size``: the
   sets, summed over queues.
 - ``cogworker_processes``: worker processes alive (beating).
@@ -118,12 +120,16 @@ def families(gauges: SystemGauges | None) -> list[Metric]:
     paused = GaugeMetricFamily("cogworker_queue_paused",
                                "1 while the queue is paused: no worker starts its jobs.",
                                labels=["queue"])
+    waiting = GaugeMetricFamily("cogworker_jobs_waiting_for_parents",
+                                "Jobs of the queue waiting for their parents (after=).",
+                                labels=["queue"])
     for queue in gauges.queues:
         size.add_metric([queue.name], queue.size)
         latency.add_metric([queue.name], queue.latency)
         paused.add_metric([queue.name], 1 if queue.paused else 0)
+        waiting.add_metric([queue.name], queue.waiting_for_parents)
     return [
-        up, size, latency, paused,
+        up, size, latency, paused, waiting,
         GaugeMetricFamily("cogworker_scheduled_size", "Jobs scheduled for later.",
                           value=gauges.scheduled),
         GaugeMetricFamily("cogworker_retry_size", "Failed jobs waiting for their retry.",

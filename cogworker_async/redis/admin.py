@@ -26,6 +26,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 from cogworker_async import stored
 from cogworker_async.redis.admin_sets import SetEntry as SetEntry  # callers import it here
 from cogworker_async.redis.admin_sets import SetReads
+from cogworker_async.redis.admin_waiting import WaitingReads
 from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.redis.part import Via
 from cogworker_async.redis.store import Store
@@ -60,7 +61,8 @@ def _one_node(reply: Any) -> dict[str, Any]:
 
 class Admin:
     """Bounded reads and admin writes, on a Store's connection pool and key names; those
-    on the schedule, retry and dead sets are its part ``sets`` (``admin_sets.py``).
+    on the schedule, retry and dead sets are its part ``sets`` (``admin_sets.py``), those
+    of the jobs waiting for their parents its part ``waiting`` (``admin_waiting.py``).
 
     ``known_queues``: the App's own queues, whose sets are read even when the registry
     of names lacks them (Redis lost it, or a person cleared it)."""
@@ -71,6 +73,7 @@ class Admin:
         self.keys = store.keys
         self.known_queues = frozenset(known_queues)
         self.sets = SetReads(store, self.known_queues, self.queue_names)
+        self.waiting = WaitingReads(store)
 
     # -- the schedule, retry and dead sets (``admin_sets.py``) --------------------------
 
@@ -87,6 +90,12 @@ class Admin:
     set_clear = Via("sets", SetReads.set_clear)
     set_to_queues = Via("sets", SetReads.set_to_queues)
     set_move = Via("sets", SetReads.set_move)
+
+    # -- jobs waiting for their parents (``admin_waiting.py``) --------------------------
+
+    waiting_counts = Via("waiting", WaitingReads.waiting_counts)
+    waiting_window = Via("waiting", WaitingReads.waiting_window)
+    dep_record = Via("waiting", WaitingReads.dep_record)
 
     # -- totals and server -------------------------------------------------------------
 
@@ -257,11 +266,13 @@ class Admin:
     def _slot_holdings(self, name: str) -> list[str]:
         """The keys of a queue's slot that are found through the registry of names: its
         sets (the dashboard and the poller walk the registry to reach them), the
-        identities that beat to it (recovery finds their lists through it), and the
-        jobs waiting to be filed (hand-overs, repeat orphans)."""
+        identities that beat to it (recovery finds their lists through it), the jobs
+        waiting to be filed (hand-overs, repeat orphans), and the jobs waiting for their
+        parents (the dashboard counts and lists them through it)."""
         keys = self.keys
         return [keys.schedule(name), keys.retry(name), keys.dead(name),
-                keys.queue_identities(name), keys.unsettled(name), keys.repeat_orphans(name)]
+                keys.queue_identities(name), keys.unsettled(name), keys.repeat_orphans(name),
+                keys.waiting(name)]
 
     async def queue_clear(self, name: str) -> int:
         """Delete a queue's jobs, and forget its name if nothing else of the queue is

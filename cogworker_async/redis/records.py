@@ -112,7 +112,7 @@ class Records(Part):
             names.append(lock)
         reply = await self.scripts.run("cancel", names, [
             keys.cancels_prefix(queue), repr(time.time()), CANCELS_TTL,
-            keys.finished_channel(jid), jid], durable=True)
+            keys.finished_channel(jid), jid, self.keep_status], durable=True)
         return cast(CancelOutcome, _text(reply))
 
     async def close_records(self, removed: Sequence[tuple[str, bytes]]) -> None:

@@ -9,6 +9,9 @@ page says "unknown" (never enqueued here, or its record expired) with a 200. Its
 arguments come from the job's payload, where it is now (``Inspector.jobs.copy``: a
 bounded look), cut at ``format.SHOWN_BYTES``. A batch's member links to its batch (its
 record names it); a batch's callback too, when its payload is found (its record does not).
+A job waiting for its parents (``options(after=[...])``) lists them, each linking to its
+own page and marked pending or ended, with what it does should one fail; its Cancel
+works as any live job's (it never runs).
 """
 
 from __future__ import annotations
@@ -74,10 +77,11 @@ def page(site: Site) -> Endpoint:
                                      job=None, jid=jid, problem=problem)
         found = await site.inspector.jobs.status(jid)
         copy = await site.inspector.jobs.copy(found)
+        waiting = await site.inspector.jobs.waiting_for(found)
         bid, callback = batch_of(found, copy)
         return await site.render(request, "job_status.html", tab="", job=found, jid=jid,
                                  problem=None, copy=copy, set_pages=SET_PAGES, bid=bid,
-                                 callback=callback)
+                                 callback=callback, waiting=waiting)
     return view
 
 

@@ -97,6 +97,19 @@ def queue(site: Site) -> Endpoint:
     return view
 
 
+def queue_waiting(site: Site) -> Endpoint:
+    """A page of a queue's jobs waiting for their parents, the newest first."""
+    async def view(request: Request) -> Response:
+        found = _queue(site, request)
+        if found is None:
+            return await site.render(request, "missing.html", status=404, tab="queues",
+                                     what="There is no queue by that name.")
+        page = await site.inspector.waiting.page(found.name, page_number(request))
+        return await site.render(request, "queue_waiting.html", tab="queues",
+                                 name=found.name, page=page)
+    return view
+
+
 def busy(site: Site) -> Endpoint:
     async def view(request: Request) -> Response:
         processes = await site.inspector.processes.all()
@@ -256,6 +269,7 @@ def build(site: Site) -> list[BaseRoute]:
         Route("/stats.json", stats_json(site), name="stats_json"),
         Route("/queues", queues(site), name="queues"),
         Route("/queues/{name}", queue(site), name="queue"),
+        Route("/queues/{name}/waiting", queue_waiting(site), name="queue_waiting"),
         Route("/queues/{name}/delete", actions.queue_delete(site), methods=["POST"],
               name="queue_delete"),
         Route("/queues/{name}/clear", actions.queue_clear(site), methods=["POST"],

@@ -28,7 +28,7 @@ LATER: Final = 3600.0
 SHORT_BOUND: Final = 0.5
 """Seconds a read may take in the outage tests (the real bound is longer)."""
 SYSTEM_GAUGES: Final = {"cogworker_queue_size", "cogworker_queue_latency_seconds",
-                        "cogworker_queue_paused",
+                        "cogworker_queue_paused", "cogworker_jobs_waiting_for_parents",
                         "cogworker_scheduled_size", "cogworker_retry_size",
                         "cogworker_dead_size", "cogworker_processes",
                         "cogworker_batches_open"}
@@ -85,6 +85,32 @@ async def test_the_gauges_say_what_is_in_redis(jobs: adminapp.Jobs) -> None:
     emptied = parse((await render(insp))[0].decode())
     assert value(emptied, "cogworker_queue_size", queue="default") == 0
     assert value(emptied, "cogworker_queue_latency_seconds", queue="default") == 0
+
+
+async def test_the_jobs_waiting_for_their_parents_are_a_gauge_per_queue(
+        jobs: adminapp.Jobs) -> None:
+    insp = Inspector(jobs.app)
+    parent = await jobs.ok.enqueue_in(LATER, "parent")  # scheduled: its children wait
+    assert parent is not None
+    for tag in ("a", "b"):
+        await jobs.ok.options(after=[parent], queue="mail").enqueue(tag)
+    await jobs.ok.options(after=[parent]).enqueue("c")
+    samples = parse((await render(insp))[0].decode())
+    assert value(samples, "cogworker_jobs_waiting_for_parents", queue="mail") == 2
+    assert value(samples, "cogworker_jobs_waiting_for_parents", queue="default") == 1
+    assert value(samples, "cogworker_queue_size", queue="mail") == 0  # not on its list
+
+    [entry] = (await insp.scheduled.page()).items
+    await insp.scheduled.retry([entry.token])  # the parent runs now; its children follow
+    async with jobs.app.worker():
+        await wait_until(lambda: _waiting_total(insp, 0))
+    released = parse((await render(insp))[0].decode())
+    assert value(released, "cogworker_jobs_waiting_for_parents", queue="mail") == 0
+    assert value(released, "cogworker_jobs_waiting_for_parents", queue="default") == 0
+
+
+async def _waiting_total(insp: Inspector, wanted: int) -> bool:
+    return (await insp.summary())["waiting_for_parents"] == wanted
 
 
 async def test_redis_down_is_up_0_and_nothing_else(namespace: str) -> None:

@@ -4,13 +4,13 @@
 -- ARGV[1] the prefix of the cancel sets (``<prefix><identity>``: the jids a process is
 -- asked to stop, in the same slot)   ARGV[2] the caller's clock (epoch s)
 -- ARGV[3] a cancel set's TTL (s)      ARGV[4] the channel the job's waiters listen on
--- ARGV[5] the jid
+-- ARGV[5] the jid   ARGV[6] a finished record's TTL (keep_status, s)
 -- Returns what it did:
 --   "unknown"   no record (never enqueued, or its record expired): nothing done;
 --   "finished"  it had ended already (succeeded, dead, cancelled): nothing done (a
 --               repeated cancel, while the cancelled job's copy is still somewhere,
 --               answers as the first did: "cancelled" or "stopping");
---   "cancelled" it was queued, scheduled or retrying: it will never run. Its copy is
+--   "cancelled" it was queued, scheduled, retrying or waiting: it will never run. Its copy is
 --               not looked for (that would be a scan): the record's ``cancel`` makes
 --               the next script that moves it (fetch, promote, requeue, give_back)
 --               drop it unrun;
@@ -47,6 +47,21 @@ if state == "running" then
   end
   write_record(KEYS[1], set_fields(fields, "cancel", "1", "cancel_at", now), nil, origin)
   return "stopping"
+end
+-- A job waiting for its parents (dep_wait.lua): its copy is its dep hash, in this slot;
+-- deleted now, with its entries in the queue's waiting and arming sets, so that neither
+-- the count nor the copy outlives the cancel (a parent that never ends would hold them).
+-- Its record ends cancelled, kept ARGV[6] seconds (keep_status); its end is noted for
+-- its own dependents and its batch (_record.lua).
+if state == "waiting" then
+  local slot = string.sub(KEYS[1], 1, -(#ARGV[5] + 5)) -- "<ns>:{q}:job:<jid>" -> "<ns>:{q}:"
+  redis.call("DEL", slot .. "dep:" .. ARGV[5], slot .. "dep_pending:" .. ARGV[5])
+  redis.call("ZREM", slot .. "waiting", ARGV[5])
+  redis.call("ZREM", slot .. "arming", ARGV[5])
+  write_record(KEYS[1], set_fields(fields, "state", "cancelled", "finished_at", now),
+               tonumber(ARGV[6] or "") or 600, origin)
+  wake(ARGV[4], "cancelled")
+  return "cancelled"
 end
 -- A unique job's lock goes with it (it will never run to release it): KEYS[2], the lock
 -- its record names (``lock``, written by enqueue_unique), deleted only while this jid

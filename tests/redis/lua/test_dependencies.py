@@ -189,6 +189,12 @@ async def test_a_child_cancelled_while_waiting_never_runs(store: Store, keys: Ke
     await child(store, [who])
     await store.dependencies.arm(CHILDREN, "kid", [who])
     assert await store.records.cancel_job(CHILDREN, "kid") == "cancelled"
+    # its copy and its place in the counts go with the cancel, not at a parent's end
+    assert not await store.client.exists(keys.dep(CHILDREN, "kid"),
+                                         keys.dep_pending(CHILDREN, "kid"))
+    assert await store.client.zcard(keys.waiting(CHILDREN)) == 0
+    assert await store.client.zcard(keys.arming(CHILDREN)) == 0
+    assert 0 < await store.client.ttl(keys.record(CHILDREN, "kid")) <= store.keep_status
     await run(store, who)
     await relay(store)
     assert await queued(store) == []

@@ -24,6 +24,7 @@ from redis.crc import key_slot
 
 from cogworker_async.redis import beats
 from cogworker_async.redis.beats import BeatWriter
+from cogworker_async.redis.dependencies import Parent, Watcher
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.liveness import Requeued
@@ -361,11 +362,37 @@ async def drop_notes(s: Setup) -> None:
     assert await s.store.batches.drop_notes("emails", [b"b-1\tj1\tsucceeded"]) == 1
 
 
+async def _waiting(s: Setup) -> tuple[str, str]:
+    """A parent on "emails" and a job on "reports" waiting for it (two slots)."""
+    parent = make_job("emails")
+    await s.store.enqueue("emails", [parent])
+    assert await s.store.dependencies.wait("reports", "kid", make_job("reports", jid="kid"),
+                                           [Parent("emails", jid_of(parent))])
+    return jid_of(parent), "kid"
+
+
+async def dep_wait(s: Setup) -> None:
+    await _waiting(s)
+
+
+async def dep_watch(s: Setup) -> None:
+    parent, kid = await _waiting(s)
+    assert await s.store.dependencies.watch(Parent("emails", parent),
+                                            Watcher("reports", kid)) == ("watching", "")
+
+
+async def dep_apply(s: Setup) -> None:
+    parent, kid = await _waiting(s)
+    assert await s.store.dependencies.apply("reports", kid, [
+        (Parent("emails", parent), "succeeded", "")]) == "released"
+
+
 SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
         ack, add_stats, batch_abandon, batch_add, batch_apply, batch_fired, batch_open,
         batch_seal, beat,
-        bury_orphan, cancel, close_record, cron_claim, drop_notes, due, enqueue,
+        bury_orphan, cancel, close_record, cron_claim, dep_apply, dep_wait, dep_watch,
+        drop_notes, due, enqueue,
         enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
         limit_bucket, limit_concurrent, limit_window, move_member, park_unsettled, progress,
         promote, release_lock, relist, requeue, schedule, sweep_records, take_lock,
