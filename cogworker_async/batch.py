@@ -134,9 +134,12 @@ class Batch:
     async def __aenter__(self) -> Batch:
         parent = self.parent
         if parent is None and not self._reopen:
+            enclosing = context.BATCH.get()
             running = context.CURRENT.get(None)
+            if enclosing is not None:  # a block inside another's: its child (Sidekiq's)
+                parent = enclosing.bid
             # A member's job opens a child; a callback's batch has ended: no parent.
-            if running is not None and "batch_callback" not in running.payload:
+            elif running is not None and "batch_callback" not in running.payload:
                 parent = running.batch_id
         await self._app.batch_backend().open(
             self.bid, description=self.description or "",

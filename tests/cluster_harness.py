@@ -316,9 +316,24 @@ class ClusterProcess:
             while keys := client.execute_command(  # type: ignore[no-untyped-call]
                 "CLUSTER", "GETKEYSINSLOT", slot, MIGRATE_BATCH
             ):
-                client.execute_command(  # type: ignore[no-untyped-call]
-                    "MIGRATE", HOST, to_port, "", 0, MIGRATE_TIMEOUT_MS, "KEYS", *keys
-                )
+                try:
+                    client.execute_command(  # type: ignore[no-untyped-call]
+                        "MIGRATE", HOST, to_port, "", 0, MIGRATE_TIMEOUT_MS, "KEYS", *keys
+                    )
+                except redis.ResponseError as exc:
+                    if "BUSYKEY" not in str(exc):
+                        raise
+                    # A failed MIGRATE has moved (and deleted here) the keys before the
+                    # busy one: those left on both nodes are the busy ones.
+                    both = []
+                    with _client(to_port, decode=False) as target:
+                        for key in keys:  # ASKING: the target only imports the slot yet
+                            target.execute_command("ASKING")  # type: ignore[no-untyped-call]
+                            if target.execute_command("EXISTS", key) and _here(client, key):  # type: ignore[no-untyped-call]
+                                both.append(key)
+                    raise AssertionError(f"slot {slot}: keys made on both nodes during the "
+                                         f"move (written by a command the source ran after "
+                                         f"the key had moved): {both}") from exc
         others = [port for _, port in self.masters() if port not in (to_port, source)]
         for port in [to_port, source, *others]:
             self._call(port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
@@ -379,6 +394,14 @@ class ClusterProcess:
         """(first slot, last slot, master port) ranges from CLUSTER SLOTS, sorted."""
         ranges = self._call(port, "CLUSTER", "SLOTS")
         return sorted((int(r[0]), int(r[1]), int(r[2][1])) for r in ranges)
+
+
+def _here(client: redis.Redis, key: bytes) -> bool:
+    """Whether a migrating slot's source still holds ``key`` (else it answers ASK)."""
+    try:
+        return bool(client.execute_command("EXISTS", key))  # type: ignore[no-untyped-call]
+    except redis.exceptions.AskError:
+        return False
 
 
 @contextlib.contextmanager

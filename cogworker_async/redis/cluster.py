@@ -273,12 +273,18 @@ class ClusterClient(redis.asyncio.Redis):
 
     async def scan_iter(self, match: Any = None, count: int | None = None,  # type: ignore[override]
                         _type: str | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        """SCAN every primary in turn."""
+        """SCAN every primary in turn. A primary that cannot be reached (it died, its
+        replica took over) has the slot map read again before the next command, as any
+        command's failure does: else every later scan would go to the dead node."""
         await self.initialize()
         for address in self.get_primaries():
-            async for key in self.node(address).scan_iter(match=match, count=count,
-                                                          _type=_type, **kwargs):
-                yield key
+            try:
+                async for key in self.node(address).scan_iter(match=match, count=count,
+                                                              _type=_type, **kwargs):
+                    yield key
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+                self._stale = True
+                raise
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         for lane in self._lanes.values():

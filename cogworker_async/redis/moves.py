@@ -91,9 +91,13 @@ class Moves(Part):
         args = [queue, self.keys.wake_channel, self.record_prefix(queue), LIVE_TTL,
                 repr(time.time()), name if name is not None else _name_of(raws),
                 "2" if chosen == "once" else "1" if chosen else "0", batch or ""]
-        for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws, strict=True):
+        listed = list(jids if jids is not None else _jids_of(raws))
+        for jid, raw in zip(listed, raws, strict=True):
             args += [jid, raw]
-        reply = await self.scripts.run("enqueue", [self.keys.queue(queue)], args, durable=True)
+        # Once: each jid's marker, reached by name, declared for a cluster's routing.
+        declared = [self.keys.once(queue, jid) for jid in listed] if chosen == "once" else []
+        reply = await self.scripts.run("enqueue", [self.keys.queue(queue)], args, durable=True,
+                                       declared=declared)
         return int(self._woken(reply)[0])
 
     async def schedule(

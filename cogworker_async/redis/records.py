@@ -112,7 +112,9 @@ class Records(Part):
             names.append(lock)
         reply = await self.scripts.run("cancel", names, [
             keys.cancels_prefix(queue), repr(time.time()), CANCELS_TTL,
-            keys.finished_channel(jid), jid, self.keep_status], durable=True)
+            keys.finished_channel(jid), jid, self.keep_status], durable=True,
+            # a waiting job's copy and its entries, reached by name (lua/cancel.lua)
+            declared=keys.dep_keys(queue, jid)[:2] + keys.dep_keys(queue, jid)[3:])
         return cast(CancelOutcome, _text(reply))
 
     async def close_records(self, removed: Sequence[tuple[str, bytes]]) -> None:

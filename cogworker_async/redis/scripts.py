@@ -101,12 +101,55 @@ PRELUDES: Final = {function: name for name in _lua_files() if name.startswith("_
 _WORD: Final = re.compile(r"\b\w+\b")
 
 
+ROUTING_MARK: Final = "~declared~"
+"""The last of the keys a call declares for a cluster's routing only (``routing_keys``):
+``<slot>~declared~<n>``, after the ``n`` others; never a stored key."""
+
+_ROUTING_PRELUDE: Final = f"""\
+-- Keys declared for a cluster's routing only (scripts.py ``routing_keys``): the queue's
+-- live records and notes, which the record functions reach by name. Declared, a call
+-- that would write them on a slot's old node after they moved to its new one is sent
+-- on (TRYAGAIN, ASK) instead of making a second copy there. Off KEYS before it is read.
+do
+  local routed = tonumber(string.match(KEYS[#KEYS] or "", "{ROUTING_MARK}(%d+)$"))
+  if routed then
+    for _ = 0, routed do table.remove(KEYS) end
+  end
+end
+"""
+
+
+@cache
+def routes_records(name: str) -> bool:
+    """Whether script ``name`` writes status records (``_record.lua``): its calls declare
+    the queue's live records and notes too (``routing_keys``)."""
+    return "record_library" in _assembled(name)
+
+
+def routing_keys(name: str, keys: Sequence[str], declared: Sequence[str] = ()) -> list[str]:
+    """The keys a call of ``name`` declares beyond its own: for a script that writes
+    records, the live records hash and the notes list of its keys' slot, ``declared``
+    (keys it reaches by name: a once marker, a waiting job's copy) and the mark."""
+    if not routes_records(name) or not keys or "}" not in keys[0]:
+        return list(declared)
+    slot = keys[0][:keys[0].index("}") + 2]  # "<ns>:{<queue>}:"
+    extra = [f"{slot}jobs", f"{slot}batch_notes", *declared]
+    return [*extra, f"{slot}{ROUTING_MARK}{len(extra)}"]
+
+
 @cache
 def source(name: str) -> str:
     """The text of ``lua/<name>.lua``, after the pieces of the shared helpers it calls,
     and of those they call in turn — only those: each top-level ``local function`` of a
     script costs a closure at every call of it (about 0.3 µs in Redis 7), so a helper
-    file's unused functions would tax every move."""
+    file's unused functions would tax every move. A script that writes records starts by
+    taking its routing keys off KEYS."""
+    text = _assembled(name)
+    return _ROUTING_PRELUDE + text if "record_library" in text else text
+
+
+@cache
+def _assembled(name: str) -> str:
     if name not in SCRIPT_NAMES:
         raise KeyError(f"no script named {name!r}")
     text = file_text(name)
@@ -135,12 +178,19 @@ class Call:
     name: str
     keys: Sequence[str]
     args: Sequence[Any]
+    declared: Sequence[str] = ()
+    """Keys the script reaches by name, declared for a cluster's routing only."""
+
+    def _keys(self) -> list[str]:
+        return [*self.keys, *routing_keys(self.name, self.keys, self.declared)]
 
     def evalsha(self) -> tuple[Any, ...]:
-        return (b"EVALSHA", sha_of(self.name), len(self.keys), *self.keys, *self.args)
+        keys = self._keys()
+        return (b"EVALSHA", sha_of(self.name), len(keys), *keys, *self.args)
 
     def eval(self) -> tuple[Any, ...]:
-        return (b"EVAL", source(self.name), len(self.keys), *self.keys, *self.args)
+        keys = self._keys()
+        return (b"EVAL", source(self.name), len(keys), *keys, *self.args)
 
 
 def _not_run(reply: Any) -> bool:
@@ -168,9 +218,10 @@ class Scripts:
         await self.lane.aclose()
 
     async def run(self, name: str, keys: Sequence[str], args: Sequence[Any], *,
-                  durable: bool = False) -> Any:
-        """Run script ``name``; raises what Redis replies as an error."""
-        call = Call(name, keys, args)
+                  durable: bool = False, declared: Sequence[str] = ()) -> Any:
+        """Run script ``name``; raises what Redis replies as an error. ``declared``:
+        keys it reaches by name (``Call.declared``)."""
+        call = Call(name, keys, args, declared)
         if durable and self.durability is not None:
             await self.check_durability()
             return await self._durably(call, self.durability)
@@ -230,7 +281,8 @@ class Scripts:
             try:
                 if durable and self.durability is not None:
                     return await self._durably(call, self.durability)
-                return await self.run(call.name, call.keys, call.args)
+                return await self.run(call.name, call.keys, call.args,
+                                      declared=call.declared)
             except ResponseError as exc:
                 if redirect_of(exc) is None or attempt == RERUNS:
                     raise

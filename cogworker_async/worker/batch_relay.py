@@ -37,6 +37,7 @@ from cogworker_async.definition import JobDefinition
 from cogworker_async.redis.batches import NOTES_PER_READ, Note, parse_note
 from cogworker_async.redis.dependencies import Parent, parse_watchers
 from cogworker_async.redis.errors import ResponseError, Unavailable
+from cogworker_async.redis.part import wrong_type
 from cogworker_async.redis.store import Store
 from cogworker_async.signature import callback_payload
 from cogworker_async.worker.streak import Streak
@@ -116,11 +117,13 @@ class BatchRelay:
         for bid, members in ends.items():
             try:
                 await batches.apply(bid, members)
-            except ResponseError as exc:  # this batch's keys (a wrong type): not the others'
+            except Exception as exc:
+                if not bad_data(exc):
+                    failure = failure or exc
+                    continue
+                # this batch's keys (a wrong type): not the others'
                 log.error("batch relay: batch %s cannot take its members' ends (%s): "
                           "its notes are dropped", bid, exc)
-            except Exception as exc:
-                failure = failure or exc
         for note in watched:
             try:
                 await self._tell_dependents(queue, note)
@@ -141,7 +144,9 @@ class BatchRelay:
                 await self.store.dependencies.apply(
                     watcher.queue, watcher.jid,
                     [(parent, note.end, result if watcher.takes_result and result else "")])
-            except ResponseError as exc:  # this dependent's keys: not the others'
+            except Exception as exc:
+                if not bad_data(exc):
+                    raise  # the note is kept: told again next pass (an end counts once)
                 log.error("batch relay: job %s cannot hear that its parent %s %s (%s)",
                           watcher.jid, note.jid, note.end, exc)
 
@@ -199,3 +204,11 @@ def _parsed(raw: bytes) -> Note | None:
     if note is None:
         log.warning("batch relay: dropping a note that is not one: %r", raw[:200])
     return note
+
+
+def bad_data(exc: Exception) -> bool:
+    """Whether a relay step failed on its keys' data — a key of another type than the
+    script's, which no retry mends: its note is dropped, said in the log. Anything else
+    keeps the notes for the next pass: a lost link, a cluster down or moving a slot
+    (ClusterDown, TRYAGAIN, MOVED are error replies too), NOPERM, OOM."""
+    return wrong_type(exc)

@@ -202,6 +202,25 @@ async def test_a_child_batch_opened_in_a_member_ends_before_its_parent(
     assert status.state == "success"
 
 
+async def test_a_block_inside_another_opens_its_child(make_app: Callable[..., App]) -> None:
+    app, calls, jobs = shop(make_app)
+    async with app.worker():
+        async with app.batch(on_complete=jobs["report"].s("outer-complete")) as outer:
+            await jobs["work"].enqueue(1)
+            async with app.batch(on_complete=jobs["report"].s("inner-complete")) as inner:
+                await jobs["work"].enqueue(2)
+                await jobs["work"].enqueue(3)
+            await jobs["work"].enqueue(4)  # the outer block's again
+        await wait_until(lambda: bool(calls.of("outer-complete")), timeout=WAIT)
+        status = await app.batch_status(outer.bid)
+        child = await app.batch_status(inner.bid)
+
+    order = [kind for kind, _ in calls.seen if kind.endswith("complete")]
+    assert order == ["inner-complete", "outer-complete"]
+    assert status.children == [inner.bid]
+    assert (status.total, child.total, child.parent) == (2, 2, outer.bid)
+
+
 async def test_cancel_batch_cancels_what_waits_and_the_batch_ends(
     make_app: Callable[..., App],
 ) -> None:

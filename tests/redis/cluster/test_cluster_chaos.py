@@ -99,17 +99,20 @@ class Flow:
     """Workers, an enqueuer and the records of one scenario."""
 
     def __init__(self, cluster: ClusterProcess, r: redis.asyncio.Redis, namespace: str,
-                 queues: list[str], workers: list[WorkerProcess]) -> None:
+                 queues: list[str], workers: list[WorkerProcess], **settings: Any) -> None:
         self.cluster = cluster
         self.r = r
         self.namespace = namespace
         self.keys = Keys(namespace)
         self.queues = queues
         self.workers = workers
-        self.jobs = clusterapp.build(cluster.url, namespace, queues=queues)
+        self.settings = settings
+        """Settings of the workers and the enqueuer beyond clusterapp's (durability)."""
+        self.jobs = clusterapp.build(cluster.url, namespace, queues=queues, **settings)
 
     def start_worker(self) -> WorkerProcess:
-        settings = {**clusterapp.SETTINGS, "queues": self.queues, "concurrency": CONCURRENCY}
+        settings = {**clusterapp.SETTINGS, "queues": self.queues, "concurrency": CONCURRENCY,
+                    **self.settings}
         worker = WorkerProcess(self.cluster.url, self.namespace, settings, [],
                                target=clusterapp.TARGET)
         self.workers.append(worker)

@@ -28,7 +28,7 @@ from cogworker_async.redis.dependencies import Parent, Watcher
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.lane import Lane
 from cogworker_async.redis.liveness import Requeued
-from cogworker_async.redis.scripts import SCRIPT_NAMES, SyncScript, source
+from cogworker_async.redis.scripts import ROUTING_MARK, SCRIPT_NAMES, SyncScript, source
 from cogworker_async.redis.store import Failure, StatsFlush, Store
 from tests.redis.lua.helpers import fetched, jid_of, make_job
 from tests.redis.lua.test_limits import limit_bucket, limit_concurrent, limit_window
@@ -52,6 +52,8 @@ def _text(value: Any) -> str:
 class Call:
     script: str
     keys: tuple[str, ...]
+    routed: tuple[str, ...] = field(default=(), compare=False)
+    """The keys declared for a cluster's routing only (scripts.py ``routing_keys``)."""
 
 
 @dataclass
@@ -60,7 +62,14 @@ class Recorder:
 
     def record(self, sha_or_text: Any, keys: Sequence[Any]) -> None:
         """One script call: ``sha_or_text`` is what EVALSHA or EVAL sends first."""
-        self.calls.append(Call(NAME_OF[_text(sha_or_text)], tuple(_text(k) for k in keys)))
+        named = [_text(k) for k in keys]
+        mark = next((i for i, key in enumerate(named) if ROUTING_MARK in key), None)
+        if mark is not None:  # the script's own keys first, then the routing ones
+            first = mark - int(named[mark].rsplit("~", 1)[1])
+            named, routed = named[:first], named[first:]
+        else:
+            routed = []
+        self.calls.append(Call(NAME_OF[_text(sha_or_text)], tuple(named), tuple(routed)))
 
 
 class RecordingLane(Lane):
@@ -413,7 +422,7 @@ async def test_every_call_of_the_script_stays_on_one_slot(setup: Setup, name: st
     known = {key_slot(key.encode()) for key in [
         setup.keys.queues, *(setup.keys.queue(queue) for queue in QUEUES)]}
     for call in calls:
-        slots = {key_slot(key.encode()) for key in call.keys}
+        slots = {key_slot(key.encode()) for key in (*call.keys, *call.routed)}
         assert len(slots) == 1, f"{call.script} spans {len(slots)} slots: {call.keys}"
         assert slots <= known, f"{call.script} on a slot of no queue: {call.keys}"
 
