@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from cogworker_async.app import App, Worker
 from cogworker_async.batch import Batch, BatchStatus
+from cogworker_async.chain import Chain
 from cogworker_async.context import JobContext, current_job
 from cogworker_async.errors import (
     CogworkerError,
@@ -52,6 +53,7 @@ __all__ = [
     "Batch",
     "BatchStatus",
     "CancelOutcome",
+    "Chain",
     "CogworkerError",
     "ConfigurationError",
     "Death",

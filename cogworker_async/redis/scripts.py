@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import Any, Final
@@ -101,9 +101,11 @@ PRELUDES: Final = {function: name for name in _lua_files() if name.startswith("_
 _WORD: Final = re.compile(r"\b\w+\b")
 
 
-ROUTING_MARK: Final = "~declared~"
+ROUTING_MARK: Final = 'job:"routing"'
 """The last of the keys a call declares for a cluster's routing only (``routing_keys``):
-``<slot>~declared~<n>``, after the ``n`` others; never a stored key."""
+``<slot>job:"routing"<n>``, after the ``n`` others; never a stored key. Named like a
+record (an ACL that lets a role write records lets it name this), with a quote no jid
+may hold (``status.check_jid``), so no record's key is ever taken for it."""
 
 _ROUTING_PRELUDE: Final = f"""\
 -- Keys declared for a cluster's routing only (scripts.py ``routing_keys``): the queue's
@@ -111,7 +113,7 @@ _ROUTING_PRELUDE: Final = f"""\
 -- that would write them on a slot's old node after they moved to its new one is sent
 -- on (TRYAGAIN, ASK) instead of making a second copy there. Off KEYS before it is read.
 do
-  local routed = tonumber(string.match(KEYS[#KEYS] or "", "{ROUTING_MARK}(%d+)$"))
+  local routed = tonumber(string.match(KEYS[#KEYS] or "", '{ROUTING_MARK}(%d+)$'))
   if routed then
     for _ = 0, routed do table.remove(KEYS) end
   end
@@ -180,8 +182,13 @@ class Call:
     args: Sequence[Any]
     declared: Sequence[str] = ()
     """Keys the script reaches by name, declared for a cluster's routing only."""
+    routed: bool = False
+    """On a cluster: the routing keys go with the call (a single server routes nothing:
+    none are sent, and the script's prelude finds no mark)."""
 
-    def _keys(self) -> list[str]:
+    def _keys(self) -> Sequence[str]:
+        if not self.routed:
+            return self.keys
         return [*self.keys, *routing_keys(self.name, self.keys, self.declared)]
 
     def evalsha(self) -> tuple[Any, ...]:
@@ -212,6 +219,8 @@ class Scripts:
         self.durability = durability
         self.lane: Lane | ClusterLane = (
             ClusterLane(client) if isinstance(client, ClusterClient) else Lane(client))
+        self.routed = isinstance(client, ClusterClient)
+        """Calls declare their routing keys (``Call.routed``): on a cluster only."""
         self._durability_checked = False
 
     async def aclose(self) -> None:
@@ -221,7 +230,7 @@ class Scripts:
                   durable: bool = False, declared: Sequence[str] = ()) -> Any:
         """Run script ``name``; raises what Redis replies as an error. ``declared``:
         keys it reaches by name (``Call.declared``)."""
-        call = Call(name, keys, args, declared)
+        call = Call(name, keys, args, declared, self.routed)
         if durable and self.durability is not None:
             await self.check_durability()
             return await self._durably(call, self.durability)
@@ -240,6 +249,7 @@ class Scripts:
         durability = self.durability if durable else None
         if durability is not None:
             await self.check_durability()
+        calls = [self._on_this_server(call) for call in calls]
         commands = [call.evalsha() for call in calls]
         if durability is not None:
             commands.append(durability.command)
@@ -259,6 +269,7 @@ class Scripts:
     async def pipelined(self, calls: Sequence[Call]) -> list[Any]:
         """``calls`` in any slots, in one pipeline (one round trip per node); a reply
         that is an error is returned as such, one that did not run is run again alone."""
+        calls = [self._on_this_server(call) for call in calls]
         async with self.client.pipeline(transaction=False) as pipe:
             for call in calls:
                 pipe.execute_command(*call.evalsha())
@@ -272,6 +283,10 @@ class Scripts:
                     reply = exc
             results.append(reply)
         return results
+
+    def _on_this_server(self, call: Call) -> Call:
+        """``call`` with its routing keys on a cluster (``Call.routed``)."""
+        return replace(call, routed=self.routed) if call.routed != self.routed else call
 
     async def _alone(self, call: Call, *, durable: bool) -> Any:
         """A batch's call that did not run, run alone. A slot still migrating may

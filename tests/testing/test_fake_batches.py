@@ -96,3 +96,20 @@ async def _fail_inside(app: App, jobs: dict[str, Any]) -> None:
     async with app.batch(on_complete=jobs["report"].s("complete")):
         await jobs["work"].enqueue(1)
         raise RuntimeError("no")
+
+
+async def test_a_block_inside_another_opens_its_child_in_the_fake() -> None:
+    app, seen, jobs = shop()
+    report = jobs["report"]
+    with app.testing.fake() as testing:
+        async with app.batch(on_complete=report.s("outer")) as outer:
+            await jobs["work"].enqueue(1)
+            async with app.batch(on_complete=report.s("inner")) as inner:
+                await jobs["work"].enqueue(2)
+        await testing.drain()
+        status = await app.batch_status(outer.bid)
+        child = await app.batch_status(inner.bid)
+
+    assert [kind for kind, _ in seen if kind in ("outer", "inner")] == ["inner", "outer"]
+    assert (status.children, status.total, child.parent, child.total) == (
+        [inner.bid], 1, outer.bid, 1)

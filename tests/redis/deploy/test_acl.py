@@ -101,7 +101,7 @@ async def test_documented_users_suffice_for_every_role(
 
 
 _EXPECTED: Final = ("now", "later", "unique", "many-1", "many-2", "sync", "in-batch-1",
-                    "in-batch-2", "batch-done")
+                    "in-batch-2", "batch-done", "chain-1", "chain-2")
 
 
 async def _enqueue_everything(url: str) -> None:
@@ -120,7 +120,14 @@ async def _enqueue_everything(url: str) -> None:
         # Waiting for the dashboard: a queue nobody fetches, and the far schedule.
         for tag in ("parked-1", "parked-2", "parked-3"):
             await jobs.record.options(queue=PARKED).enqueue(tag)
-        await jobs.record.enqueue_in(FAR, "far")
+        far = await jobs.record.enqueue_in(FAR, "far")
+        # A chain, and a job waiting for the far one, cancelled: the dependency scripts.
+        assert len(await jobs.app.chain(jobs.record.s("chain-1"),
+                                        jobs.record.s("chain-2")).enqueue()) == 2
+        assert far is not None
+        waiting = await jobs.record.options(after=[far]).enqueue("never")
+        assert waiting is not None
+        assert await jobs.app.cancel(waiting) == "cancelled"
     finally:
         await jobs.app.close()
 

@@ -65,7 +65,7 @@ class Recorder:
         named = [_text(k) for k in keys]
         mark = next((i for i, key in enumerate(named) if ROUTING_MARK in key), None)
         if mark is not None:  # the script's own keys first, then the routing ones
-            first = mark - int(named[mark].rsplit("~", 1)[1])
+            first = mark - int(named[mark].rsplit(ROUTING_MARK, 1)[1])
             named, routed = named[:first], named[first:]
         else:
             routed = []
@@ -147,6 +147,7 @@ def record_pipelines(client: redis.asyncio.Redis, recorder: Recorder) -> None:
 def setup(store: Store, keys: Keys, redis_url: str) -> Iterator[Setup]:
     recorder = Recorder()
     store.cluster = True  # the cluster paths: one call per slot
+    store.scripts.routed = True  # and the routing keys a cluster's calls declare
     store.scripts.lane = RecordingLane(store.client, recorder)
     record_pipelines(store.client, recorder)
     made = Setup(store, keys, recorder, redis_url)
@@ -411,6 +412,15 @@ SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
 
 def test_every_script_has_a_scenario() -> None:
     assert sorted(SCENARIOS) == sorted(SCRIPT_NAMES)
+
+
+async def test_a_record_script_declares_the_live_records_and_notes_of_its_slot(
+    setup: Setup, keys: Keys,
+) -> None:
+    await setup.store.enqueue("emails", [make_job("emails")])
+    call = [c for c in setup.recorder.calls if c.script == "enqueue"][-1]  # (after a NOSCRIPT)
+    assert call.keys == (keys.queue("emails"),)
+    assert call.routed[:2] == (keys.live_records("emails"), keys.batch_notes("emails"))
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
