@@ -47,8 +47,9 @@ class Chain:
             enqueuer = sig.enqueuer
             if self.pass_result and index < last and enqueuer.job_options.keep_result is None:
                 enqueuer = enqueuer.options(keep_result=CHAIN_KEEP_RESULT)
-            if jids:
-                enqueuer = enqueuer.options(after=[jids[-1]], pass_result=self.pass_result)
+            if jids:  # after the step before, and after what its own options name
+                enqueuer = enqueuer.options(after=[*enqueuer.job_options.after, jids[-1]],
+                                            pass_result=self.pass_result)
             jid = await enqueuer.enqueue(*sig.args, **sig.kwargs)
             if jid is None:
                 raise ValueError(f"chain step {index + 1} ({sig!r}) was refused (its jid "

@@ -91,29 +91,23 @@ class Sink(Protocol):
     async def push(self, push: Push, *, due: float | None, chosen: bool) -> bool:
         """Take one job (``due``: epoch s, None: now); False if refused as Redis would
         refuse it: a unique job's lock is held, or a ``chosen`` jid is alive."""
-        ...
 
     async def wait(self, push: Push, options: JobOptions, *, chosen: bool) -> bool:
         """Take a job that runs after ``options.after``; ``push``'s answer."""
-        ...
 
     def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
         """Run ``enqueue`` for ``enqueue_sync`` (which must not start a server)."""
-        ...
 
     def status(self, jid: str, queue: str | None) -> JobStatus:
         """``jobs.status(jid)`` while faked: what the fake holds (no server is reached,
         none is started)."""
-        ...
 
     @property
     def batches(self) -> Any:
         """The batch operations while faked (``testing/batches.py``)."""
-        ...
 
     def cancel(self, jid: str, queue: str | None) -> CancelOutcome:
         """``jobs.cancel(jid)`` while faked: a waiting job is dropped unrun."""
-        ...
 
 
 def _duplicate(jid: str) -> str | None:
@@ -309,15 +303,19 @@ class Client:
             return None
         batch = context.BATCH.get()
         joined = await batch.joining([push.jid]) if batch is not None else []
-        if self.sink is not None:
-            taken = await self.sink.wait(push, options, chosen=options.jid is not None)
-        else:
-            lookup = JobLookup(self.store, True, self.queue_hints)
-            taken = await dependents.wait(self.store(), lookup, options, push.queue, push.jid,
-                                          push.raw, name=definition.name,
-                                          bid=batch.bid if batch is not None else None)
+        refused: Exception | None = None
+        try:
+            taken = await (self.sink.wait(push, options, chosen=options.jid is not None)
+                           if self.sink is not None else dependents.wait(
+                               self.store(), JobLookup(self.store, True, self.queue_hints),
+                               options, push.queue, push.jid, push.raw, name=definition.name,
+                               bid=batch.bid if batch is not None else None))
+        except (TypeError, ValueError) as exc:  # refused at the call: nothing written
+            taken, refused = False, exc
         if not taken and batch is not None and joined:
             await batch.left(joined)
+        if refused is not None:
+            raise refused
         return push.jid if taken else _duplicate(push.jid)
 
     async def _push(self, definition: JobDefinition, options: JobOptions, push: Push,

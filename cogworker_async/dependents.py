@@ -11,15 +11,19 @@ once; one that ends later is noted by its own settle script and relayed by the w
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 from cogworker_async.definition import JobOptions
 from cogworker_async.errors import UNTRACKED, ConfigurationError
 from cogworker_async.lookup import JobLookup
-from cogworker_async.redis.dependencies import Parent
+from cogworker_async.redis.dependencies import ARM_GRACE, Parent
+from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import Store
 from cogworker_async.status import JobStatus
+
+log = logging.getLogger(__name__)
 
 RESULT_SLOT: Final = "\x00cogworker-async:parent-result\x00"
 """The placeholder first argument of a job that takes its parent's result: checked and
@@ -94,8 +98,15 @@ async def wait(store: Store, lookup: JobLookup, options: JobOptions, queue: str,
                            takes_result_of=takes, name=name, batch=bid,
                            chosen=chosen, tail=tail):
         return False
-    # A death here leaves the job in ``arming``: the relay arms it (ARM_GRACE).
-    await deps.arm(queue, jid, parents, takes)
+    # From here the job exists: a death (or Redis failing) before its parents are all
+    # watched leaves it in ``arming``, and the relay arms it (ARM_GRACE). The enqueue has
+    # happened: it returns the jid, so that a caller never enqueues it again.
+    try:
+        await deps.arm(queue, jid, parents, takes)
+    except Unavailable as exc:
+        log.warning("%s is enqueued, waiting for %s; watching its parents failed (%s): "
+                    "the workers watch them within %.0f s", jid,
+                    [p.jid for p in parents], exc, ARM_GRACE)
     return True
 
 

@@ -6,9 +6,9 @@ job page, and for ``cogworker-async queues`` and ``job``.
     found = await insp.waiting.of(status)            # its parents, pending or ended
 
 A waiting job is in its queue's ``waiting`` zset until the step that releases or ends
-it (``redis/dependencies.py``). A job cancelled while it waits stays there, its record
-saying ``cancelled``, until its next parent's end drops it: a page shows each entry's
-state from its record, so such a one is not taken for a job that will run. Every read
+it (``redis/dependencies.py``), and a cancel takes it out in its own step
+(``lua/cancel.lua``); a page shows each entry's state from its record all the same,
+so that an entry read between two steps is never taken for a job that will run. Every read
 is bounded: a page of the zset (and its records, in one pipelined read), one job's
 parents (at most ``definition.MAX_PARENTS``).
 """

@@ -141,8 +141,10 @@ class Dependencies(Part):
     async def unarmed(self, queue: str, older_than: float = ARM_GRACE,
                       count: int = ARMING_PER_PASS) -> list[str]:
         """Jids of ``queue`` waiting longer than ``older_than`` s with parents unwatched."""
+        seconds, micros = await self.client.time()  # the clock dep_wait scored by
         found = await self.client.zrangebyscore(self.keys.arming(queue), "-inf",
-                                                time.time() - older_than, start=0, num=count)
+                                                seconds + micros / 1e6 - older_than,
+                                                start=0, num=count)
         return [as_bytes(cast("bytes | str", jid)).decode() for jid in found]
 
     async def read(self, queue: str, jid: str) -> tuple[list[Parent], Parent | None] | None:

@@ -162,6 +162,20 @@ async def test_a_parent_that_ended_before_the_child_was_enqueued_releases_it(
     assert names(seen, "collect") == [(2, "", child)]
 
 
+async def test_a_refused_after_inside_a_batch_leaves_no_member_behind(
+    make_app: Callable[..., App],
+) -> None:
+    app, seen, jobs = shop(make_app)
+    async with app.worker():
+        async with app.batch(on_complete=jobs["collect"].s("done")) as batch:
+            await jobs["step"].enqueue(1)
+            with pytest.raises(ValueError, match="not known"):
+                await jobs["collect"].options(after=["no-such-job"]).enqueue("x")
+        await wait_until(lambda: bool(names(seen, "collect")), timeout=WAIT)
+        status = await app.batch_status(batch.bid)
+    assert (status.state, status.total, status.pending) == ("success", 1, 0)
+
+
 async def test_bad_after_is_refused_at_the_call(make_app: Callable[..., App]) -> None:
     app, _, jobs = shop(make_app)
     collect = jobs["collect"]

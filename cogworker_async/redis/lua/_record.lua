@@ -152,6 +152,11 @@ local function record_library()
                                  (fields.watchers and ("\t" .. fields.watchers) or ""))
       if type(pushed) == "number" then fields.noted = fields.state end -- else: again later
     end
+    if LIVE_STATES[fields.state] then
+      -- It may run again (retried by hand from dead, recovered): its next end is noted
+      -- anew, for its batch and for whoever watches it now.
+      fields.noted = nil
+    end
     if live and (LIVE_STATES[fields.state] or fields.cancel == "1") then
       if not ttl and not fields["until"] then -- from the earlier layout: its key's TTL, or 14 days
         local left = origin == "key" and redis.pcall("TTL", key)

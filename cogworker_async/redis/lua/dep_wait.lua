@@ -19,7 +19,7 @@ if redis.call("EXISTS", KEYS[1]) == 1 then return 0 end
 if ARGV[11] == "1" and record_alive(KEYS[3]) then return 0 end
 local parents = {}
 for i = 12, #ARGV do parents[#parents + 1] = ARGV[i] end
-local now = tonumber(ARGV[6])
+local now = redis_now(ARGV[6]) -- Redis' clock: the relay's re-arm compares with it
 redis.call("HSET", KEYS[1], "raw", ARGV[2], "tail", ARGV[3], "policy", ARGV[4],
            "pass", ARGV[5], "parents", table.concat(parents, "\30"), "created_at", ARGV[6])
 -- No TTL: the dep hash is the job's only copy, as a queue's entry is (a parent scheduled

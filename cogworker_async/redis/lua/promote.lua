@@ -32,7 +32,15 @@ for i = 8, #ARGV - 1, 2 do
       -- left in the dead set: the jid lives on elsewhere in this queue
     elseif type(redis.pcall("LPUSH", KEYS[2], job)) == "number" then
       redis.call("ZREM", KEYS[1], member)
-      if record then mark_record(record, ARGV[6], "state", "queued") end
+      if record then
+        -- a member retried by hand after its record went: the batch from its payload
+        local bid = not read_record(record) and payload_bid(job)
+        if bid then
+          mark_record(record, ARGV[6], "state", "queued", "batch", bid)
+        else
+          mark_record(record, ARGV[6], "state", "queued")
+        end
+      end
       moved = moved + 1
     end
   end

@@ -368,3 +368,19 @@ async def test_an_argument_that_looks_like_a_bid_names_no_batch(store: Store, ke
     await store.fetch(IDENTITY, [QUEUE], 1)
     await store.ack(IDENTITY, QUEUE, [(raw, jid_of(raw))])
     assert await notes(store) == []
+
+
+async def test_a_member_retried_from_dead_after_its_record_went_still_notes_its_end(
+    store: Store, keys: Keys,
+) -> None:
+    dead = make_job(QUEUE, bid="b")
+    await store.enqueue(QUEUE, [dead], batch="b")
+    await store.fetch(IDENTITY, [QUEUE], 1)
+    await store.file_failure(IDENTITY, QUEUE, dead, "dead", dead, 0.0,
+                             failure=Failure(jid_of(dead), "E: x", 1))
+    await store.batches.drop_notes(QUEUE, await store.batches.notes(QUEUE))
+    await store.client.delete(keys.record(QUEUE, jid_of(dead)))  # kept keep_status only
+    assert await store.promote(QUEUE, "dead", [(dead, dead)]) == 1  # the dashboard's retry
+    await store.fetch(IDENTITY, [QUEUE], 1)
+    await store.ack(IDENTITY, QUEUE, [(dead, jid_of(dead))])
+    assert await notes(store) == [("b", jid_of(dead), "succeeded")]

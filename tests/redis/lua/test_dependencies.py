@@ -272,3 +272,23 @@ async def test_the_sweep_keeps_a_waiting_jobs_record_past_its_bound(
     await run(store, who)
     await relay(store)
     assert await state(store, "kid") == "queued"
+
+
+async def test_a_parent_retried_by_hand_that_dies_again_is_noted_for_new_watchers(
+    store: Store,
+) -> None:
+    """Its first death was noted for the job watching it then; retried from dead, it may
+    end again, and that end is noted anew for whoever watches it now."""
+    who = await parent(store)
+    await child(store, [who], jid="first")
+    await store.dependencies.arm(CHILDREN, "first", [who])
+    await die(store, who)
+    await relay(store)
+    assert await state(store, "first") == "cancelled"
+    [member] = await store.client.zrange(store.keys.dead(PARENTS), 0, 0)
+    assert await store.promote(PARENTS, "dead", [(member, member)]) == 1  # by hand
+    await child(store, [who], jid="second")
+    assert await store.dependencies.arm(CHILDREN, "second", [who]) == "waiting"
+    await die(store, who)
+    await relay(store)
+    assert await state(store, "second") == "cancelled"
