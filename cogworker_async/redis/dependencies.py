@@ -138,13 +138,18 @@ class Dependencies(Part):
                 ends.append((parent, "dead" if state == "unknown" else state, result))
         return await self.apply(queue, jid, ends, armed=True)
 
+    async def clock(self) -> float:
+        """Redis' clock (epoch s): the one ``dep_wait`` scores ``arming`` by."""
+        seconds, micros = await self.client.time()
+        return float(seconds) + micros / 1e6
+
     async def unarmed(self, queue: str, older_than: float = ARM_GRACE,
-                      count: int = ARMING_PER_PASS) -> list[str]:
-        """Jids of ``queue`` waiting longer than ``older_than`` s with parents unwatched."""
-        seconds, micros = await self.client.time()  # the clock dep_wait scored by
+                      count: int = ARMING_PER_PASS, now: float | None = None) -> list[str]:
+        """Jids of ``queue`` waiting longer than ``older_than`` s with parents unwatched
+        (``now``: Redis' clock, read once for a pass over many queues)."""
+        now = now if now is not None else await self.clock()
         found = await self.client.zrangebyscore(self.keys.arming(queue), "-inf",
-                                                seconds + micros / 1e6 - older_than,
-                                                start=0, num=count)
+                                                now - older_than, start=0, num=count)
         return [as_bytes(cast("bytes | str", jid)).decode() for jid in found]
 
     async def read(self, queue: str, jid: str) -> tuple[list[Parent], Parent | None] | None:
@@ -156,11 +161,12 @@ class Dependencies(Part):
         passed = as_bytes(got[1] or b"").decode()
         return parents, Parent.of(passed) if passed else None
 
-    async def rearm(self, queue: str, older_than: float = ARM_GRACE) -> int:
+    async def rearm(self, queue: str, older_than: float = ARM_GRACE,
+                    now: float | None = None) -> int:
         """Arm the jobs of ``queue`` whose enqueuer died before it watched every parent;
         how many."""
         armed = 0
-        for jid in await self.unarmed(queue, older_than):
+        for jid in await self.unarmed(queue, older_than, now=now):
             found = await self.read(queue, jid)
             if found is None:  # released or ended meanwhile: apply forgets its entry
                 await self.apply(queue, jid, [], armed=True)

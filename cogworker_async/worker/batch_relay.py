@@ -79,10 +79,12 @@ class BatchRelay:
         the wrong type, Redis refusing) is logged and skipped, never holding up the
         others; the first failure is raised at the end, for the poller's streak."""
         applied, failure = 0, None
+        clock: float | None = None  # Redis' clock, read once a pass (not once a queue)
         for queue in self.queues:
             try:
                 applied += await self.relay_notes(queue)
-                await self.store.dependencies.rearm(queue)
+                clock = clock if clock is not None else await self.store.dependencies.clock()
+                await self.store.dependencies.rearm(queue, now=clock)
             except Exception as exc:
                 failure = failure or exc
         try:

@@ -335,6 +335,19 @@ async def test_a_callback_enqueued_once_is_refused_after_its_record_has_gone(
     assert await store.client.llen(keys.queue(QUEUE)) == 1
 
 
+async def dead_member_whose_record_went(store: Store, keys: Keys) -> bytes:
+    """A member of batch "b" filed dead, its end relayed, its record gone since (it is
+    kept keep_status only)."""
+    dead = make_job(QUEUE, bid="b")
+    await store.enqueue(QUEUE, [dead], batch="b")
+    await store.fetch(IDENTITY, [QUEUE], 1)
+    await store.file_failure(IDENTITY, QUEUE, dead, "dead", dead, 0.0,
+                             failure=Failure(jid_of(dead), "E: x", 1))
+    await store.batches.drop_notes(QUEUE, await store.batches.notes(QUEUE))
+    await store.client.delete(keys.record(QUEUE, jid_of(dead)))
+    return dead
+
+
 async def test_a_member_whose_record_went_still_notes_its_end(store: Store, keys: Keys) -> None:
     """The record made afresh, at the fetch of a member whose record expired or was
     swept, or at its retry by hand from dead after keep_status, names its batch (read
@@ -347,13 +360,7 @@ async def test_a_member_whose_record_went_still_notes_its_end(store: Store, keys
     assert await notes(store) == [("b", jid_of(raw), "succeeded")]
     await store.batches.drop_notes(QUEUE, await store.batches.notes(QUEUE))
 
-    dead = make_job(QUEUE, bid="b")
-    await store.enqueue(QUEUE, [dead], batch="b")
-    await store.fetch(IDENTITY, [QUEUE], 1)
-    await store.file_failure(IDENTITY, QUEUE, dead, "dead", dead, 0.0,
-                             failure=Failure(jid_of(dead), "E: x", 1))
-    await store.batches.drop_notes(QUEUE, await store.batches.notes(QUEUE))
-    await store.client.delete(keys.record(QUEUE, jid_of(dead)))  # kept keep_status only
+    dead = await dead_member_whose_record_went(store, keys)
     assert await store.move_member(QUEUE, "dead", "retry", dead, dead)
     assert await store.promote(QUEUE, "retry", [(dead, dead)]) == 1
     await store.fetch(IDENTITY, [QUEUE], 1)
@@ -373,13 +380,7 @@ async def test_an_argument_that_looks_like_a_bid_names_no_batch(store: Store, ke
 async def test_a_member_retried_from_dead_after_its_record_went_still_notes_its_end(
     store: Store, keys: Keys,
 ) -> None:
-    dead = make_job(QUEUE, bid="b")
-    await store.enqueue(QUEUE, [dead], batch="b")
-    await store.fetch(IDENTITY, [QUEUE], 1)
-    await store.file_failure(IDENTITY, QUEUE, dead, "dead", dead, 0.0,
-                             failure=Failure(jid_of(dead), "E: x", 1))
-    await store.batches.drop_notes(QUEUE, await store.batches.notes(QUEUE))
-    await store.client.delete(keys.record(QUEUE, jid_of(dead)))  # kept keep_status only
+    dead = await dead_member_whose_record_went(store, keys)
     assert await store.promote(QUEUE, "dead", [(dead, dead)]) == 1  # the dashboard's retry
     await store.fetch(IDENTITY, [QUEUE], 1)
     await store.ack(IDENTITY, QUEUE, [(dead, jid_of(dead))])
