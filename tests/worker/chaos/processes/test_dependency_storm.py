@@ -43,14 +43,16 @@ from tests.worker.chaos.processes.test_batch_storm import Storm
 pytestmark = marks(short_timeout=180, full_timeout=900)
 
 QUEUES: Final = ["default", "second", "third"]
-SIZES: Final = {"short": (5, 8, 3), "full": (150, 300, None)}
+SIZES: Final = {"short": (8, 16, 3), "full": (150, 300, None)}
 """(trees, chains, kills: None = every KILL_EVERY s while jobs wait)."""
 FAN_OUT: Final = 10
 LINE: Final = 3
 CHAIN_STEPS: Final = 5
 WORKERS: Final = 4
 CONCURRENCY: Final = 10
-KILL_EVERY: Final = 2.0
+KILL_EVERY: Final = {"short": 0.75, "full": 2.0}[SCALE]
+"""Seconds between kills: the short run's jobs are done in a few seconds, and it must see
+a second kill (its last assertion) however fast the machine."""
 SETTINGS: Final = {**chaosapp.SETTINGS, "queues": QUEUES}
 
 
