@@ -149,6 +149,7 @@ class App:
         discard_on: Sequence[type[BaseException]] = (),
         keep_result: float | None = None,
         expires_in: float | None = None,
+        priority: int = 0,
     ) -> JobDecorator: ...
 
     def job(
@@ -167,6 +168,7 @@ class App:
         discard_on: Sequence[type[BaseException]] = (),
         keep_result: float | None = None,
         expires_in: float | None = None,
+        priority: int = 0,
     ) -> Any:
         """Register a function as a job (``@jobs.job`` or ``@jobs.job(queue=..., ...)``).
 
@@ -180,11 +182,13 @@ class App:
         - ``discard_on``: exception types that send the job to dead at once;
         - ``keep_result``: seconds its return value (JSON) is kept for ``result(jid)``;
         - ``expires_in``: seconds after its enqueue by which a run must have started, else
-          it is not run (dead as ``Expired``; see ``options(expires_in=...)``).
+          it is not run (dead as ``Expired``; see ``options(expires_in=...)``);
+        - ``priority``: -10 to 10, higher runs sooner in its queue (``priority.py``).
         """
         options = JobOptions(queue=queue or self.settings.default_queue, retry=retry,
                              timeout=timeout, unique=policy_of(unique), unique_ttl=unique_ttl,
-                             keep_result=keep_result, expires_in=expires_in)
+                             keep_result=keep_result, expires_in=expires_in,
+                             priority=priority)
         for kind in discard_on:
             if not (isinstance(kind, type) and issubclass(kind, BaseException)):
                 raise TypeError(f"discard_on takes exception classes, not {kind!r}")

@@ -206,7 +206,8 @@ class Client:
                             retry=options.retry, now=now, jid=options.jid,
                             keep_result=options.keep_result, expires_at=deadline,
                             dead_on_expiry=options.dead_on_expiry,
-                            bid=batch.bid if batch is not None else None)
+                            bid=batch.bid if batch is not None else None,
+                            priority=options.priority)
         if self._tracer is not None and self._tracer.active():  # before the middleware,
             # which may read or drop it
             self._tracer.inject(cast("dict[str, Any]", payload))

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from cogworker_async import unique as unique_module
+from cogworker_async.priority import DEFAULT_PRIORITY, check_priority
 from cogworker_async.retries import check_retry
 from cogworker_async.settings import check_queue_name
 from cogworker_async.status import check_jid, check_keep_result
@@ -60,6 +61,9 @@ class JobOptions:
     naming the parent)."""
     pass_result: bool = False
     """With one parent: its return value becomes this job's first argument (chains)."""
+    priority: int = DEFAULT_PRIORITY
+    """From -10 to 10, higher runs sooner within its queue; first in, first out within
+    one priority (``priority.py``)."""
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -83,6 +87,7 @@ class JobOptions:
         if not isinstance(self.dead_on_expiry, bool):
             raise TypeError(f"dead_on_expiry must be True or False, not {self.dead_on_expiry!r}")
         check_after(self.after, self.on_parent_failure, self.pass_result)
+        check_priority(self.priority)
 
     def deadline(self, now: float) -> float | None:
         """When a job that may start from ``now`` on must have started by (epoch s), if

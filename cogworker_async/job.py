@@ -13,7 +13,7 @@ import math
 import random
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, Required, TypedDict
+from typing import Any, Final, Literal, Required, TypedDict, cast
 
 from cogworker_async.errors import PayloadTooLarge, SerializationError, UnparseablePayload
 from cogworker_async.names import check_queue_name
@@ -23,6 +23,9 @@ Payload = TypedDict("Payload", {
     # job.py's: every job has them (``build``); ``queue`` and ``enqueued_at`` are
     # written again when a job goes back on a queue (worker/poller.py, admin/sets.py):
     "jid": Required[str],
+    # priority.py's: the job's priority when not 0, right after the jid (so that a
+    # script finds it with an anchored match, redis/lua/_queue.lua):
+    "priority": int,
     "class": Required[str],
     "args": Required[list[Any]],
     "kwargs": Required[dict[str, Any]],
@@ -87,7 +90,7 @@ middleware's ``Enqueue.payload`` and the job's ``JobContext.payload`` stay
 """
 
 Field = Literal[
-    "jid", "class", "args", "kwargs", "queue", "created_at", "enqueued_at", "retry",
+    "jid", "priority", "class", "args", "kwargs", "queue", "created_at", "enqueued_at", "retry",
     "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
     "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
     "periodic", "periodic_tick", "keep_result", "expires_at", "dead_on_expiry", "limited_count",
@@ -237,6 +240,7 @@ def build(
     expires_at: float | None = None,
     dead_on_expiry: bool = True,
     bid: str | None = None,
+    priority: int = 0,
 ) -> Payload:
     """A new job's payload (optional fields only when set: no cost to a job without)."""
     payload: Payload = {
@@ -249,6 +253,8 @@ def build(
         "created_at": now,
         "enqueued_at": now,
     }
+    if priority:  # second, where the scripts look for it (redis/lua/_queue.lua)
+        payload = cast("Payload", {"jid": payload["jid"], "priority": priority, **payload})
     if keep_result is not None:
         payload["keep_result"] = keep_result
     if bid is not None:
@@ -410,6 +416,18 @@ def _readable_jid(raw: bytes) -> str | None:
     a record's key can hold."""
     jid = jid_of(raw)
     return jid if jid and _is_text(jid) else None
+
+
+def priority_of(raw: bytes) -> int:
+    """The priority a raw job names (0 if none, or not a valid one), as the scripts read
+    it (``redis/lua/_queue.lua``)."""
+    if b'"priority":' not in raw:
+        return 0
+    try:
+        found = json.loads(raw).get("priority")
+    except Exception:
+        return 0
+    return found if type(found) is int and -10 <= found <= 10 else 0
 
 
 def jid_of(raw: bytes) -> str | None:

@@ -34,7 +34,7 @@ class Enqueuer(Generic[P]):
         jid: str | None = None, expires_in: Delay | None = None,
         expires_at: When | None = None, dead_on_expiry: bool | None = None,
         after: Iterable[str] | None = None, on_parent_failure: str | None = None,
-        pass_result: bool | None = None,
+        pass_result: bool | None = None, priority: int | None = None,
     ) -> Enqueuer[P]:
         """The same job with other options for the enqueues made through the result:
         ``keep_result`` seconds to keep its return value; ``jid`` a jid of your own (an
@@ -44,10 +44,12 @@ class Enqueuer(Generic[P]):
         or dropped with ``dead_on_expiry=False``; ``after`` the jids of jobs it runs
         after (it waits until each succeeded; ``on_parent_failure`` — ``cancel``,
         ``run``, ``dead`` — says what it does when one does not), ``pass_result`` (one
-        parent) to take that parent's return value as its first argument."""
+        parent) to take that parent's return value as its first argument; ``priority``
+        from -10 to 10, higher runs sooner within its queue."""
         plain = {"queue": queue, "retry": retry, "timeout": timeout,
                  "keep_result": keep_result, "jid": jid, "dead_on_expiry": dead_on_expiry,
-                 "on_parent_failure": on_parent_failure, "pass_result": pass_result}
+                 "on_parent_failure": on_parent_failure, "pass_result": pass_result,
+                 "priority": priority}
         changes: dict[str, Any] = {name: value for name, value in plain.items()
                                    if value is not None}
         if after is not None:

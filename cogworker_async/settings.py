@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from cogworker_async.names import check_queue_name as check_queue_name  # re-exported
+from cogworker_async.priority import MAX_PRIORITY_AGING, PRIORITY_AGING
 from cogworker_async.retries import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
 
 MAX_PAYLOAD_BYTES: Final = 512 * 1024
@@ -130,6 +131,11 @@ class Settings:
     2}``), decided by the fetch script from the processes' in-progress lists, so a crash
     frees its share when recovery takes its jobs back. Every process must agree; needs
     reliable fetch. Prefetched jobs count as running."""
+    priority_aging: float | None = PRIORITY_AGING
+    """Seconds of waiting worth one priority level (``options(priority=N)``): a job that
+    has waited this long is served as one level higher, and so on, so under a flood of
+    higher-priority work a low one still runs (docs/guides/priorities.md states the
+    bound). None: a higher priority always goes first. Every process should agree."""
     dead_max_jobs: int = DEAD_MAX_JOBS
     """Most jobs kept in dead: filing one more drops the oldest."""
     dead_max_age: float = DEAD_MAX_AGE
@@ -233,6 +239,11 @@ class Settings:
         _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)
         _positive("keep_status", self.keep_status, allow_zero=True)
         _positive("durability_timeout", self.durability_timeout)
+        if self.priority_aging is not None:
+            _positive("priority_aging", self.priority_aging)
+            if self.priority_aging > MAX_PRIORITY_AGING:
+                raise ValueError(f"priority_aging must be at most {MAX_PRIORITY_AGING:,.0f} "
+                                 f"seconds (None: no aging), got {self.priority_aging!r}")
         if self.metrics_port is not None:
             _count("metrics_port", self.metrics_port, 0, MAX_PORT)
         if not isinstance(self.metrics_host, str) or not self.metrics_host:

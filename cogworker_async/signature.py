@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition, JobOptions
+from cogworker_async.priority import MAX_PRIORITY, MIN_PRIORITY
 
 
 class Enqueuer(Protocol):
@@ -59,7 +60,8 @@ class Signature:
         options = self.enqueuer.job_options
         return {"name": self.name, "args": list(self.args), "kwargs": dict(self.kwargs),
                 "queue": self.queue, "retry": options.retry,
-                "keep_result": options.keep_result}
+                "keep_result": options.keep_result,
+                **({"priority": options.priority} if options.priority else {})}
 
     def __repr__(self) -> str:
         shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
@@ -77,11 +79,14 @@ def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: 
     relay (``worker/batch_relay.py``) and by the testing fake alike."""
     options = definition.options
     retry = stored.get("retry", options.retry)
+    priority = stored.get("priority", options.priority)
     payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
                         queue=stored.get("queue") or options.queue,
                         retry=retry if isinstance(retry, bool | int) else options.retry,
                         now=now, jid=callback_jid(bid, kind),
-                        keep_result=stored.get("keep_result", options.keep_result), bid=bid)
+                        keep_result=stored.get("keep_result", options.keep_result), bid=bid,
+                        priority=priority if type(priority) is int
+                        and MIN_PRIORITY <= priority <= MAX_PRIORITY else options.priority)
     payload["batch_callback"] = kind
     return payload
 

@@ -116,7 +116,7 @@ class Queue:
     async def page(self, number: int = 1, size: int = PAGE_SIZE) -> Page[JobRecord]:
         start, stop, size = page_bounds(number, size)
         admin = self._inspector.admin()
-        total = (await admin.queue_heads([self.name]))[0][0]
+        total = (await admin.queue_heads([self.name]))[0].size
         raws = await admin.queue_window(self.name, start, stop)
         items = [JobRecord.read(raw, position=start + i, home=self.name)
                  for i, raw in enumerate(raws)]
@@ -198,14 +198,15 @@ class Queues:
         pauses = await admin.store.pauses(names)
         now = await admin.now()
         infos = []
-        for name, (size, oldest), held in zip(names, heads, waiting, strict=True):
+        for name, head, held in zip(names, heads, waiting, strict=True):
             latency = 0.0
-            if oldest is not None:
-                enqueued = JobRecord.read(oldest).stamp("enqueued_at")
+            if head.oldest is not None:
+                enqueued = JobRecord.read(head.oldest).stamp("enqueued_at")
                 latency = max(0.0, now - enqueued) if enqueued is not None else 0.0
             pause = pauses.get(name)
-            infos.append(QueueInfo(name, size, latency,
-                                   pause.since if pause is not None else None, held))
+            infos.append(QueueInfo(name, head.size, latency,
+                                   pause.since if pause is not None else None, held,
+                                   head.by_priority))
         return infos
 
     async def pause(self, name: str) -> bool:

@@ -297,6 +297,9 @@ class QueueInfo:
     waiting_for_parents: int = 0
     """Jobs of the queue waiting for their parents (``options(after=[...])``): not on
     its list yet, so not in ``size`` (``admin/waiting.py``)."""
+    by_priority: Mapping[int, int] = field(default_factory=dict)
+    """Jobs waiting on the queue (``size``) per priority, for the priorities that have
+    some (``options(priority=N)``); a queue of plain jobs: ``{0: size}``."""
 
     @property
     def paused(self) -> bool:

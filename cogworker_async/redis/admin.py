@@ -20,10 +20,11 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-import redis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from cogworker_async import stored
+from cogworker_async.redis.admin_queues import QueueHead as QueueHead  # callers import it here
+from cogworker_async.redis.admin_queues import QueueReads
 from cogworker_async.redis.admin_sets import SetEntry as SetEntry  # callers import it here
 from cogworker_async.redis.admin_sets import SetReads
 from cogworker_async.redis.admin_waiting import WaitingReads
@@ -74,6 +75,16 @@ class Admin:
         self.known_queues = frozenset(known_queues)
         self.sets = SetReads(store, self.known_queues, self.queue_names)
         self.waiting = WaitingReads(store)
+        self.lists = QueueReads(store)
+
+    # -- the jobs waiting on a queue, of every priority (``admin_queues.py``) -----------
+
+    queue_levels = Via("lists", QueueReads.queue_levels)
+    queue_heads = Via("lists", QueueReads.queue_heads)
+    queue_window = Via("lists", QueueReads.queue_window)
+    queue_ends = Via("lists", QueueReads.queue_ends)
+    queue_remove = Via("lists", QueueReads.queue_remove)
+    queue_clear = Via("lists", QueueReads.queue_clear)
 
     # -- the schedule, retry and dead sets (``admin_sets.py``) --------------------------
 
@@ -194,106 +205,17 @@ class Admin:
         # An empty member (a co-tenant's SADD) names nothing, not even a page to link to.
         return sorted(text for name in names if (text := _text(name)))
 
-    async def queue_heads(self, names: Sequence[str]) -> list[tuple[int, bytes | None]]:
-        """(length, oldest job) of each queue, in one round trip. A key of the wrong
-        type reads as empty rather than failing the whole page."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            for name in names:
-                pipe.llen(self.keys.queue(name))
-                pipe.lindex(self.keys.queue(name), -1)
-            replies = await pipe.execute(raise_on_error=False) if names else []
-        heads: list[tuple[int, bytes | None]] = []
-        for i in range(0, len(replies), 2):
-            length, oldest = replies[i], replies[i + 1]
-            if isinstance(length, Exception) or isinstance(oldest, Exception):
-                heads.append((0, None))
-            else:
-                heads.append((int(length), as_bytes(oldest) if oldest is not None else None))
-        return heads
-
-    async def queue_window(self, name: str, start: int, stop: int) -> list[bytes]:
-        """Jobs ``start``..``stop`` (inclusive) counted from the next to run (0)."""
-        # Fetch takes from the right: index -1 runs next. Read the window from the right
-        # and turn it round, so that position 0 is the next job to run.
-        try:
-            reply = await self.client.lrange(self.keys.queue(name), -stop - 1, -start - 1)
-        except redis.exceptions.ResponseError as exc:
-            if not str(exc).startswith("WRONGTYPE"):
-                raise
-            return []  # a key of another type reads as an empty queue, as in queue_heads
-        return [as_bytes(raw) for raw in reversed(reply)]
-
-    async def queue_ends(self, name: str, count: int) -> tuple[int, list[bytes]]:
-        """(length, jobs) of a queue: its ``count`` newest and the ``count`` that run
-        next, each once (a queue of up to ``2 * count`` jobs: all of them). Where a
-        bounded look for one queued job reads: one just enqueued or about to run is at
-        an end, and a long queue's middle is never loaded whole."""
-        key = self.keys.queue(name)
-        # One transaction (one key, one slot): the length and both ends of the same list.
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.llen(key)
-            pipe.lrange(key, 0, count - 1)
-            pipe.lrange(key, -count, -1)
-            try:
-                length, newest, next_up = await pipe.execute()
-            except redis.exceptions.ResponseError as exc:
-                if "WRONGTYPE" not in str(exc):
-                    raise
-                return 0, []  # a key of another type reads as an empty queue
-        overlap = max(0, len(newest) + len(next_up) - int(length))
-        return int(length), [as_bytes(raw) for raw in [*newest, *next_up[overlap:]]]
-
     async def in_progress_jobs(self, queue: str, identity: str, limit: int) -> list[bytes]:
         """The first ``limit`` jobs a process fetched from ``queue`` and has not settled
         (its in-progress list: as long as its slots and prefetch, but read bounded)."""
         try:
             reply = await self.client.lrange(self.keys.in_progress(queue, identity), 0,
                                              limit - 1)
-        except redis.exceptions.ResponseError as exc:
+        except ResponseError as exc:
             if not str(exc).startswith("WRONGTYPE"):
                 raise
             return []
         return [as_bytes(raw) for raw in reply]
-
-    async def queue_remove(self, name: str, raw: bytes) -> bool:
-        """Remove one job (exact bytes) from a queue; False if it is gone (it may have run)."""
-        # redis-py types the value as str; the stored bytes are what must match.
-        removed = int(await self.client.lrem(self.keys.queue(name), 1, raw)) == 1  # type: ignore[arg-type]
-        if removed:  # it will never run: its status record says so
-            await self.store.close_records([(name, raw)])
-        return removed
-
-    def _slot_holdings(self, name: str) -> list[str]:
-        """The keys of a queue's slot that are found through the registry of names: its
-        sets (the dashboard and the poller walk the registry to reach them), the
-        identities that beat to it (recovery finds their lists through it), the jobs
-        waiting to be filed (hand-overs, repeat orphans), and the jobs waiting for their
-        parents (the dashboard counts and lists them through it)."""
-        keys = self.keys
-        return [keys.schedule(name), keys.retry(name), keys.dead(name),
-                keys.queue_identities(name), keys.unsettled(name), keys.repeat_orphans(name),
-                keys.waiting(name)]
-
-    async def queue_clear(self, name: str) -> int:
-        """Delete a queue's jobs, and forget its name if nothing else of the queue is
-        left to find through it; returns how many jobs the queue held."""
-        # One transaction on the queue's slot alone (a cluster allows no other). UNLINK
-        # and EXISTS as raw commands: redis-py's cluster pipeline runs its own multi-key
-        # methods at once (split per slot) instead of queueing them.
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.llen(self.keys.queue(name))
-            pipe.execute_command("UNLINK", self.keys.queue(name))  # freed in the
-            # background: a huge list must not block Redis (and the beats) meanwhile
-            pipe.execute_command("EXISTS", *self._slot_holdings(name))
-            length, _, held = await pipe.execute()
-        # The name is in the namespace's slot, not the queue's: no transaction spans
-        # both on a cluster, so it is forgotten by a second command. Only when the queue
-        # holds nothing else: forgotten, its scheduled, retrying and dead jobs would
-        # vanish from the dashboard (and wait unpromoted), and a dead process's list
-        # there would escape recovery.
-        if int(held) == 0:
-            await self.client.srem(self.keys.queues, name)
-        return int(length)
 
     # -- unique locks (the sets' reads and moves: admin_sets.py) -----------------------
 

@@ -202,6 +202,17 @@ class Keys:
         """List of jobs waiting on queue ``name``: pushed on the left, fetched on the right."""
         return self._queue(name, "queue")
 
+    def priority_level(self, queue: str, priority: int) -> str:
+        """List of the jobs of priority ``priority`` waiting on ``queue``, like its list
+        (which holds priority 0: this is that list for 0). Bounded as the queue is: by
+        the jobs in it; gone when empty (``lua/_queue.lua``)."""
+        return self.queue(queue) if priority == 0 else self._queue(queue, f"prio:{priority}")
+
+    def priority_levels(self, queue: str) -> str:
+        """Set of the priorities (not 0) whose lists on ``queue`` may hold jobs: at most 20
+        members; the fetch drops a level it finds empty (``lua/fetch.lua``)."""
+        return self._queue(queue, "prios")
+
     def queue_name_of(self, key: str) -> str:
         """The queue whose list ``key`` is (``queue``'s inverse)."""
         return key[len(self.namespace) + 2:key.index("}", len(self.namespace) + 2)]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from cogworker_async import job as job_module
+from cogworker_async.priority import LEVELS, PRIORITY_AGING, aging_ms
 from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.part import Part, SetName, Shared, as_bytes, as_list
 from cogworker_async.redis.queues import Queues
@@ -123,18 +124,22 @@ class Moves(Part):
     # -- fetch and settle --------------------------------------------------------------
 
     async def fetch(self, identity: str, queues: Sequence[str], count: int,
-                    limits: Mapping[str, int] | None = None) -> Fetched:
+                    limits: Mapping[str, int] | None = None,
+                    aging: float | None = PRIORITY_AGING) -> Fetched:
         """Move up to ``count`` jobs from ``queues`` (in order) onto this process's
         in-progress lists (one per queue), skipping paused queues, and taking from a
-        queue in ``limits`` only while fewer than its limit run across all processes."""
+        queue in ``limits`` only while fewer than its limit run across all processes.
+        Within a queue, by priority: ``aging`` seconds of waiting are worth one level
+        (None: a higher priority always first; ``priority.py``)."""
         limits = limits or {}
         if not self.cluster or len(queues) == 1:
-            return await self._fetch(identity, queues, count, limits)
+            return await self._fetch(identity, queues, count, limits, aging)
         result = Fetched()
         failure: RedisError | None = None
         for queue in queues:  # each queue's slot on its own (maybe another node)
             try:
-                some = await self._fetch(identity, [queue], count - len(result.jobs), limits)
+                some = await self._fetch(identity, [queue], count - len(result.jobs), limits,
+                                         aging)
             except RedisError as exc:
                 # One shard away (down, failing over) must not stop the queues of the
                 # others: tried in order all the same. Jobs moved are returned, as
@@ -151,10 +156,10 @@ class Moves(Part):
         return result
 
     async def _fetch(self, identity: str, queues: Sequence[str], count: int,
-                     limits: Mapping[str, int]) -> Fetched:
+                     limits: Mapping[str, int], aging: float | None) -> Fetched:
         keys = [key for queue in queues
                 for key in (self.keys.queue(queue), self.keys.in_progress(queue, identity))]
-        args = [count, identity, repr(time.time()), self.keep_status, LIVE_TTL,
+        args = [count, identity, repr(time.time()), self.keep_status, LIVE_TTL, aging_ms(aging),
                 *(self.record_prefix(queue) for queue in queues),
                 *(self.keys.queue_prefix(queue) for queue in queues)]
         if limits:
@@ -231,18 +236,26 @@ class Moves(Part):
         the first is waited on."""
         if self.cluster and len(queues) > 1:
             for queue in queues:
-                raw = await self.client.rpop(self.keys.queue(queue))
-                if isinstance(raw, bytes | str):
-                    return queue, as_bytes(raw)
+                for key in self._levels(queue):
+                    popped = await self.client.rpop(key)
+                    if isinstance(popped, bytes | str):
+                        return queue, as_bytes(popped)
             queues = queues[:1]
-        reply = await self.client.brpop([self.keys.queue(q) for q in queues], timeout=block_for)
+        reply = await self.client.brpop([key for q in queues for key in self._levels(q)],
+                                        timeout=block_for)
         if not reply:
             return None
-        key, raw = reply
-        return self.keys.queue_name_of(as_bytes(key).decode()), as_bytes(raw)
+        source, raw = reply
+        return self.keys.queue_name_of(as_bytes(source).decode()), as_bytes(raw)
+
+    def _levels(self, queue: str) -> list[str]:
+        """``queue``'s lists, highest priority first: basic fetch serves priorities
+        strictly (BRPOP takes from the first list that has a job), without aging."""
+        return [self.keys.priority_level(queue, level) for level in LEVELS]
 
     async def push_back(self, queue: str, raw: bytes) -> None:
-        await self.client.rpush(self.keys.queue(queue), raw)
+        priority = job_module.priority_of(raw)
+        await self.client.rpush(self.keys.priority_level(queue, priority), raw)
 
     async def file_entry(self, queue: str, target: SetName, entry: bytes, delay: float) -> None:
         # No status record: a basic-fetch job is not followed past its enqueue.

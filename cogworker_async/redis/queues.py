@@ -12,6 +12,7 @@ from typing import Final
 
 import redis.asyncio
 
+from cogworker_async.priority import LEVELS
 from cogworker_async.redis import sentinel
 from cogworker_async.redis.cluster import ClusterClient
 from cogworker_async.redis.errors import LostReply, RedisError, ResponseError
@@ -109,11 +110,15 @@ class Queues(Part):
         count 0). One pipeline; by Redis TIME."""
         seconds, micros = await self.client.time()
         now = repr(int(seconds) + int(micros) / 1_000_000)
+        # Every priority's list (lua/_queue.lua): an LLEN of a key that does not exist
+        # costs next to nothing, and needs no read of the levels first.
         names = [name for queue in queues for name in (
-            self.keys.queue(queue), self.keys.schedule(queue), self.keys.retry(queue))]
+            *(self.keys.priority_level(queue, level) for level in LEVELS),
+            self.keys.schedule(queue), self.keys.retry(queue))]
         async with self.client.pipeline(transaction=False) as pipe:
             for queue in queues:
-                pipe.llen(self.keys.queue(queue))
+                for level in LEVELS:
+                    pipe.llen(self.keys.priority_level(queue, level))
                 pipe.zcount(self.keys.schedule(queue), "-inf", now)
                 pipe.zcount(self.keys.retry(queue), "-inf", now)
             counts = await pipe.execute(raise_on_error=False)

@@ -7,9 +7,11 @@ job moved onto its queue when due gets the queue and a fresh ``enqueued_at`` (th
 poller's promotion), and a job's status reads as ``jobs.status(jid)`` would. A held job
 is never taken by a drain: ``testing/dependencies.py`` releases it onto ``waiting``.
 
-Order: jobs due now run in the order they arrived (a queue is first in, first out; a
-retry waits behind what was already queued, as after its promotion); scheduled jobs,
-when a drain includes them, by due time.
+Order: jobs due now run by priority (``options(priority=N)``, highest first: the fetch's
+order with aging off; a drain lasts too short a time for aging to matter), and within
+one priority in the order they arrived (a queue is first in, first out; a retry waits
+behind what was already queued, as after its promotion); scheduled jobs, when a drain
+includes them, by due time.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class Entry:
 
     def payload(self) -> job.Payload:
         return job.decode(self.raw, job.NO_SIZE_LIMIT)
+
+    @property
+    def priority(self) -> int:
+        return job.priority_of(self.raw)
 
 
 @dataclass(slots=True)
@@ -120,7 +126,7 @@ class World:
                  if entry.due is None or entry.due <= now
                  or (retries and entry.state == "retrying")]
         if ready:
-            return min(ready, key=lambda entry: entry.order)
+            return min(ready, key=lambda entry: (-entry.priority, entry.order))
         later = [entry for entry in self.waiting if scheduled]
         return min(later, key=lambda entry: (entry.due or now, entry.order), default=None)
 

@@ -84,10 +84,12 @@ class ReliableFetch:
         self._identity = identity
         self._order = QueueOrder(settings)
         self._limits = dict(settings.queue_limits)
+        self._aging = settings.priority_aging
         self._warned: set[str] = set()
 
     async def fetch(self, count: int) -> list[Work]:
-        fetched = await self._store.fetch(self._identity, self._order(), count, self._limits)
+        fetched = await self._store.fetch(self._identity, self._order(), count, self._limits,
+                                          self._aging)
         for queue in fetched.bad_queues:
             if queue not in self._warned:  # once per process: it would repeat every fetch
                 self._warned.add(queue)

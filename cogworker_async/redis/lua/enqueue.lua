@@ -14,7 +14,8 @@
 -- ARGV[8] the batch the jobs join (its bid, in their records: their ends are noted for
 -- it, _record.lua); "": none
 -- ARGV[9..] jid, raw job pairs, oldest first
--- Returns {length after the push}, or {length, error} if the wake-up could not be
+-- A job that names a priority other than 0 goes on its priority's list (_queue.lua).
+-- Returns {length of the queue's list after the push}, or {length, error} if the wake-up could not be
 -- published (the jobs are pushed all the same); {-1} if a chosen jid was refused
 -- (nothing written).
 -- Not idempotent (a second call pushes the jobs twice): callers never retry it blindly.
@@ -38,7 +39,11 @@ local length = redis.call("LLEN", KEYS[1])
 local last = #ARGV
 local raws = {}
 for i = 9, last, 2 do
-  raws[#raws + 1] = ARGV[i + 1]
+  if job_priority(ARGV[i + 1]) == 0 then
+    raws[#raws + 1] = ARGV[i + 1]
+  else -- at its priority's list (_queue.lua); the length returned stays the queue list's
+    push_job(KEYS[1], ARGV[i + 1], false, redis.call)
+  end
 end
 -- unpack() has a stack limit: push in chunks.
 for first = 1, #raws, 1000 do

@@ -6,10 +6,12 @@
 -- ARGV[1] the most jobs to move      ARGV[2] this process's identity
 -- ARGV[3] the caller's clock (epoch s), used only if TIME is refused
 -- ARGV[4] seconds a cancelled job's record is kept   ARGV[5] a live record's TTL (s)
--- ARGV[5 + i] the i-th queue's record prefix ("": no records, ``track_jobs=False``)
--- ARGV[5 + n + i] the i-th queue's slot prefix ("<ns>:{<queue>}:"), n = #KEYS / 2: a
+-- ARGV[6] priority aging: milliseconds of waiting worth one priority level ("": none, a
+--   higher priority always goes first)
+-- ARGV[6 + i] the i-th queue's record prefix ("": no records, ``track_jobs=False``)
+-- ARGV[6 + n + i] the i-th queue's slot prefix ("<ns>:{<queue>}:"), n = #KEYS / 2: a
 --   queue whose "paused" flag exists is skipped (absent: the pre-pause layout, no check)
--- ARGV[5 + 2n + i] the most jobs of the i-th queue running at once across every
+-- ARGV[6 + 2n + i] the most jobs of the i-th queue running at once across every
 --   process ("0" or absent: no limit): its running jobs are counted from the in-progress
 --   lists of the processes registered in its slot ("processes" set) and this one's, so
 --   whatever frees a list (an ack, a filing, a give-back, recovery of a dead process)
@@ -19,6 +21,11 @@
 -- could not be read (wrong type): those are skipped, never a reason to stop fetching the
 -- rest; and the jobs dropped unrun because a cancel was waiting for them (their copy is
 -- gone, their record says cancelled).
+-- Priorities (_queue.lua): a queue whose "prios" set names levels has lists beside its own;
+-- the next job is the head (oldest) of one of them: with aging, the one whose
+-- enqueued_at (ms) - priority * aging is least, so that a job waiting ``aging`` longer
+-- counts one level higher and none waits forever; without, the highest priority's.
+-- Within a priority, first in, first out. A level found empty leaves the set.
 -- Each job is moved by LMOVE, so it is always on exactly one of the two lists (or, if
 -- cancelled, dropped in the same step).
 -- An in-progress key of the wrong type is an error (nothing moved): reported as what it
@@ -44,7 +51,7 @@ local n = #KEYS / 2
 -- A registry or another process's list of the wrong type (bad data) cannot be counted:
 -- the queue is then taken as full (the limit holds; the other queues are fetched).
 local function room(index, slot, mine)
-  local limit = tonumber(ARGV[5 + 2 * n + index] or "0") or 0
+  local limit = tonumber(ARGV[6 + 2 * n + index] or "0") or 0
   if limit <= 0 then return want end
   local running = redis.call("LLEN", mine)
   local me = ARGV[2]
@@ -60,11 +67,59 @@ local function room(index, slot, mine)
   return limit - running
 end
 
+local aging = tonumber(ARGV[6])
+
+-- levels_of: the priority levels of the queue whose list is ``queue`` (nil: none, the
+-- plain path: one SMEMBERS of a key that does not exist), with a cache of their heads'
+-- scores for this call. A set of the wrong type is taken as none.
+local function levels_of(queue)
+  local members = redis.pcall("SMEMBERS", levels_key(queue))
+  if type(members) ~= "table" or members.err or #members == 0 then return nil end
+  local levels = {0}
+  for _, member in ipairs(members) do
+    local priority = tonumber(member)
+    if priority and priority ~= 0 then table.insert(levels, priority) end
+  end
+  return {list = levels, scores = {}}
+end
+
+-- head_score: how soon the head of ``key`` (priority ``priority``) goes, lower first;
+-- nil for an empty list (or one of the wrong type: it holds no job to take).
+local function head_score(key, priority)
+  local head = redis.pcall("LINDEX", key, -1)
+  if type(head) ~= "string" then return nil end
+  if not aging then return -priority end
+  local ok, payload = pcall(cjson.decode, head)
+  local at = ok and type(payload) == "table" and tonumber(payload.enqueued_at)
+  if not at then return -math.huge end -- unreadable: taken now, the worker files it dead
+  return at * 1000 - priority * aging
+end
+
+-- next_list: the list of ``queue`` whose head goes next, nil if all are empty. An empty
+-- level leaves the set (a push adds it again: _queue.lua).
+local function next_list(queue, levels)
+  local best, best_score, best_priority = nil, nil, nil
+  for _, priority in ipairs(levels.list) do
+    local key = level_key(queue, priority)
+    local score = levels.scores[key]
+    if score == nil then
+      score = head_score(key, priority) or false
+      levels.scores[key] = score
+      if not score and priority ~= 0 then redis.pcall("SREM", levels_key(queue), priority) end
+    end
+    if score and (not best or score < best_score
+                  or (score == best_score and priority > best_priority)) then
+      best, best_score, best_priority = key, score, priority
+    end
+  end
+  return best
+end
+
 for i = 1, #KEYS - 1, 2 do
   local index = (i + 1) / 2
-  local prefix = ARGV[5 + index]
+  local prefix = ARGV[6 + index]
   local live = prefix ~= "" and live_records_of(prefix)
-  local slot = ARGV[5 + n + index]
+  local slot = ARGV[6 + n + index]
   local quota = want
   if slot and slot ~= "" then
     if redis.call("EXISTS", slot .. "paused") == 1 then
@@ -74,8 +129,15 @@ for i = 1, #KEYS - 1, 2 do
     end
   end
   local taken = 0
+  local levels = quota > 0 and levels_of(KEYS[i]) or nil
   while got < want and taken < quota and drops_left > 0 do
-    local job = redis.pcall("LMOVE", KEYS[i], KEYS[i + 1], "RIGHT", "LEFT")
+    local from = KEYS[i]
+    if levels then
+      from = next_list(KEYS[i], levels)
+      if not from then break end
+    end
+    local job = redis.pcall("LMOVE", from, KEYS[i + 1], "RIGHT", "LEFT")
+    if levels then levels.scores[from] = nil end
     if type(job) == "table" and job.err then
       if string.sub(job.err, 1, 9) ~= "WRONGTYPE" then
         if got > 0 then return {jobs, bad, dropped} end

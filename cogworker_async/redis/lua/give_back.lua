@@ -1,6 +1,7 @@
 -- give_back: a job that never started goes back to the front of its queue (or, if a
 -- cancel is waiting for it, is dropped: it will never run).
--- KEYS[1] in-progress list           KEYS[2] the queue it was fetched from
+-- KEYS[1] in-progress list           KEYS[2] the queue it was fetched from (its list: a
+-- job with a priority goes to its priority's list, _queue.lua)
 -- KEYS[3] the job's status record (optional)
 -- ARGV[1] raw job as fetched
 -- ARGV[2] the caller's clock (epoch s)   ARGV[3] a cancelled job's record TTL (s)
@@ -14,7 +15,7 @@ if KEYS[3] and cancel_pending(KEYS[3]) then
   drop_cancelled(KEYS[3], redis_now(ARGV[2]), ARGV[3])
   return 1
 end
-redis.call("RPUSH", KEYS[2], ARGV[1])
+push_job(KEYS[2], ARGV[1], true, redis.call) -- at its priority (_queue.lua)
 redis.call("LREM", KEYS[1], 1, ARGV[1])
 if KEYS[3] then
   mark_record(KEYS[3], nil, "by", false, "started_at", false, "state", "queued")

@@ -66,8 +66,9 @@ async def test_two_pairs_in_one_call_each_move_onto_their_own_list(
     store: Store, keys: Keys
 ) -> None:
     # The script's contract, called as a single Redis gets it: KEYS = (queue, list) pairs,
-    # ARGV[5 + i] = the i-th pair's record prefix; the reply names each job's pair by its
-    # 1-based index (and nothing dropped: no cancel waits).
+    # ARGV[6] = "" (no priority aging), ARGV[6 + i] = the i-th pair's record prefix; the
+    # reply names each job's pair by its 1-based index (and nothing dropped: no cancel
+    # waits).
     emails, reports = make_job("emails"), make_job("reports")
     await store.enqueue("emails", [emails])
     await store.enqueue("reports", [reports])
@@ -75,7 +76,7 @@ async def test_two_pairs_in_one_call_each_move_onto_their_own_list(
     reply = await run_raw(store, "fetch", [
         keys.queue("emails"), keys.in_progress("emails", IDENTITY),
         keys.queue("reports"), keys.in_progress("reports", IDENTITY),
-    ], [10, IDENTITY, "1700000000.0", KEEP_STATUS, LIVE_TTL,
+    ], [10, IDENTITY, "1700000000.0", KEEP_STATUS, LIVE_TTL, "",
         keys.record_prefix("emails"), keys.record_prefix("reports")])
 
     assert reply == [[1, emails, 2, reports], [], []]

@@ -124,7 +124,7 @@ async def test_the_old_argument_layout_fetches_without_gates(store: Store, keys:
 
     reply = await run_raw(store, "fetch", [keys.queue("reports"),
                                            keys.in_progress("reports", ME)],
-                          [10, ME, "1700000000.0", KEEP_STATUS, LIVE_TTL,
+                          [10, ME, "1700000000.0", KEEP_STATUS, LIVE_TTL, "",
                            keys.record_prefix("reports")])
 
     assert reply == [[1, job], [], []]
