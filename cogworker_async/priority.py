@@ -14,6 +14,7 @@ priority always goes first, and a low one may wait as long as the flood lasts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 MIN_PRIORITY: Final = -10
@@ -41,3 +42,11 @@ def check_priority(value: object) -> int:
 def aging_ms(aging: float | None) -> str:
     """The fetch script's aging argument: milliseconds a level is worth, "" for none."""
     return "" if aging is None else repr(aging * 1000.0)
+
+
+def describe(counts: Mapping[int, int]) -> str:
+    """Jobs waiting per priority, highest first (``10:2 0:5 -3:1``); "" for a queue whose
+    jobs are all of priority 0 (nothing to tell apart)."""
+    if set(counts) <= {DEFAULT_PRIORITY}:
+        return ""
+    return " ".join(f"{level}:{counts[level]:,}" for level in sorted(counts, reverse=True))

@@ -134,7 +134,7 @@ class Settings:
     priority_aging: float | None = PRIORITY_AGING
     """Seconds of waiting worth one priority level (``options(priority=N)``): a job that
     has waited this long is served as one level higher, and so on, so under a flood of
-    higher-priority work a low one still runs (docs/guides/priorities.md states the
+    higher-priority work a low one still runs (docs/guides/who-runs-next.md states the
     bound). None: a higher priority always goes first. Every process should agree."""
     dead_max_jobs: int = DEAD_MAX_JOBS
     """Most jobs kept in dead: filing one more drops the oldest."""

@@ -15,6 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cogworker_async import priority
 from cogworker_async.admin.limits import capacity_text
 from cogworker_async.admin.records import (
     DayTotals,
@@ -99,7 +100,8 @@ def stats(summary: dict[str, Any], server: dict[str, Any],
     totals.add_row("redis", redis_line(server))
     totals.add_row("maxmemory-policy", summary["maxmemory_policy"] or NOT_AVAILABLE)
     queues = [QueueInfo(q["name"], q["size"], q["latency"], q.get("paused_since"),
-                        q.get("waiting_for_parents", 0))
+                        q.get("waiting_for_parents", 0),
+                        {int(p): n for p, n in q.get("by_priority", {}).items()})
               for q in summary["queues"]]
     parts: list[RenderableType] = [totals, Text(""), queue_table(queues)]
     if summary["eviction_warning"]:
@@ -140,10 +142,13 @@ def queue_table(queues: Sequence[QueueInfo]) -> RenderableType:
     # Apart from size: these are not on the queue's list until their parents succeeded.
     # Last, so that a column a script reads keeps its place.
     table.add_column("waiting for parents", justify="right")
+    table.add_column("by priority")
     for info in queues:
         table.add_row(info.name, str(info.size), duration(info.latency),
-                      "paused" if info.paused else "", str(info.waiting_for_parents))
+                      "paused" if info.paused else "", str(info.waiting_for_parents),
+                      priority.describe(info.by_priority))
     return table
+
 
 
 def queue_page(name: str, page: Page[JobRecord]) -> RenderableType:

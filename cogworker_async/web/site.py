@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Router
 
+from cogworker_async import priority
 from cogworker_async.admin.api import Inspector
 from cogworker_async.admin.records import Done, printable
 from cogworker_async.errors import CogworkerError
@@ -87,7 +88,8 @@ def environment() -> jinja2.Environment:
     env.filters.update(duration=format.duration, relative=format.relative, utc=format.utc,
                        size=format.size, pretty=format.pretty, backtrace=format.backtrace,
                        plural=format.plural, na=format.na, brief=format.brief,
-                       percent=format.percent, capped=format.capped)
+                       percent=format.percent, capped=format.capped,
+                       priorities=priority.describe)
     return env
 
 

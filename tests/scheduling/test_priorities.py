@@ -88,25 +88,23 @@ async def test_a_retry_keeps_its_priority(make_app: Callable[..., App]) -> None:
         await gate.wait()
         ran.append(f"low{n}")
 
+    await flaky.enqueue()
+    for n in range(3):  # queued before the retry exists: first in line but for priority
+        await low.enqueue(n)
     async with app.worker():
-        await flaky.enqueue()
-        await wait_until(lambda: "flaky" in ran, timeout=WAIT)
-        for n in range(3):
-            await low.enqueue(n)
-        # the retry is promoted onto its queue (at priority 5) while low0 blocks the slot
-        await wait_until(lambda: _retry_promoted(app), timeout=WAIT)
+        # the retry is back on its queue at priority 5 (or ran already) while low0 may
+        # hold the only slot
+        await wait_until(lambda: _retried(app, ran), timeout=WAIT)
         gate.set()
         await wait_until(lambda: len(ran) == 5, timeout=WAIT)
 
     assert ran[0] == "flaky"
-    assert ran.index("flaky", 1) <= 2  # after at most the low job already running
+    assert ran.index("flaky", 1) < ran.index("low1")
 
 
-async def _retry_promoted(app: App) -> bool:
-    insp = Inspector(app)
-    retries = await insp.retries.page()
-    [info] = await insp.queues.infos(["default"])
-    return retries.total == 0 and info.by_priority.get(5, 0) == 1
+async def _retried(app: App, ran: list[str]) -> bool:
+    [info] = await Inspector(app).queues.infos(["default"])
+    return info.by_priority.get(5, 0) == 1 or ran.count("flaky") == 2
 
 
 async def test_a_dead_job_retried_by_hand_keeps_its_priority(
@@ -216,10 +214,16 @@ async def test_aging_bounds_a_low_jobs_wait_under_a_flood_of_priority_10(
         await anyio.sleep(0.002)
 
     async def flood(stop: anyio.Event) -> None:
+        # Never lets the queue empty, and never lets it grow past a few dozen jobs: the
+        # low job's wait is then the aging window, whatever the machine's speed.
+        enqueued = 0
         while not stop.is_set():
-            now = time.time()
-            await work.options(priority=10).enqueue_many([(("flood", now), {})] * 20)
-            await anyio.sleep(0.01)
+            if enqueued - len(started) < 30:
+                now = time.time()
+                await work.options(priority=10).enqueue_many([(("flood", now), {})] * 10)
+                enqueued += 10
+            else:
+                await anyio.sleep(0.001)
 
     stop = anyio.Event()
     async with app.worker(), anyio.create_task_group() as tg:
