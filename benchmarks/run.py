@@ -104,7 +104,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
 DEFAULT_SYSTEMS = list(SYSTEMS)
 
 SCENARIOS = ["enqueue", "bulk", "noop", "processes", "latency", "sleep", "memory", "cluster",
-             "durability", "metrics", "flow"]
+             "durability", "metrics", "flow", "ordering"]
 CLUSTER_SCRIPT = HERE / "cluster.py"
 """The ``cluster`` scenario (ours only, on its own servers): benchmarks/cluster.py."""
 DURABILITY_SCRIPT = HERE / "durability.py"
@@ -113,7 +113,9 @@ METRICS_SCRIPT = HERE / "metrics_cost.py"
 """The ``metrics`` scenario (ours only, on its own server): benchmarks/metrics_cost.py."""
 FLOW_SCRIPT = HERE / "flow_cost.py"
 """The ``flow`` scenario (ours only, on its own server): benchmarks/flow_cost.py."""
-OWN_SERVERS = ("cluster", "durability", "metrics", "flow")
+ORDERING_SCRIPT = HERE / "ordering_cost.py"
+"""The ``ordering`` scenario (ours only, on its own server): benchmarks/ordering_cost.py."""
+OWN_SERVERS = ("cluster", "durability", "metrics", "flow", "ordering")
 """Scenarios run by a script of their own, on their own servers (after the others)."""
 FLEET = 2
 """Worker processes in the ``processes`` scenario (this machine has 2 cores)."""
@@ -1213,10 +1215,14 @@ def main() -> int:
     if "flow" in scenarios and OURS in args.systems.split(","):
         flow_text = run_script("flow", "queue limits and limiters vs plain", FLOW_SCRIPT,
                                args, bench, errors)
+    ordering_text = ""
+    if "ordering" in scenarios and OURS in args.systems.split(","):
+        ordering_text = run_script("ordering", "priorities vs plain", ORDERING_SCRIPT,
+                                   args, bench, errors)
     finished = dt.datetime.now().astimezone()
     report = render(args, sizes, systems, results, errors, command, started, finished,
                     load_before, os.getloadavg(), redis_version, profile_text,
-                    cluster_text, durability_text, metrics_text, flow_text)
+                    cluster_text, durability_text, metrics_text, flow_text, ordering_text)
     print(report)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     raw = RESULTS_DIR / f"{bench.stamp}.json"
@@ -1292,7 +1298,7 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
            started: dt.datetime, finished: dt.datetime, load_before: tuple[float, ...],
            load_after: tuple[float, ...], redis_version: str, profile_text: str,
            cluster_text: str = "", durability_text: str = "", metrics_text: str = "",
-           flow_text: str = "") -> str:
+           flow_text: str = "", ordering_text: str = "") -> str:
     box = machine()
     kind = "QUICK smoke run (--quick: small N, 1 run)" if args.quick else \
         f"full run ({sizes.runs} runs, medians)"
@@ -1347,6 +1353,7 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
         ("Durability: off vs 'replica' and 'aof' (ours)", durability_text),
         ("Prometheus metrics: off vs on (ours)", metrics_text),
         ("Flow control: queue limits and limiters vs plain (ours)", flow_text),
+        ("Who runs next: priorities vs plain (ours)", ordering_text),
     ]
     for heading, text in own_sections:
         lines += [f"## {heading}", "", text, ""] if text else []
@@ -1468,6 +1475,10 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         "(concurrent, window, bucket), back to back in each run (order rotating); jobs/s, "
         "worker and Redis CPU per job, each ÷ the defaults (see "
         "`benchmarks/flow_cost.py`).",
+        "- **ordering** (ours): one worker's no-op processing with every job at priority "
+        "0, and with the jobs spread over three priorities (default aging, and strict), "
+        "back to back in each run (order rotating); jobs/s, worker and Redis CPU per job, "
+        "each ÷ the plain side (see `benchmarks/ordering_cost.py`).",
         "",
         "Ratios are ours ÷ peer for rates and peer ÷ ours for times, CPU, latency, calls "
         "and memory: above 1 means ours is better.",

@@ -62,6 +62,12 @@ def _jids_of(raws: Sequence[bytes]) -> list[str]:
     return [job_module.jid_of(raw) or "" for raw in raws]
 
 
+def _named_priority(raws: Sequence[bytes]) -> str:
+    """``enqueue.lua``'s flag: "p" if a job may name a priority (the script then reads
+    each), "" if none does (a search in C here spares Redis a scan of every payload)."""
+    return "p" if any(b'"priority":' in raw for raw in raws) else ""
+
+
 def _name_of(raws: Sequence[bytes]) -> str:
     """The job name of the first of ``raws`` (for records of pushes that did not say it)."""
     for raw in raws[:1]:
@@ -91,7 +97,8 @@ class Moves(Part):
         await self.queues.register_queues([queue])
         args = [queue, self.keys.wake_channel, self.record_prefix(queue), LIVE_TTL,
                 repr(time.time()), name if name is not None else _name_of(raws),
-                "2" if chosen == "once" else "1" if chosen else "0", batch or ""]
+                "2" if chosen == "once" else "1" if chosen else "0", batch or "",
+                _named_priority(raws)]
         listed = list(jids if jids is not None else _jids_of(raws))
         for jid, raw in zip(listed, raws, strict=True):
             args += [jid, raw]
@@ -351,7 +358,7 @@ class Moves(Part):
             name = _name_of([*raws, *(raw for *_, raw in unique)][:1])
         if raws:
             args: list[Any] = [queue, self.keys.wake_channel, self.record_prefix(queue),
-                               LIVE_TTL, now, name, "0", batch or ""]
+                               LIVE_TTL, now, name, "0", batch or "", _named_priority(raws)]
             for jid, raw in zip(jids if jids is not None else _jids_of(raws), raws,
                                 strict=True):
                 args += [jid, raw]

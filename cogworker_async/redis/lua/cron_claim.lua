@@ -14,7 +14,7 @@ if last and last >= tonumber(ARGV[2]) then
   return 0
 end
 redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
-push_job(KEYS[2], ARGV[5], false, redis.call) -- at its priority (_queue.lua)
+queue_library().push(KEYS[2], ARGV[5], false, redis.call) -- at its priority (_queue.lua)
 if KEYS[3] then
   mark_record(KEYS[3], ARGV[6], "state", "queued", "name", ARGV[7],
               "enqueued_at", ARGV[8])

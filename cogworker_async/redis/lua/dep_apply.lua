@@ -67,7 +67,7 @@ if failed and policy ~= "run" then
 end
 if redis.call("SCARD", KEYS[2]) > 0 then return "waiting" end
 if tail ~= "" then raw = raw .. (result or "null") .. tail end
-push_job(KEYS[6], raw, false, redis.call) -- at its priority (_queue.lua)
+queue_library().push(KEYS[6], raw, false, redis.call) -- at its priority (_queue.lua)
 forget()
 write_record(KEYS[3], set_fields(fields, "state", "queued"), tonumber(ARGV[5]), origin)
 wake(ARGV[3], ARGV[4])

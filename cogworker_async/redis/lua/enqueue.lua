@@ -13,7 +13,9 @@
 -- batch_relay.py); "0": fresh jids, not looked up
 -- ARGV[8] the batch the jobs join (its bid, in their records: their ends are noted for
 -- it, _record.lua); "": none
--- ARGV[9..] jid, raw job pairs, oldest first
+-- ARGV[9] "p": a job of the call may name a priority (each is then looked at, _queue.lua);
+-- "": none does (the caller looked: every job goes on the queue's list, unread)
+-- ARGV[10..] jid, raw job pairs, oldest first
 -- A job that names a priority other than 0 goes on its priority's list (_queue.lua).
 -- Returns {length of the queue's list after the push}, or {length, error} if the wake-up could not be
 -- published (the jobs are pushed all the same); {-1} if a chosen jid was refused
@@ -23,12 +25,12 @@
 -- checked (LLEN) before the first push.
 local prefix, ttl = ARGV[3], ARGV[4]
 if ARGV[7] == "1" and prefix ~= "" then
-  for i = 9, #ARGV, 2 do
+  for i = 10, #ARGV, 2 do
     if record_library().alive(prefix .. ARGV[i]) then return {-1} end
   end
 elseif ARGV[7] == "2" then -- once: a jid ever enqueued so, whatever its record became
   local slot = string.sub(KEYS[1], 1, -6) -- "<ns>:{q}:queue" -> "<ns>:{q}:"
-  for i = 9, #ARGV, 2 do
+  for i = 10, #ARGV, 2 do
     if (prefix ~= "" and record_library().read(prefix .. ARGV[i]))
         or not redis.call("SET", slot .. "once:" .. ARGV[i], "1", "NX", "EX", ttl) then
       return {-1}
@@ -38,11 +40,12 @@ end
 local length = redis.call("LLEN", KEYS[1])
 local last = #ARGV
 local raws = {}
-for i = 9, last, 2 do
-  if job_priority(ARGV[i + 1]) == 0 then
+local prioritized = ARGV[9] == "p"
+for i = 10, last, 2 do
+  if not prioritized or queue_library().priority(ARGV[i + 1]) == 0 then
     raws[#raws + 1] = ARGV[i + 1]
   else -- at its priority's list (_queue.lua); the length returned stays the queue list's
-    push_job(KEYS[1], ARGV[i + 1], false, redis.call)
+    queue_library().push(KEYS[1], ARGV[i + 1], false, redis.call)
   end
 end
 -- unpack() has a stack limit: push in chunks.
@@ -55,7 +58,7 @@ local live, text = nil, nil
 if prefix ~= "" then
   live, text = live_records_of(prefix), queued_text(ARGV[6], ARGV[5], ttl, ARGV[8])
 end
-for i = 9, last, 2 do
+for i = 10, last, 2 do
   if ARGV[i] ~= "" and prefix ~= "" then -- a job without a jid (by hand): no record
     if ARGV[7] ~= "0" then record_library().drop(prefix .. ARGV[i]) end -- a finished run's go
     if text then

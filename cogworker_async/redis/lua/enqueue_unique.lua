@@ -24,7 +24,7 @@ end
 if ARGV[11] == "1" and KEYS[3] then drop_record(KEYS[3]) end
 local now = redis_now(ARGV[7])
 if ARGV[3] == "now" then
-  push_job(KEYS[2], ARGV[8], false, redis.call) -- at its priority (_queue.lua)
+  queue_library().push(KEYS[2], ARGV[8], false, redis.call) -- at its priority (_queue.lua)
   if KEYS[3] then
     new_record(KEYS[3], ARGV[9], "state", "queued", "name", ARGV[10], "enqueued_at", ARGV[7],
                 "lock", KEYS[1], "batch", member_of)

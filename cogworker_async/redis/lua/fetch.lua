@@ -69,71 +69,27 @@ end
 
 local aging = tonumber(ARGV[6])
 
--- levels_of: the priority levels of the queue whose list is ``queue`` (nil: none, the
--- plain path: one SMEMBERS of a key that does not exist), with a cache of their heads'
--- scores for this call. A set of the wrong type is taken as none.
-local function levels_of(queue)
-  local members = redis.pcall("SMEMBERS", levels_key(queue))
-  if type(members) ~= "table" or members.err or #members == 0 then return nil end
-  local levels = {0}
-  for _, member in ipairs(members) do
-    local priority = tonumber(member)
-    if priority and priority ~= 0 then table.insert(levels, priority) end
-  end
-  return {list = levels, scores = {}}
-end
-
--- head_score: how soon the head of ``key`` (priority ``priority``) goes, lower first;
--- nil for an empty list (or one of the wrong type: it holds no job to take).
-local function head_score(key, priority)
-  local head = redis.pcall("LINDEX", key, -1)
-  if type(head) ~= "string" then return nil end
-  if not aging then return -priority end
-  local ok, payload = pcall(cjson.decode, head)
-  local at = ok and type(payload) == "table" and tonumber(payload.enqueued_at)
-  if not at then return -math.huge end -- unreadable: taken now, the worker files it dead
-  return at * 1000 - priority * aging
-end
-
--- next_list: the list of ``queue`` whose head goes next, nil if all are empty. An empty
--- level leaves the set (a push adds it again: _queue.lua).
-local function next_list(queue, levels)
-  local best, best_score, best_priority = nil, nil, nil
-  for _, priority in ipairs(levels.list) do
-    local key = level_key(queue, priority)
-    local score = levels.scores[key]
-    if score == nil then
-      score = head_score(key, priority) or false
-      levels.scores[key] = score
-      if not score and priority ~= 0 then redis.pcall("SREM", levels_key(queue), priority) end
-    end
-    if score and (not best or score < best_score
-                  or (score == best_score and priority > best_priority)) then
-      best, best_score, best_priority = key, score, priority
-    end
-  end
-  return best
-end
-
 for i = 1, #KEYS - 1, 2 do
   local index = (i + 1) / 2
   local prefix = ARGV[6 + index]
   local live = prefix ~= "" and live_records_of(prefix)
   local slot = ARGV[6 + n + index]
-  local quota = want
+  local quota, levels = want, nil
   if slot and slot ~= "" then
-    if redis.call("EXISTS", slot .. "paused") == 1 then
+    -- One EXISTS for the two things a plain queue never has: a pause, priority levels.
+    local special = redis.call("EXISTS", slot .. "paused", slot .. "prios")
+    if special > 0 and redis.call("EXISTS", slot .. "paused") == 1 then
       quota = 0
     else
       quota = room(index, slot, KEYS[i + 1])
+      if special > 0 then levels = queue_library().levels(KEYS[i]) end
     end
   end
   local taken = 0
-  local levels = quota > 0 and levels_of(KEYS[i]) or nil
   while got < want and taken < quota and drops_left > 0 do
     local from = KEYS[i]
     if levels then
-      from = next_list(KEYS[i], levels)
+      from = queue_library().next_list(KEYS[i], levels, aging)
       if not from then break end
     end
     local job = redis.pcall("LMOVE", from, KEYS[i + 1], "RIGHT", "LEFT")

@@ -15,7 +15,7 @@ if KEYS[3] and cancel_pending(KEYS[3]) then
   drop_cancelled(KEYS[3], redis_now(ARGV[2]), ARGV[3])
   return 1
 end
-push_job(KEYS[2], ARGV[1], true, redis.call) -- at its priority (_queue.lua)
+queue_library().push(KEYS[2], ARGV[1], true, redis.call) -- at its priority (_queue.lua)
 redis.call("LREM", KEYS[1], 1, ARGV[1])
 if KEYS[3] then
   mark_record(KEYS[3], nil, "by", false, "started_at", false, "state", "queued")

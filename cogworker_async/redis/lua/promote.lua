@@ -30,7 +30,7 @@ for i = 8, #ARGV - 1, 2 do
       drop_cancelled(record, redis_now(ARGV[4]), ARGV[5])
     elseif from_dead and record and record_library().live_states[record_state(record) or ""] then
       -- left in the dead set: the jid lives on elsewhere in this queue
-    elseif type(push_job(KEYS[2], job, false, redis.pcall)) == "number" then -- _queue.lua
+    elseif type(queue_library().push(KEYS[2], job, false, redis.pcall)) == "number" then -- _queue.lua
       redis.call("ZREM", KEYS[1], member)
       if record then
         -- a member retried by hand after its record went: the batch from its payload

@@ -106,7 +106,7 @@ for _ = 1, limit do
     if park then
       written = type(redis.pcall("RPUSH", KEYS[4], job)) == "number"
     else
-      written = type(push_job(KEYS[5], job, true, redis.pcall)) == "number" -- _queue.lua
+      written = type(queue_library().push(KEYS[5], job, true, redis.pcall)) == "number" -- _queue.lua
     end
     if written then
       redis.call("LPOP", KEYS[1])

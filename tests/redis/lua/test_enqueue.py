@@ -66,7 +66,7 @@ async def test_the_script_writes_the_queue_list_and_the_record_only(
 
     reply = await run_raw(store, "enqueue", [keys.queue("emails")], [
         "emails", keys.wake_channel, keys.record_prefix("emails"), LIVE_TTL,
-        "1700000000.0", "send_email", "0", "", jid_of(job), job])
+        "1700000000.0", "send_email", "0", "", "", jid_of(job), job])
 
     assert reply == [1]
     live = keys.live_records("emails")  # the record: a field of the queue's live hash

@@ -937,7 +937,7 @@ async def test_a_live_records_bound_counts_from_redis_clock_not_the_callers(
     raw = make_job()
     reply = await run_raw(store, "enqueue", [keys.queue(QUEUE)], [
         QUEUE, keys.wake_channel, keys.record_prefix(QUEUE), LIVE_TTL,
-        repr(time.time() - 366 * 24 * 3600), "send_email", "0", "", jid_of(raw), raw])
+        repr(time.time() - 366 * 24 * 3600), "send_email", "0", "", "", jid_of(raw), raw])
 
     assert reply == [1]
     assert LIVE_TTL - SLACK <= await ttl(store, jid_of(raw)) <= LIVE_TTL
