@@ -1201,24 +1201,8 @@ def main() -> int:
                 profile_text = f"(profile failed: {exc})"
     finally:
         redis.stop()
-    cluster_text = ""
-    if "cluster" in scenarios and OURS in args.systems.split(","):
-        cluster_text = run_cluster(args, sizes, bench, errors)
-    durability_text = ""
-    if "durability" in scenarios and OURS in args.systems.split(","):
-        durability_text = run_durability(args, sizes, bench, errors)
-    metrics_text = ""
-    if "metrics" in scenarios and OURS in args.systems.split(","):
-        metrics_text = run_script("metrics", "metrics off vs on (metrics_port)",
-                                  METRICS_SCRIPT, args, bench, errors)
-    flow_text = ""
-    if "flow" in scenarios and OURS in args.systems.split(","):
-        flow_text = run_script("flow", "queue limits and limiters vs plain", FLOW_SCRIPT,
-                               args, bench, errors)
-    ordering_text = ""
-    if "ordering" in scenarios and OURS in args.systems.split(","):
-        ordering_text = run_script("ordering", "priorities vs plain", ORDERING_SCRIPT,
-                                   args, bench, errors)
+    cluster_text, durability_text, metrics_text, flow_text, ordering_text = own_scenarios(
+        args, sizes, bench, errors, scenarios)
     finished = dt.datetime.now().astimezone()
     report = render(args, sizes, systems, results, errors, command, started, finished,
                     load_before, os.getloadavg(), redis_version, profile_text,
@@ -1233,6 +1217,27 @@ def main() -> int:
         Path(args.output).write_text(report + "\n")
         log(f"wrote {args.output} and {raw}")
     return 1 if errors else 0
+
+
+def own_scenarios(args: argparse.Namespace, sizes: Sizes, bench: Bench, errors: list[str],
+                  scenarios: list[str]) -> tuple[str, str, str, str, str]:
+    """The scenarios run by a script of their own (``OWN_SERVERS``), each one's Markdown
+    ("" where it was not asked for, or failed)."""
+    if OURS not in args.systems.split(","):
+        return "", "", "", "", ""
+    texts = {name: "" for name in OWN_SERVERS}
+    if "cluster" in scenarios:
+        texts["cluster"] = run_cluster(args, sizes, bench, errors)
+    if "durability" in scenarios:
+        texts["durability"] = run_durability(args, sizes, bench, errors)
+    for name, what, script in (
+            ("metrics", "metrics off vs on (metrics_port)", METRICS_SCRIPT),
+            ("flow", "queue limits and limiters vs plain", FLOW_SCRIPT),
+            ("ordering", "priorities vs plain", ORDERING_SCRIPT)):
+        if name in scenarios:
+            texts[name] = run_script(name, what, script, args, bench, errors)
+    return (texts["cluster"], texts["durability"], texts["metrics"], texts["flow"],
+            texts["ordering"])
 
 
 def run_cluster(args: argparse.Namespace, sizes: Sizes, bench: Bench,
