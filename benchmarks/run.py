@@ -1225,7 +1225,7 @@ def own_scenarios(args: argparse.Namespace, sizes: Sizes, bench: Bench, errors: 
     ("" where it was not asked for, or failed)."""
     if OURS not in args.systems.split(","):
         return "", "", "", "", ""
-    texts = {name: "" for name in OWN_SERVERS}
+    texts = dict.fromkeys(OWN_SERVERS, "")
     if "cluster" in scenarios:
         texts["cluster"] = run_cluster(args, sizes, bench, errors)
     if "durability" in scenarios:
