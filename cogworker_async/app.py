@@ -27,9 +27,10 @@ from cogworker_async import environment, logs, urls
 from cogworker_async.batch import Batch, BatchBackend, BatchStatus
 from cogworker_async.chain import Chain
 from cogworker_async.client import Client
-from cogworker_async.definition import JobDefinition, JobOptions, RetryIn
+from cogworker_async.definition import JobDefinition, JobOptions, RetryIn, check_discard_on
 from cogworker_async.embedded import EmbeddedServer
 from cogworker_async.errors import ConfigurationError
+from cogworker_async.groups import GroupKey, split_group
 from cogworker_async.limiter import DEFAULT_LEASE, Limiter, check_name, spec_of
 from cogworker_async.lookup import JobLookup, outcome_of
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
@@ -42,7 +43,7 @@ from cogworker_async.signature import Signature
 from cogworker_async.status import ALIVE, CancelOutcome, JobStatus, check_jid
 from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
 from cogworker_async.unique import UniqueKey, UniquePolicy, policy_of
-from cogworker_async.worker.hooks import DeathHook, FailureHook, Hooks
+from cogworker_async.worker.hooks import DeathHook, FailureHook, Hooks, check_hook
 from cogworker_async.worker.manager import Manager
 
 if TYPE_CHECKING:
@@ -54,11 +55,6 @@ R = TypeVar("R")
 PERIODIC_FIELDS: Final = ("name", "schedule", "tz", "next_run", "last_run")
 """What ``App.periodic_jobs`` tells of each periodic job (``Inspector.periodic`` tells
 more: its queue, and whether it runs now)."""
-
-def _check_hook(kind: str, hook: object) -> None:
-    if not callable(hook):
-        raise TypeError(f"{kind} takes a function, not {type(hook).__name__}")
-
 
 class JobDecorator(Protocol):
     """What ``@jobs.job(...)`` returns: registers the function it is applied to."""
@@ -150,6 +146,7 @@ class App:
         keep_result: float | None = None,
         expires_in: float | None = None,
         priority: int = 0,
+        group: str | GroupKey | None = None,
     ) -> JobDecorator: ...
 
     def job(
@@ -169,6 +166,7 @@ class App:
         keep_result: float | None = None,
         expires_in: float | None = None,
         priority: int = 0,
+        group: str | GroupKey | None = None,
     ) -> Any:
         """Register a function as a job (``@jobs.job`` or ``@jobs.job(queue=..., ...)``).
 
@@ -183,15 +181,14 @@ class App:
         - ``keep_result``: seconds its return value (JSON) is kept for ``result(jid)``;
         - ``expires_in``: seconds after its enqueue by which a run must have started, else
           it is not run (dead as ``Expired``; see ``options(expires_in=...)``);
-        - ``priority``: -10 to 10, higher runs sooner in its queue (``priority.py``).
+        - ``priority``: -10 to 10, higher runs sooner in its queue (``priority.py``);
+        - ``group``: a fair group's name, or ``fn(*args, **kwargs)`` naming it (``groups.py``).
         """
         options = JobOptions(queue=queue or self.settings.default_queue, retry=retry,
                              timeout=timeout, unique=policy_of(unique), unique_ttl=unique_ttl,
                              keep_result=keep_result, expires_in=expires_in,
-                             priority=priority)
-        for kind in discard_on:
-            if not (isinstance(kind, type) and issubclass(kind, BaseException)):
-                raise TypeError(f"discard_on takes exception classes, not {kind!r}")
+                             priority=priority, group=split_group(group)[0])
+        check_discard_on(discard_on)
 
         def register(function: Callable[..., Any]) -> JobFunction[..., Any]:
             job_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -199,7 +196,8 @@ class App:
             if existing is not None and existing.func is not function:
                 raise ConfigurationError(f"two jobs are registered as {job_name!r}")
             definition = JobDefinition(job_name, function, options, unique_key=unique_key,
-                                       retry_in=retry_in, discard_on=tuple(discard_on))
+                                       retry_in=retry_in, discard_on=tuple(discard_on),
+                                       group_key=split_group(group)[1])
             self.registry[job_name] = definition
             return JobFunction(self._client, definition)
 
@@ -283,7 +281,7 @@ class App:
         a worker of this App: the job's context (``JobContext``) and what it raised —
         for Sentry, paging, metrics. It runs apart from the job's settlement, bounded by
         ``HOOK_TIMEOUT`` seconds; what it raises is logged (``worker/hooks.py``)."""
-        _check_hook("on_failure", hook)
+        check_hook("on_failure", hook)
         self.hooks.on_failure.append(hook)
         return hook
 
@@ -292,7 +290,7 @@ class App:
         files a job in dead: out of retries, discarded, impossible to run (unknown job,
         bad arguments, unreadable payload) or buried as ``ProcessDied``. ``death`` is a
         ``Death`` (jid, name, queue, reason, message, the dead entry)."""
-        _check_hook("on_death", hook)
+        check_hook("on_death", hook)
         self.hooks.on_death.append(hook)
         return hook
 

@@ -33,7 +33,7 @@ import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from cogworker_async import context, dependents, job, tracing, unique
-from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
+from cogworker_async.definition import Delay, JobDefinition, JobOptions, When, enqueue_group
 from cogworker_async.errors import UNTRACKED, ConfigurationError
 from cogworker_async.lookup import JobLookup, QueueHints
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
@@ -202,12 +202,13 @@ class Client:
                              f"({deadline:.3f}) is not after "
                              f"{'its due time' if due else 'now'} ({max(now, due or now):.3f})")
         batch = context.BATCH.get()
+        group = enqueue_group(definition, options, args, kwargs, self.settings.fetch)
         payload = job.build(definition.name, args, kwargs, queue=options.queue,
                             retry=options.retry, now=now, jid=options.jid,
                             keep_result=options.keep_result, expires_at=deadline,
                             dead_on_expiry=options.dead_on_expiry,
                             bid=batch.bid if batch is not None else None,
-                            priority=options.priority)
+                            priority=options.priority, group=group)
         if self._tracer is not None and self._tracer.active():  # before the middleware,
             # which may read or drop it
             self._tracer.inject(cast("dict[str, Any]", payload))

@@ -16,6 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from cogworker_async import unique as unique_module
+from cogworker_async.errors import ConfigurationError
+from cogworker_async.groups import GroupKey, check_group, group_for
 from cogworker_async.priority import DEFAULT_PRIORITY, check_priority
 from cogworker_async.retries import check_retry
 from cogworker_async.settings import check_queue_name
@@ -64,6 +66,9 @@ class JobOptions:
     priority: int = DEFAULT_PRIORITY
     """From -10 to 10, higher runs sooner within its queue; first in, first out within
     one priority (``priority.py``)."""
+    group: str | None = None
+    """The fair group the job waits in (``options(group="tenant-42")``): a queue's groups
+    are served in turn (``groups.py``); None: no group (or the job's ``group_key``)."""
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -88,6 +93,8 @@ class JobOptions:
             raise TypeError(f"dead_on_expiry must be True or False, not {self.dead_on_expiry!r}")
         check_after(self.after, self.on_parent_failure, self.pass_result)
         check_priority(self.priority)
+        if self.group is not None:
+            check_group(self.group)
 
     def deadline(self, now: float) -> float | None:
         """When a job that may start from ``now`` on must have started by (epoch s), if
@@ -121,6 +128,28 @@ def check_after(after: object, on_parent_failure: object, pass_result: object) -
         raise ValueError("pass_result needs exactly one job in after= (whose result it takes)")
 
 
+def check_discard_on(discard_on: object) -> None:
+    """``@jobs.job(discard_on=...)``: exception classes, or a TypeError naming the one
+    that is not."""
+    for kind in discard_on if isinstance(discard_on, list | tuple | set) else [discard_on]:
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise TypeError(f"discard_on takes exception classes, not {kind!r}")
+
+
+def enqueue_group(definition: JobDefinition, options: JobOptions, args: Sequence[Any],
+                  kwargs: Mapping[str, Any], fetch: str) -> str | None:
+    """The fair group of one enqueue: ``options(group=)``, else the job's function of
+    its arguments (``@jobs.job(group=fn)``), else none. A ``ConfigurationError`` under
+    basic fetch, whose BRPOP never takes a job from a group's list."""
+    group = options.group
+    if group is None and definition.group_key is not None:
+        group = group_for(definition.group_key, list(args), dict(kwargs), definition.name)
+    if group is not None and fetch == "basic":
+        raise ConfigurationError("groups need reliable fetch: a basic (BRPOP) worker never "
+                                 "takes a job from a group's list")
+    return group
+
+
 MAX_EXPIRES_IN: Final = 366 * 24 * 3600.0
 """Longest ``expires_in`` (a year)."""
 MAX_TIMEOUT: Final = 366 * 24 * 3600.0
@@ -151,6 +180,9 @@ class JobDefinition:
     retry_in: RetryIn | None = None
     discard_on: tuple[type[BaseException], ...] = ()
     """Exceptions that send the job to dead at once, whatever its retries."""
+    group_key: GroupKey | None = None
+    """``@jobs.job(group=fn)``: ``fn(*args, **kwargs)`` names each enqueue's group
+    (``options(group=...)`` wins over it)."""
 
     @property
     def is_async(self) -> bool:

@@ -26,6 +26,8 @@ Payload = TypedDict("Payload", {
     # priority.py's: the job's priority when not 0, right after the jid (so that a
     # script finds it with an anchored match, redis/lua/_queue.lua):
     "priority": int,
+    # groups.py's: the job's group, after its priority (found the same way):
+    "group": str,
     "class": Required[str],
     "args": Required[list[Any]],
     "kwargs": Required[dict[str, Any]],
@@ -90,7 +92,8 @@ middleware's ``Enqueue.payload`` and the job's ``JobContext.payload`` stay
 """
 
 Field = Literal[
-    "jid", "priority", "class", "args", "kwargs", "queue", "created_at", "enqueued_at", "retry",
+    "jid", "priority", "group", "class", "args", "kwargs", "queue", "created_at", "enqueued_at",
+    "retry",
     "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
     "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
     "periodic", "periodic_tick", "keep_result", "expires_at", "dead_on_expiry", "limited_count",
@@ -241,6 +244,7 @@ def build(
     dead_on_expiry: bool = True,
     bid: str | None = None,
     priority: int = 0,
+    group: str | None = None,
 ) -> Payload:
     """A new job's payload (optional fields only when set: no cost to a job without)."""
     payload: Payload = {
@@ -253,8 +257,13 @@ def build(
         "created_at": now,
         "enqueued_at": now,
     }
-    if priority:  # second, where the scripts look for it (redis/lua/_queue.lua)
-        payload = cast("Payload", {"jid": payload["jid"], "priority": priority, **payload})
+    if priority or group:  # after the jid, where the scripts look (redis/lua/_queue.lua)
+        front: dict[str, Any] = {"jid": payload["jid"]}
+        if priority:
+            front["priority"] = priority
+        if group:
+            front["group"] = group
+        payload = cast("Payload", {**front, **payload})
     if keep_result is not None:
         payload["keep_result"] = keep_result
     if bid is not None:

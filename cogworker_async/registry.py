@@ -35,6 +35,7 @@ class Enqueuer(Generic[P]):
         expires_at: When | None = None, dead_on_expiry: bool | None = None,
         after: Iterable[str] | None = None, on_parent_failure: str | None = None,
         pass_result: bool | None = None, priority: int | None = None,
+        group: str | None = None,
     ) -> Enqueuer[P]:
         """The same job with other options for the enqueues made through the result:
         ``keep_result`` seconds to keep its return value; ``jid`` a jid of your own (an
@@ -45,11 +46,12 @@ class Enqueuer(Generic[P]):
         after (it waits until each succeeded; ``on_parent_failure`` — ``cancel``,
         ``run``, ``dead`` — says what it does when one does not), ``pass_result`` (one
         parent) to take that parent's return value as its first argument; ``priority``
-        from -10 to 10, higher runs sooner within its queue."""
+        from -10 to 10, higher runs sooner within its queue; ``group`` the fair group it
+        waits in (groups of a queue are served in turn)."""
         plain = {"queue": queue, "retry": retry, "timeout": timeout,
                  "keep_result": keep_result, "jid": jid, "dead_on_expiry": dead_on_expiry,
                  "on_parent_failure": on_parent_failure, "pass_result": pass_result,
-                 "priority": priority}
+                 "priority": priority, "group": group}
         changes: dict[str, Any] = {name: value for name, value in plain.items()
                                    if value is not None}
         if after is not None:

@@ -136,6 +136,11 @@ class Settings:
     has waited this long is served as one level higher, and so on, so under a flood of
     higher-priority work a low one still runs (docs/guides/who-runs-next.md states the
     bound). None: a higher priority always goes first. Every process should agree."""
+    group_limits: Mapping[str, int] = field(default_factory=dict)
+    """Most jobs of any one fair group (``options(group=...)``) of a queue running at
+    once across every worker process (``{"reports": 2}``), counted by the fetch script
+    from the in-progress lists as ``queue_limits`` is; 1 runs each group's jobs one at a
+    time, in order. Every process must agree; needs reliable fetch."""
     dead_max_jobs: int = DEAD_MAX_JOBS
     """Most jobs kept in dead: filing one more drops the oldest."""
     dead_max_age: float = DEAD_MAX_AGE
@@ -201,15 +206,18 @@ class Settings:
                 raise ValueError(f"queue weight of {name!r} must be an int >= 1")
 
     def _check_queue_limits(self) -> None:
-        if not isinstance(self.queue_limits, Mapping):
-            raise TypeError("queue_limits must be a mapping of queue name to the most jobs "
-                            f"of it running at once, not {type(self.queue_limits).__name__}")
-        for name, limit in self.queue_limits.items():
-            check_queue_name(name)
-            _count(f"queue_limits[{name!r}]", limit, 1, MAX_QUEUE_LIMIT)
-        if self.queue_limits and self.fetch != "reliable":
-            raise ValueError("queue_limits needs reliable fetch: a basic-fetch worker pops "
-                             "jobs outside the script that counts what runs")
+        for what, limits, each in (("queue_limits", self.queue_limits, "jobs of it"),
+                                   ("group_limits", self.group_limits,
+                                    "jobs of any one of its groups")):
+            if not isinstance(limits, Mapping):
+                raise TypeError(f"{what} must be a mapping of queue name to the most {each} "
+                                f"running at once, not {type(limits).__name__}")
+            for name, limit in limits.items():
+                check_queue_name(name)
+                _count(f"{what}[{name!r}]", limit, 1, MAX_QUEUE_LIMIT)
+            if limits and self.fetch != "reliable":
+                raise ValueError(f"{what} needs reliable fetch: a basic-fetch worker pops "
+                                 "jobs outside the script that counts what runs")
 
     def _check_tracing(self) -> None:
         if self.tracing not in (None, True, False):

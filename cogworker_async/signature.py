@@ -61,7 +61,8 @@ class Signature:
         return {"name": self.name, "args": list(self.args), "kwargs": dict(self.kwargs),
                 "queue": self.queue, "retry": options.retry,
                 "keep_result": options.keep_result,
-                **({"priority": options.priority} if options.priority else {})}
+                **({"priority": options.priority} if options.priority else {}),
+                **({"group": options.group} if options.group else {})}
 
     def __repr__(self) -> str:
         shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
@@ -80,13 +81,15 @@ def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: 
     options = definition.options
     retry = stored.get("retry", options.retry)
     priority = stored.get("priority", options.priority)
+    group = stored.get("group", options.group)
     payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
                         queue=stored.get("queue") or options.queue,
                         retry=retry if isinstance(retry, bool | int) else options.retry,
                         now=now, jid=callback_jid(bid, kind),
                         keep_result=stored.get("keep_result", options.keep_result), bid=bid,
                         priority=priority if type(priority) is int
-                        and MIN_PRIORITY <= priority <= MAX_PRIORITY else options.priority)
+                        and MIN_PRIORITY <= priority <= MAX_PRIORITY else options.priority,
+                        group=group if isinstance(group, str) and group else options.group)
     payload["batch_callback"] = kind
     return payload
 

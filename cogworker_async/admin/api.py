@@ -161,6 +161,10 @@ class Queue:
                 missing += 1
         return Done(done, missing)
 
+    async def groups_running(self) -> dict[str, int]:
+        """Fair group -> its jobs of this queue running now, across the processes."""
+        return await self._inspector.admin().groups_running(self.name)
+
     async def clear(self) -> int:
         """Delete every job on the queue; returns how many there were."""
         return await self._inspector.admin().queue_clear(self.name)
@@ -206,7 +210,7 @@ class Queues:
             pause = pauses.get(name)
             infos.append(QueueInfo(name, head.size, latency,
                                    pause.since if pause is not None else None, held,
-                                   head.by_priority))
+                                   head.by_priority, head.by_group))
         return infos
 
     async def pause(self, name: str) -> bool:

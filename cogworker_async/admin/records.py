@@ -298,8 +298,11 @@ class QueueInfo:
     """Jobs of the queue waiting for their parents (``options(after=[...])``): not on
     its list yet, so not in ``size`` (``admin/waiting.py``)."""
     by_priority: Mapping[int, int] = field(default_factory=dict)
-    """Jobs waiting on the queue (``size``) per priority, for the priorities that have
-    some (``options(priority=N)``); a queue of plain jobs: ``{0: size}``."""
+    """Jobs waiting on the queue outside its groups, per priority, for the priorities
+    that have some (``options(priority=N)``); a queue of plain jobs: ``{0: size}``."""
+    by_group: Mapping[str, int] = field(default_factory=dict)
+    """Jobs waiting per fair group (``options(group=...)``), for the groups that have
+    some, in turn order (``size`` counts them too)."""
 
     @property
     def paused(self) -> bool:

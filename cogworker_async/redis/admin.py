@@ -79,8 +79,9 @@ class Admin:
 
     # -- the jobs waiting on a queue, of every priority (``admin_queues.py``) -----------
 
-    queue_levels = Via("lists", QueueReads.queue_levels)
+    queue_lists = Via("lists", QueueReads.queue_lists)
     queue_heads = Via("lists", QueueReads.queue_heads)
+    groups_running = Via("lists", QueueReads.groups_running)
     queue_window = Via("lists", QueueReads.queue_window)
     queue_ends = Via("lists", QueueReads.queue_ends)
     queue_remove = Via("lists", QueueReads.queue_remove)

@@ -213,6 +213,17 @@ class Keys:
         members; the fetch drops a level it finds empty (``lua/fetch.lua``)."""
         return self._queue(queue, "prios")
 
+    def group(self, queue: str, name: str) -> str:
+        """List of the jobs of fair group ``name`` waiting on ``queue`` (``groups.py``):
+        bounded by the jobs in it; gone when empty."""
+        return self._queue(queue, f"group:{name}")
+
+    def groups(self, queue: str) -> str:
+        """Zset of ``queue``'s groups that have jobs waiting, scored by their turn (the
+        fetch serves the lowest; "" stands for the jobs without a group): one member per
+        group with jobs waiting (``lua/_queue.lua``)."""
+        return self._queue(queue, "groups")
+
     def queue_name_of(self, key: str) -> str:
         """The queue whose list ``key`` is (``queue``'s inverse)."""
         return key[len(self.namespace) + 2:key.index("}", len(self.namespace) + 2)]

@@ -63,9 +63,10 @@ def _jids_of(raws: Sequence[bytes]) -> list[str]:
 
 
 def _named_priority(raws: Sequence[bytes]) -> str:
-    """``enqueue.lua``'s flag: "p" if a job may name a priority (the script then reads
-    each), "" if none does (a search in C here spares Redis a scan of every payload)."""
-    return "p" if any(b'"priority":' in raw for raw in raws) else ""
+    """``enqueue.lua``'s flag: "p" if a job may name a priority or a group (the script
+    then reads each), "" if none does (a search in C here spares Redis a scan of every
+    payload)."""
+    return "p" if any(b'"priority":' in raw or b'"group":' in raw for raw in raws) else ""
 
 
 def _name_of(raws: Sequence[bytes]) -> str:
@@ -132,21 +133,23 @@ class Moves(Part):
 
     async def fetch(self, identity: str, queues: Sequence[str], count: int,
                     limits: Mapping[str, int] | None = None,
-                    aging: float | None = PRIORITY_AGING) -> Fetched:
+                    aging: float | None = PRIORITY_AGING,
+                    group_limits: Mapping[str, int] | None = None) -> Fetched:
         """Move up to ``count`` jobs from ``queues`` (in order) onto this process's
         in-progress lists (one per queue), skipping paused queues, and taking from a
         queue in ``limits`` only while fewer than its limit run across all processes.
         Within a queue, by priority: ``aging`` seconds of waiting are worth one level
-        (None: a higher priority always first; ``priority.py``)."""
-        limits = limits or {}
+        (None: a higher priority always first; ``priority.py``). A queue in
+        ``group_limits`` takes no job of a fair group that many of run already."""
+        limits, group_limits = limits or {}, group_limits or {}
         if not self.cluster or len(queues) == 1:
-            return await self._fetch(identity, queues, count, limits, aging)
+            return await self._fetch(identity, queues, count, limits, aging, group_limits)
         result = Fetched()
         failure: RedisError | None = None
         for queue in queues:  # each queue's slot on its own (maybe another node)
             try:
                 some = await self._fetch(identity, [queue], count - len(result.jobs), limits,
-                                         aging)
+                                         aging, group_limits)
             except RedisError as exc:
                 # One shard away (down, failing over) must not stop the queues of the
                 # others: tried in order all the same. Jobs moved are returned, as
@@ -163,14 +166,16 @@ class Moves(Part):
         return result
 
     async def _fetch(self, identity: str, queues: Sequence[str], count: int,
-                     limits: Mapping[str, int], aging: float | None) -> Fetched:
+                     limits: Mapping[str, int], aging: float | None,
+                     group_limits: Mapping[str, int]) -> Fetched:
         keys = [key for queue in queues
                 for key in (self.keys.queue(queue), self.keys.in_progress(queue, identity))]
         args = [count, identity, repr(time.time()), self.keep_status, LIVE_TTL, aging_ms(aging),
                 *(self.record_prefix(queue) for queue in queues),
                 *(self.keys.queue_prefix(queue) for queue in queues)]
-        if limits:
+        if limits or group_limits:
             args += [limits.get(queue, 0) for queue in queues]
+            args += [group_limits.get(queue, 0) for queue in queues]
         reply = as_list(await self.scripts.run("fetch", keys, args))
         flat = as_list(reply[0]) if reply else []
         result = Fetched()

@@ -112,13 +112,16 @@ class Queues(Part):
         now = repr(int(seconds) + int(micros) / 1_000_000)
         # Every priority's list (lua/_queue.lua): an LLEN of a key that does not exist
         # costs next to nothing, and needs no read of the levels first.
+        # A group's jobs count as one while any wait (the ring has a member per group that
+        # has some): enough for ``run --burst``, which asks only whether anything waits.
         names = [name for queue in queues for name in (
             *(self.keys.priority_level(queue, level) for level in LEVELS),
-            self.keys.schedule(queue), self.keys.retry(queue))]
+            self.keys.groups(queue), self.keys.schedule(queue), self.keys.retry(queue))]
         async with self.client.pipeline(transaction=False) as pipe:
             for queue in queues:
                 for level in LEVELS:
                     pipe.llen(self.keys.priority_level(queue, level))
+                pipe.zcard(self.keys.groups(queue))
                 pipe.zcount(self.keys.schedule(queue), "-inf", now)
                 pipe.zcount(self.keys.retry(queue), "-inf", now)
             counts = await pipe.execute(raise_on_error=False)

@@ -7,9 +7,11 @@ job moved onto its queue when due gets the queue and a fresh ``enqueued_at`` (th
 poller's promotion), and a job's status reads as ``jobs.status(jid)`` would. A held job
 is never taken by a drain: ``testing/dependencies.py`` releases it onto ``waiting``.
 
-Order: jobs due now run by priority (``options(priority=N)``, highest first: the fetch's
-order with aging off; a drain lasts too short a time for aging to matter), and within
-one priority in the order they arrived (a queue is first in, first out; a retry waits
+Order: the fair groups of a queue that have jobs due now take turns (``options(group=)``;
+the jobs without a group take one turn together), as the fetch serves its ring; then
+jobs run by priority (``options(priority=N)``, highest first: the fetch's order with
+aging off; a drain lasts too short a time for aging to matter), and within one priority
+(within a group: always) in the order they arrived (a queue is first in, first out; a retry waits
 behind what was already queued, as after its promotion); scheduled jobs, when a drain
 includes them, by due time.
 """
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cogworker_async import job
+from cogworker_async.groups import group_of
 from cogworker_async.retries import attempt_of
 from cogworker_async.status import FINISHED, CancelOutcome, JobStatus, error_text, unknown
 from cogworker_async.testing.records import Enqueued, Run, Waiting
@@ -48,6 +51,15 @@ class Entry:
     def priority(self) -> int:
         return job.priority_of(self.raw)
 
+    @property
+    def group(self) -> str:
+        """Its fair group ("" for none: the jobs without a group take a turn together)."""
+        return group_of(self.raw) or ""
+
+    def rank(self) -> tuple[int, int]:
+        """Its place within its group: a group's jobs in order, others by priority."""
+        return (0 if self.group else -self.priority, self.order)
+
 
 @dataclass(slots=True)
 class World:
@@ -67,6 +79,9 @@ class World:
     on_finish: Callable[[str, str, JobStatus], None] | None = None
     """Told (queue, jid, status) when any job ends: the jobs waiting for it hear of it
     (``testing/dependencies.py``)."""
+    turns: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(queue, group) -> its place in the queue's ring: the lowest goes next; a group
+    that gets jobs again after it had none joins at the back."""
     _counter: itertools.count[int] = field(default_factory=itertools.count)
 
     def clear(self) -> None:
@@ -76,6 +91,7 @@ class World:
         self.runs.clear()
         self.held.clear()
         self.members.clear()
+        self.turns.clear()
 
     def alive(self, jid: str) -> bool:
         """Queued, scheduled, running, retrying or waiting in any queue (a chosen jid's
@@ -87,8 +103,15 @@ class World:
     def add(self, raw: bytes, queue: str, jid: str, *, due: float | None,
             state: Waiting) -> Entry:
         entry = self._new(raw, queue, jid, due, state)
+        self._join(entry)
         self.waiting.append(entry)
         return entry
+
+    def _join(self, entry: Entry) -> None:
+        """A group with nothing waiting joins its queue's ring at the back (``push``)."""
+        if not any(other.queue == entry.queue and other.group == entry.group
+                   for other in self.waiting):
+            self.turns[(entry.queue, entry.group)] = next(self._counter)
 
     def hold(self, raw: bytes, queue: str, jid: str) -> Entry:
         """A job that waits for its parents (``dep_wait.lua``)."""
@@ -101,6 +124,7 @@ class World:
         already there (``dep_apply.lua``), as ``raw`` (with its parent's result)."""
         held = self.held.pop(key)
         entry = Entry(raw, held.queue, held.jid, "queued", None, next(self._counter))
+        self._join(entry)
         self.waiting.append(entry)
         return entry
 
@@ -126,7 +150,8 @@ class World:
                  if entry.due is None or entry.due <= now
                  or (retries and entry.state == "retrying")]
         if ready:
-            return min(ready, key=lambda entry: (-entry.priority, entry.order))
+            return min(ready, key=lambda entry: (self.turns.get((entry.queue, entry.group), 0),
+                                                 *entry.rank()))
         later = [entry for entry in self.waiting if scheduled]
         return min(later, key=lambda entry: (entry.due or now, entry.order), default=None)
 
@@ -137,6 +162,8 @@ class World:
             return None
         self.waiting.remove(chosen)
         self.running.add((chosen.queue, chosen.jid))
+        # its group to the back of the ring (``turned``, redis/lua/_queue.lua)
+        self.turns[(chosen.queue, chosen.group)] = next(self._counter)
         if chosen.state != "queued":  # moved onto its queue as the poller does
             payload = chosen.payload()
             payload["queue"] = chosen.queue

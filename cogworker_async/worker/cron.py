@@ -43,7 +43,8 @@ def periodic_job(registry: Mapping[str, JobDefinition], periodic: Periodic,
     now = time.time()
     payload = job.build(definition.name, [], {}, queue=options.queue, retry=options.retry,
                         now=now, expires_at=options.deadline(now),
-                        dead_on_expiry=options.dead_on_expiry, priority=options.priority)
+                        dead_on_expiry=options.dead_on_expiry, priority=options.priority,
+                        group=options.group)
     payload["periodic"] = periodic.name
     payload["periodic_tick"] = tick
     return options.queue, job.encode(payload, MAX_PERIODIC_BYTES)

@@ -85,11 +85,12 @@ class ReliableFetch:
         self._order = QueueOrder(settings)
         self._limits = dict(settings.queue_limits)
         self._aging = settings.priority_aging
+        self._group_limits = dict(settings.group_limits)
         self._warned: set[str] = set()
 
     async def fetch(self, count: int) -> list[Work]:
         fetched = await self._store.fetch(self._identity, self._order(), count, self._limits,
-                                          self._aging)
+                                          self._aging, self._group_limits)
         for queue in fetched.bad_queues:
             if queue not in self._warned:  # once per process: it would repeat every fetch
                 self._warned.add(queue)

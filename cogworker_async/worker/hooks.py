@@ -221,3 +221,9 @@ def _is_async(hook: Callable[..., Any]) -> bool:
 
 def _name(hook: Callable[..., Any]) -> str:
     return getattr(hook, "__qualname__", None) or repr(hook)
+
+
+def check_hook(kind: str, hook: object) -> None:
+    """A hook given to the App (``on_failure``, ``on_death``): a function, or a TypeError."""
+    if not callable(hook):
+        raise TypeError(f"{kind} takes a function, not {type(hook).__name__}")

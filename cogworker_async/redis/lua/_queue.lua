@@ -6,8 +6,16 @@
 -- (``"priority":p``, written right after its jid by job.build, absent for 0), so every
 -- script that puts a job back on its queue (give-back, recovery, promotion of a retry or a
 -- scheduled job, a retry from dead, a dependent's release) puts it back at its level:
--- a job keeps its priority through every move. Prepended by scripts.py to the scripts
--- that call them; every key here is derived from the queue list's key, in its slot.
+-- a job keeps its priority through every move.
+-- A job of a fair group (``"group":"<g>"``, after the jid and any priority) waits on its
+-- group's list ``<slot>group:<g>`` instead, whatever its priority (first in, first out
+-- within a group), and its group is a member of the queue's ring ``<slot>groups`` (a
+-- zset: group -> its turn, lowest first) while it has jobs waiting: the fetch serves the
+-- ring in turn, a group that got a job going to the back; the queue's jobs without a
+-- group take a turn together as the member "" (no group is named so) while the ring
+-- exists. A push puts a group that is not in the ring at its back.
+-- Prepended by scripts.py to the scripts that call them; every key here is derived from
+-- the queue list's key, in its slot.
 
 -- queue_library: the functions, made on first use: a function defined at the top of a
 -- script costs a closure at each of its calls, and the moves every job makes (enqueue,
@@ -47,11 +55,48 @@ local function queue_library()
     return string.sub(queue, 1, -6) .. "prios"
   end
 
-  -- push: put ``raw`` on its priority's list of ``queue``: at the back (the last to be
-  -- fetched, LPUSH) or, ``front``, where the next fetch takes it (RPUSH: a job given back
-  -- or recovered goes ahead of the jobs of its priority). ``call`` is redis.call (an error
-  -- raises) or redis.pcall (returned: the caller decides). Returns the push's reply.
+  -- group: the fair group a raw job names, or nil (as ``priority``: an anchored match
+  -- where job.build writes it, else decoded if the text is there at all).
+  local function group(raw)
+    local found = string.match(raw, '^{"jid":"[^"\\]*","group":"([^"\\]+)"')
+        or string.match(raw, '^{"jid":"[^"\\]*","priority":%-?%d+,"group":"([^"\\]+)"')
+    if found then return found end
+    if not string.find(raw, '"group":', 1, true) then return nil end
+    local ok, payload = pcall(cjson.decode, raw)
+    if ok and type(payload) == "table" and type(payload.group) == "string"
+        and payload.group ~= "" then
+      return payload.group
+    end
+    return nil
+  end
+
+  local function ring_key(queue) return string.sub(queue, 1, -6) .. "groups" end
+  local function group_key(queue, name) return string.sub(queue, 1, -6) .. "group:" .. name end
+
+  -- to_back: ``member`` of ``queue``'s ring takes the last turn (``only``: "NX", if it is
+  -- not there yet; "XX", if it is). A turn is one more than the ring's last.
+  local function to_back(queue, member, only, call)
+    local ring = ring_key(queue)
+    local last = call("ZRANGE", ring, -1, -1, "WITHSCORES")
+    if type(last) == "table" and last.err then return last end
+    local turn = (last and last[2] and tonumber(last[2]) or 0) + 1
+    return call("ZADD", ring, only, turn, member)
+  end
+
+  -- push: put ``raw`` on its list of ``queue`` — its group's, else its priority's: at the
+  -- back (the last to be fetched, LPUSH) or, ``front``, where the next fetch takes it
+  -- (RPUSH: a job given back or recovered goes ahead of the jobs of its list). ``call``
+  -- is redis.call (an error raises) or redis.pcall (returned: the caller decides).
+  -- Returns the push's reply.
   local function push(queue, raw, front, call)
+    local name = group(raw)
+    if name then
+      local pushed = call(front and "RPUSH" or "LPUSH", group_key(queue, name), raw)
+      if type(pushed) == "table" and pushed.err then return pushed end
+      local joined = to_back(queue, name, "NX", call) -- already in the ring: kept its turn
+      if type(joined) == "table" and joined.err then return joined end
+      return pushed
+    end
     local level = priority(raw)
     if level ~= 0 then
       local added = call("SADD", levels_key(queue), level)
@@ -108,7 +153,102 @@ local function queue_library()
     return best
   end
 
+  -- ring: the fetch's view of ``queue``'s groups for one call (nil: it has none; a ring
+  -- of the wrong type counts as none): ``limit``, the most jobs of one group running at
+  -- once (0: no limit), and what runs of each group, counted on first need from the
+  -- in-progress lists of the processes registered in the slot and ``mine`` (bad data
+  -- there: every group counts as full, the limit holds).
+  local function ring(queue, limit, mine, me)
+    if redis.pcall("TYPE", ring_key(queue)).ok ~= "zset" then return nil end
+    local seen = {limit = limit, running = nil, mine = mine, me = me, plain = false}
+    -- counted: group -> its jobs running, or false if a list could not be read
+    local function counted()
+      local running, lists = {}, {mine}
+      local slot = string.sub(queue, 1, -6)
+      local members = redis.pcall("SMEMBERS", slot .. "processes")
+      if type(members) ~= "table" or members.err then return false end
+      for _, identity in ipairs(members) do
+        if identity ~= me then table.insert(lists, slot .. "in_progress:" .. identity) end
+      end
+      for _, list in ipairs(lists) do
+        local entries = redis.pcall("LRANGE", list, 0, -1)
+        if type(entries) ~= "table" or entries.err then return false end
+        for _, entry in ipairs(entries) do
+          local of = group(entry)
+          if of then running[of] = (running[of] or 0) + 1 end
+        end
+      end
+      return running
+    end
+    function seen.count(name)
+      if seen.running == nil then seen.running = counted() end
+      if seen.running == false then return limit end
+      return seen.running[name] or 0
+    end
+    return seen
+  end
+
+  -- plain_waiting: the list of ``queue``'s jobs without a group that goes next, or nil.
+  local function plain_waiting(queue, levels_seen, aging)
+    if levels_seen then return next_list(queue, levels_seen, aging) end
+    local length = redis.pcall("LLEN", queue)
+    return type(length) == "number" and length > 0 and queue or nil
+  end
+
+  -- next_in_ring: the list whose job goes next and its ring member (a group, or "" for
+  -- the jobs without one), nil if none may go: the first member in turn that has a job
+  -- waiting and, with a limit, fewer than it running. A member whose list is empty leaves
+  -- the ring; a group at its limit keeps its turn. Looks at members a page at a time:
+  -- those passed over are at their limit (as many as the running jobs allow) or gone.
+  local function next_in_ring(queue, seen, levels_seen, aging)
+    local key = ring_key(queue)
+    if not seen.plain and plain_waiting(queue, levels_seen, aging) then
+      seen.plain = true -- the jobs without a group take their turn, at the back
+      to_back(queue, "", "NX", redis.call)
+    end
+    local offset = 0
+    while true do
+      local members = redis.call("ZRANGE", key, offset, offset + 99)
+      if #members == 0 then return nil end
+      local gone = 0
+      for _, member in ipairs(members) do
+        local from = nil
+        if member == "" then
+          from = plain_waiting(queue, levels_seen, aging)
+        elseif (tonumber(redis.pcall("LLEN", group_key(queue, member))) or 0) > 0 then
+          from = group_key(queue, member)
+          if seen.limit > 0 and seen.count(member) >= seen.limit then from = false end
+        end
+        if from then return from, member end
+        if from == nil then
+          redis.call("ZREM", key, member)
+          gone = gone + 1
+        end
+      end
+      offset = offset + #members - gone
+    end
+  end
+
+  -- turned: ``member`` got a job from ``from``: to the back of the ring while it has
+  -- more waiting, else out of it.
+  local function turned(queue, seen, member, from, levels_seen, aging)
+    local more
+    if member == "" then
+      more = plain_waiting(queue, levels_seen, aging)
+    else
+      more = (tonumber(redis.pcall("LLEN", from)) or 0) > 0
+      if seen.running then seen.running[member] = (seen.running[member] or 0) + 1 end
+    end
+    if more then
+      to_back(queue, member, "XX", redis.call)
+    else
+      redis.call("ZREM", ring_key(queue), member)
+    end
+  end
+
   queue_library_made = {priority = priority, level_key = level_key, levels_key = levels_key,
-                        push = push, levels = levels, next_list = next_list}
+                        push = push, levels = levels, next_list = next_list, group = group,
+                        group_key = group_key, ring_key = ring_key, ring = ring,
+                        next_in_ring = next_in_ring, turned = turned}
   return queue_library_made
 end

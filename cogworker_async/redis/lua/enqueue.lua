@@ -13,10 +13,11 @@
 -- batch_relay.py); "0": fresh jids, not looked up
 -- ARGV[8] the batch the jobs join (its bid, in their records: their ends are noted for
 -- it, _record.lua); "": none
--- ARGV[9] "p": a job of the call may name a priority (each is then looked at, _queue.lua);
--- "": none does (the caller looked: every job goes on the queue's list, unread)
+-- ARGV[9] "p": a job of the call may name a priority or a group (each is then looked at,
+-- _queue.lua); "": none does (the caller looked: every job goes on the queue's list, unread)
 -- ARGV[10..] jid, raw job pairs, oldest first
--- A job that names a priority other than 0 goes on its priority's list (_queue.lua).
+-- A job that names a group goes on its group's list, one that names a priority other than
+-- 0 on its priority's list (_queue.lua).
 -- Returns {length of the queue's list after the push}, or {length, error} if the wake-up could not be
 -- published (the jobs are pushed all the same); {-1} if a chosen jid was refused
 -- (nothing written).
@@ -40,12 +41,14 @@ end
 local length = redis.call("LLEN", KEYS[1])
 local last = #ARGV
 local raws = {}
-local prioritized = ARGV[9] == "p"
+local routed = ARGV[9] == "p"
 for i = 10, last, 2 do
-  if not prioritized or queue_library().priority(ARGV[i + 1]) == 0 then
-    raws[#raws + 1] = ARGV[i + 1]
-  else -- at its priority's list (_queue.lua); the length returned stays the queue list's
-    queue_library().push(KEYS[1], ARGV[i + 1], false, redis.call)
+  local raw = ARGV[i + 1]
+  if not routed or (queue_library().priority(raw) == 0 and not queue_library().group(raw)) then
+    raws[#raws + 1] = raw
+  else -- on its group's or priority's list (_queue.lua); the length returned stays the
+    -- queue list's
+    queue_library().push(KEYS[1], raw, false, redis.call)
   end
 end
 -- unpack() has a stack limit: push in chunks.

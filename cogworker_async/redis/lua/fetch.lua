@@ -16,6 +16,11 @@
 --   lists of the processes registered in its slot ("processes" set) and this one's, so
 --   whatever frees a list (an ack, a filing, a give-back, recovery of a dead process)
 --   frees its share, and a crash can never leak one
+-- ARGV[6 + 3n + i] the most jobs of any one fair group of the i-th queue running at once
+--   across every process ("0" or absent: no limit), counted from the same lists
+-- Groups (_queue.lua): a queue whose ring ("groups") exists serves its groups in turn,
+-- the jobs without a group taking one turn together; a group at its limit is passed
+-- over, keeping its turn.
 -- Returns {{i, raw, i, raw, ...}, {bad...}, {i, jid, ...}}: each job with the index
 -- (1-based, among the pairs) of the queue it came from; the indexes of queue keys that
 -- could not be read (wrong type): those are skipped, never a reason to stop fetching the
@@ -74,26 +79,37 @@ for i = 1, #KEYS - 1, 2 do
   local prefix = ARGV[6 + index]
   local live = prefix ~= "" and live_records_of(prefix)
   local slot = ARGV[6 + n + index]
-  local quota, levels = want, nil
+  local quota, levels, ring = want, nil, nil
   if slot and slot ~= "" then
-    -- One EXISTS for the two things a plain queue never has: a pause, priority levels.
-    local special = redis.call("EXISTS", slot .. "paused", slot .. "prios")
+    -- One EXISTS for what a plain queue never has: a pause, priority levels, groups.
+    local special = redis.call("EXISTS", slot .. "paused", slot .. "prios", slot .. "groups")
     if special > 0 and redis.call("EXISTS", slot .. "paused") == 1 then
       quota = 0
     else
       quota = room(index, slot, KEYS[i + 1])
-      if special > 0 then levels = queue_library().levels(KEYS[i]) end
+      if special > 0 then
+        local lib = queue_library()
+        levels = lib.levels(KEYS[i])
+        ring = lib.ring(KEYS[i], tonumber(ARGV[6 + 3 * n + index] or "0") or 0, KEYS[i + 1],
+                        ARGV[2])
+      end
     end
   end
   local taken = 0
   while got < want and taken < quota and drops_left > 0 do
-    local from = KEYS[i]
-    if levels then
+    local from, member = KEYS[i], nil
+    if ring then
+      from, member = queue_library().next_in_ring(KEYS[i], ring, levels, aging)
+      if not from then break end
+    elseif levels then
       from = queue_library().next_list(KEYS[i], levels, aging)
       if not from then break end
     end
     local job = redis.pcall("LMOVE", from, KEYS[i + 1], "RIGHT", "LEFT")
     if levels then levels.scores[from] = nil end
+    if ring and type(job) == "string" then
+      queue_library().turned(KEYS[i], ring, member, from, levels, aging)
+    end
     if type(job) == "table" and job.err then
       if string.sub(job.err, 1, 9) ~= "WRONGTYPE" then
         if got > 0 then return {jobs, bad, dropped} end

@@ -23,6 +23,7 @@ import redis.asyncio
 from redis.crc import key_slot
 
 from cogworker_async.redis import beats
+from cogworker_async.redis.admin_queues import QueueReads
 from cogworker_async.redis.beats import BeatWriter
 from cogworker_async.redis.dependencies import Parent, Watcher
 from cogworker_async.redis.keys import Keys
@@ -245,6 +246,11 @@ async def close_record(s: Setup) -> None:
     assert status.state == "cancelled"
 
 
+async def clear_queue(s: Setup) -> None:
+    await s.store.enqueue("emails", [make_job("emails"), make_job("emails", group="acme")])
+    assert await QueueReads(s.store).queue_clear("emails") == 2
+
+
 async def requeue(s: Setup) -> None:
     await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
     assert await s.store.requeue(IDENTITY, "emails") == 1
@@ -401,7 +407,7 @@ SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
         ack, add_stats, batch_abandon, batch_add, batch_apply, batch_fired, batch_open,
         batch_seal, beat,
-        bury_orphan, cancel, close_record, cron_claim, dep_apply, dep_wait, dep_watch,
+        bury_orphan, cancel, clear_queue, close_record, cron_claim, dep_apply, dep_wait, dep_watch,
         drop_notes, due, enqueue,
         enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
         limit_bucket, limit_concurrent, limit_window, move_member, park_unsettled, progress,
