@@ -19,20 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from cogworker_async import context, dependents, job, tracing, unique
+from cogworker_async import context, dedup, dedup_push, dependents, job, tracing, unique
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When, enqueue_group
 from cogworker_async.errors import UNTRACKED, ConfigurationError
 from cogworker_async.lookup import JobLookup, QueueHints
@@ -40,37 +38,14 @@ from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, c
 from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.settings import Settings
+from cogworker_async.times import epoch_from, seconds_from
 
 if TYPE_CHECKING:
     from cogworker_async.status import CancelOutcome, JobStatus
     from cogworker_async.tracing import CallerContext
 
 log = logging.getLogger(__name__)
-
-
-def seconds_from(delay: Delay) -> float:
-    """A delay as seconds; refuse what is not one."""
-    if isinstance(delay, timedelta):
-        value = delay.total_seconds()
-    elif isinstance(delay, int | float) and not isinstance(delay, bool):
-        value = float(delay)
-    else:
-        raise TypeError(f"a delay must be seconds or a timedelta, not {type(delay).__name__}")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"a delay must be a finite number of seconds >= 0, got {value!r}")
-    return value
-
-
-def epoch_from(when: When, what: str = "enqueue_at") -> float:
-    """A point in time as epoch seconds; refuse naive datetimes (``what``: the argument,
-    for the error)."""
-    if isinstance(when, datetime):
-        if when.tzinfo is None or when.utcoffset() is None:
-            raise ValueError(f"{what} needs an aware datetime (with tzinfo), or epoch seconds")
-        return when.timestamp()
-    if isinstance(when, int | float) and not isinstance(when, bool) and math.isfinite(when):
-        return float(when)
-    raise TypeError(f"{what} takes an aware datetime or epoch seconds, not {when!r}")
+__all__ = ["Client", "Push", "Sink", "epoch_from", "seconds_from"]  # the times: re-exported
 
 
 @dataclass(slots=True)
@@ -273,6 +248,9 @@ class Client:
     ) -> str | None:
         if options.after:
             return await self._enqueue_after(definition, options, args, kwargs, delay, at)
+        if dedup.mode_of(options) is not None:
+            return await dedup_push.enqueue(self, definition, options, args, kwargs, delay,
+                                           at)
         epoch, seconds = self._due(delay, at)
         due = epoch if seconds is None else time.time() + seconds
         push = await self._prepare(definition, options, args, kwargs, due)

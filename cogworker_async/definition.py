@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from cogworker_async import dedup
 from cogworker_async import unique as unique_module
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.groups import GroupKey, check_group, group_for
@@ -69,6 +70,17 @@ class JobOptions:
     group: str | None = None
     """The fair group the job waits in (``options(group="tenant-42")``): a queue's groups
     are served in turn (``groups.py``); None: no group (or the job's ``group_key``)."""
+    throttle: float | None = None
+    """Seconds after an enqueue of the job's key during which others return None
+    (``dedup.py``)."""
+    debounce: float | None = None
+    """Seconds the job waits; an enqueue of its key meanwhile moves it, with the new
+    arguments (``dedup.py``)."""
+    coalesce: bool = False
+    """Enqueues of the job's key merge into the one waiting, or keep one follow-up of the
+    one running (``dedup.py``)."""
+    key: str | None = None
+    """What the dedup mode dedups by (None: the job's arguments)."""
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -95,6 +107,11 @@ class JobOptions:
         check_priority(self.priority)
         if self.group is not None:
             check_group(self.group)
+        dedup.check(self.throttle, self.debounce, self.coalesce, self.key)
+        mode = dedup.mode_of(self)
+        if mode is not None and (self.unique or self.after or self.jid is not None):
+            raise ValueError(f"{mode[0]} decides which enqueues run: it does not combine "
+                             "with unique, after= or a chosen jid")
 
     def deadline(self, now: float) -> float | None:
         """When a job that may start from ``now`` on must have started by (epoch s), if

@@ -35,7 +35,8 @@ class Enqueuer(Generic[P]):
         expires_at: When | None = None, dead_on_expiry: bool | None = None,
         after: Iterable[str] | None = None, on_parent_failure: str | None = None,
         pass_result: bool | None = None, priority: int | None = None,
-        group: str | None = None,
+        group: str | None = None, throttle: float | None = None,
+        debounce: float | None = None, coalesce: bool | None = None, key: str | None = None,
     ) -> Enqueuer[P]:
         """The same job with other options for the enqueues made through the result:
         ``keep_result`` seconds to keep its return value; ``jid`` a jid of your own (an
@@ -47,11 +48,13 @@ class Enqueuer(Generic[P]):
         ``run``, ``dead`` — says what it does when one does not), ``pass_result`` (one
         parent) to take that parent's return value as its first argument; ``priority``
         from -10 to 10, higher runs sooner within its queue; ``group`` the fair group it
-        waits in (groups of a queue are served in turn)."""
+        waits in (groups of a queue are served in turn); ``throttle``, ``debounce`` (seconds)
+        or ``coalesce`` to dedup enqueues by ``key`` (default: the arguments; ``dedup.py``)."""
         plain = {"queue": queue, "retry": retry, "timeout": timeout,
                  "keep_result": keep_result, "jid": jid, "dead_on_expiry": dead_on_expiry,
                  "on_parent_failure": on_parent_failure, "pass_result": pass_result,
-                 "priority": priority, "group": group}
+                 "priority": priority, "group": group, "throttle": throttle,
+                 "debounce": debounce, "coalesce": coalesce, "key": key}
         changes: dict[str, Any] = {name: value for name, value in plain.items()
                                    if value is not None}
         if after is not None:

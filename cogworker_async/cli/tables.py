@@ -101,7 +101,8 @@ def stats(summary: dict[str, Any], server: dict[str, Any],
     totals.add_row("maxmemory-policy", summary["maxmemory_policy"] or NOT_AVAILABLE)
     queues = [QueueInfo(q["name"], q["size"], q["latency"], q.get("paused_since"),
                         q.get("waiting_for_parents", 0),
-                        {int(p): n for p, n in q.get("by_priority", {}).items()})
+                        {int(p): n for p, n in q.get("by_priority", {}).items()},
+                        q.get("by_group", {}))
               for q in summary["queues"]]
     parts: list[RenderableType] = [totals, Text(""), queue_table(queues)]
     if summary["eviction_warning"]:
@@ -143,12 +144,17 @@ def queue_table(queues: Sequence[QueueInfo]) -> RenderableType:
     # Last, so that a column a script reads keeps its place.
     table.add_column("waiting for parents", justify="right")
     table.add_column("by priority")
+    table.add_column("groups", justify="right")  # fair groups with jobs waiting
     for info in queues:
         table.add_row(info.name, str(info.size), duration(info.latency),
                       "paused" if info.paused else "", str(info.waiting_for_parents),
-                      priority.describe(info.by_priority))
+                      priority.describe(info.by_priority), groups_waiting(info))
     return table
 
+
+def groups_waiting(info: QueueInfo) -> str:
+    """How many fair groups have jobs waiting on the queue; "" for none (most queues)."""
+    return f"{len(info.by_group):,}" if info.by_group else ""
 
 
 def queue_page(name: str, page: Page[JobRecord]) -> RenderableType:

@@ -224,6 +224,19 @@ class Keys:
         group with jobs waiting (``lua/_queue.lua``)."""
         return self._queue(queue, "groups")
 
+    def throttle(self, queue: str, digest: str) -> str:
+        """String: a throttle's window (``dedup.py``), the jid of the enqueue that opened
+        it; TTL the window."""
+        return self._queue(queue, f"throttle:{digest}")
+
+    def debounce(self, queue: str, digest: str) -> str:
+        """Hash: a debounced key's waiting job (jid, raw); TTL past its due time."""
+        return self._queue(queue, f"debounce:{digest}")
+
+    def coalesce(self, queue: str, digest: str) -> str:
+        """Hash: a coalesced key's latest job (jid, raw); TTL the records' bound."""
+        return self._queue(queue, f"coalesce:{digest}")
+
     def queue_name_of(self, key: str) -> str:
         """The queue whose list ``key`` is (``queue``'s inverse)."""
         return key[len(self.namespace) + 2:key.index("}", len(self.namespace) + 2)]

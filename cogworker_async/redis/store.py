@@ -27,6 +27,7 @@ import redis.asyncio
 
 from cogworker_async.redis.batches import Batches
 from cogworker_async.redis.connection import ServerInfo, check_server, connect, maxmemory_policy
+from cogworker_async.redis.dedup import Dedup
 from cogworker_async.redis.dependencies import Dependencies
 from cogworker_async.redis.durability import Durability
 from cogworker_async.redis.errors import (  # noqa: F401  (the names callers used to import from here)
@@ -89,6 +90,7 @@ class Store:
         self.pausing = Pausing(self.shared)
         self.batches = Batches(self.shared)
         self.dependencies = Dependencies(self.shared, self.queues)
+        self.dedup = Dedup(self.shared, self.queues)
         self.finished_waits = FinishedWaits(client)
         """The one subscription ``result()``'s waiters share (``waits.py``)."""
 

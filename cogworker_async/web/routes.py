@@ -10,7 +10,8 @@ batch's Cancel: the page of an id ending in "/cancel", unknown).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from starlette.requests import Request
@@ -43,6 +44,9 @@ WINDOWS: Final = (60, 120, 240, 480)
 BAD_REQUEST: Final = 400
 NOT_IMPLEMENTED: Final = 501
 """/metrics without the metrics extra installed."""
+MAX_GROUPS_SHOWN: Final = 50
+"""Fair groups a queue's page lists, those with the most jobs waiting: a queue grouped
+by tenant may have thousands, and the page is about its jobs (the rest are counted)."""
 
 
 def search_term(request: Request) -> str:
@@ -85,6 +89,36 @@ def _queue(site: Site, request: Request) -> Queue | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """One fair group of a queue, as its page lists it."""
+
+    name: str
+    waiting: int
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTable:
+    """The groups a queue's page lists (at most ``MAX_GROUPS_SHOWN``), and how many
+    groups have jobs waiting or running in all."""
+
+    rows: list[GroupRow]
+    total: int
+
+
+def group_table(waiting: Mapping[str, int], running: Mapping[str, int],
+                limit: int = MAX_GROUPS_SHOWN) -> GroupTable:
+    """The groups with jobs waiting or running, the most waiting first (then the most
+    running, then by name, so that the order holds from one reload to the next)."""
+    # A group may run without any job left waiting (its last one taken), or wait with
+    # none running: both are listed, each count 0 where the other read has none.
+    rows = sorted((GroupRow(name, waiting.get(name, 0), running.get(name, 0))
+                   for name in {*waiting, *running}),
+                  key=lambda row: (-row.waiting, -row.running, row.name))
+    return GroupTable(rows[:limit], len(rows))
+
+
 def queue(site: Site) -> Endpoint:
     async def view(request: Request) -> Response:
         found = _queue(site, request)
@@ -93,7 +127,9 @@ def queue(site: Site) -> Endpoint:
                                      what="There is no queue by that name.")
         info = await found.info()
         page = await found.page(page_number(request))
-        return await site.render(request, "queue.html", tab="queues", queue=info, page=page)
+        groups = group_table(info.by_group, await found.groups_running())
+        return await site.render(request, "queue.html", tab="queues", queue=info, page=page,
+                                 groups=groups)
     return view
 
 

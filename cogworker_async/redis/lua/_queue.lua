@@ -83,6 +83,14 @@ local function queue_library()
     return call("ZADD", ring, only, turn, member)
   end
 
+  -- list_of: the list of ``queue`` that ``raw`` waits on (or would): its group's, else its
+  -- priority's.
+  local function list_of(queue, raw)
+    local name = group(raw)
+    if name then return group_key(queue, name) end
+    return level_key(queue, priority(raw))
+  end
+
   -- push: put ``raw`` on its list of ``queue`` — its group's, else its priority's: at the
   -- back (the last to be fetched, LPUSH) or, ``front``, where the next fetch takes it
   -- (RPUSH: a job given back or recovered goes ahead of the jobs of its list). ``call``
@@ -249,6 +257,7 @@ local function queue_library()
   queue_library_made = {priority = priority, level_key = level_key, levels_key = levels_key,
                         push = push, levels = levels, next_list = next_list, group = group,
                         group_key = group_key, ring_key = ring_key, ring = ring,
+                        list_of = list_of,
                         next_in_ring = next_in_ring, turned = turned}
   return queue_library_made
 end

@@ -9,12 +9,16 @@
 -- ARGV[9] the record's TTL (s, from the due time)   ARGV[10] the job's name
 -- ARGV[11] "1": the caller chose the jid: refused while it is alive (as enqueue.lua)
 -- ARGV[12] the batch the job joins ("" or absent: none; as enqueue.lua)
+-- ARGV[13] "throttle": KEYS[1] is a throttle's window (``options(throttle=S)``), not a
+-- unique lock: it lasts its TTL whatever becomes of the job, so the record does not name
+-- it (a cancel of the job leaves the window as it is)
 -- Returns 1 if pushed, 0 if another jid holds the lock or the chosen jid is alive (a
 -- duplicate: nothing written); {1, error} if pushed but the wake-up could not be published.
 -- The record names the lock (``lock``): a cancel of the job, which never runs to release
 -- it, releases it (cancel.lua).
 -- One step: a crash can never leave a lock without its job, nor a job without its lock.
 local member_of = (ARGV[12] and ARGV[12] ~= "") and ARGV[12] or false
+local lock = ARGV[13] ~= "throttle" and KEYS[1] or false
 if ARGV[11] == "1" and KEYS[3] then
   if record_alive(KEYS[3]) then return 0 end
 end
@@ -27,7 +31,7 @@ if ARGV[3] == "now" then
   queue_library().push(KEYS[2], ARGV[8], false, redis.call) -- at its priority (_queue.lua)
   if KEYS[3] then
     new_record(KEYS[3], ARGV[9], "state", "queued", "name", ARGV[10], "enqueued_at", ARGV[7],
-                "lock", KEYS[1], "batch", member_of)
+                "lock", lock, "batch", member_of)
   end
   local refused = wake(ARGV[6], ARGV[5])
   if refused then return {1, refused} end
@@ -40,6 +44,6 @@ end
 redis.call("ZADD", KEYS[2], score, ARGV[8])
 if KEYS[3] then
   new_record(KEYS[3], tonumber(ARGV[9]) + math.max(0, score - now), "state", "scheduled",
-             "name", ARGV[10], "enqueued_at", ARGV[7], "lock", KEYS[1], "batch", member_of)
+             "name", ARGV[10], "enqueued_at", ARGV[7], "lock", lock, "batch", member_of)
 end
 return 1

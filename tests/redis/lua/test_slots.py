@@ -251,6 +251,18 @@ async def clear_queue(s: Setup) -> None:
     assert await QueueReads(s.store).queue_clear("emails") == 2
 
 
+async def debounce(s: Setup) -> None:
+    raw = make_job("emails")
+    assert (await s.store.dedup.debounce("d", jid_of(raw), 5.0, "emails", raw,
+                                         name="send_email"))[0]
+
+
+async def coalesce(s: Setup) -> None:
+    raw = make_job("emails")
+    assert (await s.store.dedup.coalesce("c", jid_of(raw), "emails", raw,
+                                         name="send_email"))[0] == "new"
+
+
 async def requeue(s: Setup) -> None:
     await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
     assert await s.store.requeue(IDENTITY, "emails") == 1
@@ -407,7 +419,8 @@ SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
         ack, add_stats, batch_abandon, batch_add, batch_apply, batch_fired, batch_open,
         batch_seal, beat,
-        bury_orphan, cancel, clear_queue, close_record, cron_claim, dep_apply, dep_wait, dep_watch,
+        bury_orphan, cancel, clear_queue, close_record, coalesce, cron_claim, debounce,
+        dep_apply, dep_wait, dep_watch,
         drop_notes, due, enqueue,
         enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
         limit_bucket, limit_concurrent, limit_window, move_member, park_unsettled, progress,

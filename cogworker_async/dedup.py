@@ -1,0 +1,112 @@
+"""Dedup modes: at most so many runs of one key, each rule kept in the step that pushes.
+
+A key is ``options(key="...")`` (scoped to the job's name and queue) or, by default, the
+job's name and arguments as ``unique`` digests them. The modes, one per enqueue:
+
+- ``options(throttle=S)``: the first enqueue of a key runs; any other within S seconds of
+  it returns None, even after the first has finished (a window no run or cancel ends);
+- ``options(debounce=S)``: the job waits S seconds; an enqueue of the key while it still
+  waits replaces its arguments with the new ones and moves its run to S seconds from
+  then, returning its jid: a burst runs once, S seconds after the last enqueue, with the
+  last arguments;
+- ``options(coalesce=True)``: while a job of the key waits on its queue, enqueues merge
+  into it (it takes the latest arguments, keeps its place and jid); while one runs, they
+  keep exactly one follow-up, with the latest arguments, which runs after it, whatever
+  its end.
+
+Each is one script on the queue's slot (``redis/dedup.py``), so 20 enqueuers of one key
+at once keep the rule exactly. A coalesced follow-up is a dependent of the job it
+follows (``after=``), released by the same crash-safe relay; it needs status records.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from cogworker_async import context, unique
+from cogworker_async.errors import ConfigurationError
+
+MAX_WINDOW: Final = 366 * 24 * 3600.0
+"""Longest throttle window or debounce delay (a year)."""
+MAX_KEY_LENGTH: Final = 1000
+"""Longest ``options(key=...)``, in characters."""
+MODES: Final = ("throttle", "debounce", "coalesce")
+
+
+def check(throttle: object, debounce: object, coalesce: object, key: object) -> None:
+    """The dedup options of one job, or a TypeError/ValueError naming the problem."""
+    _seconds("throttle", throttle)
+    _seconds("debounce", debounce)
+    if not isinstance(coalesce, bool):
+        raise TypeError(f"coalesce must be True or False, not {coalesce!r}")
+    chosen = [name for name, on in (("throttle", throttle is not None),
+                                    ("debounce", debounce is not None),
+                                    ("coalesce", coalesce)) if on]
+    if len(chosen) > 1:
+        raise ValueError(f"one dedup mode per job: {' and '.join(chosen)} were both given")
+    if key is not None:
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"key must be a non-empty str, not {key!r}")
+        if len(key) > MAX_KEY_LENGTH:
+            raise ValueError(f"key must be at most {MAX_KEY_LENGTH} characters")
+        if not chosen:
+            raise ValueError("key names what throttle, debounce or coalesce dedup by: give "
+                             "one of them with it")
+
+
+def _seconds(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not (math.isfinite(value) and 0 < value <= MAX_WINDOW):
+        raise ValueError(f"{name} must be seconds > 0 and <= {MAX_WINDOW:,.0f}, "
+                         f"got {value!r}")
+
+
+class Options(Protocol):
+    """What the modes read of a job's options (``definition.JobOptions``)."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def throttle(self) -> float | None: ...
+    @property
+    def debounce(self) -> float | None: ...
+    @property
+    def coalesce(self) -> bool: ...
+    @property
+    def key(self) -> str | None: ...
+
+
+def mode_of(options: Options) -> tuple[str, float] | None:
+    """(mode, seconds) of the options' dedup mode (coalesce: 0), or None."""
+    if options.throttle is not None:
+        return "throttle", float(options.throttle)
+    if options.debounce is not None:
+        return "debounce", float(options.debounce)
+    if options.coalesce:
+        return "coalesce", 0.0
+    return None
+
+
+def check_call(mode: str, *, scheduled: bool, tracked: bool) -> None:
+    """What one enqueue of a dedup mode may not combine with."""
+    if scheduled and mode != "throttle":
+        raise ValueError(f"{mode} decides when the job runs: enqueue it with enqueue(), not "
+                         "enqueue_in() or enqueue_at()")
+    if context.BATCH.get() is not None:
+        raise ValueError(f"{mode}: a job of a dedup mode cannot join a batch (its run may "
+                         "be another enqueue's)")
+    if mode == "coalesce" and not tracked:
+        raise ConfigurationError("coalesce needs status records (track_jobs=True): a "
+                                 "follow-up waits on the record of the job it follows")
+
+
+def digest(name: str, options: Options, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    """The key of one enqueue: the job's name, queue and ``key`` (or its arguments)."""
+    key = options.key
+    return unique.digest(name, options.queue, args, kwargs,
+                         None if key is None else (lambda *_a, **_k: key))

@@ -1,0 +1,56 @@
+"""The enqueue of a job of a dedup mode (``dedup.py``): prepared as any enqueue (checked,
+built, through the client middleware), then pushed by the mode's own script
+(``redis/dedup.py``), which keeps its rule in the same step."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cogworker_async import dedup
+
+if TYPE_CHECKING:
+    from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
+    from cogworker_async.redis.store import Store
+
+
+class Enqueuing(Protocol):
+    """What ``enqueue`` needs of the client (``client.Client``)."""
+
+    sink: Any
+    settings: Any
+
+    def store(self) -> Store: ...
+    @staticmethod
+    def _due(delay: Delay | None, at: When | None) -> tuple[float | None, float | None]: ...
+    async def _prepare(self, definition: JobDefinition, options: JobOptions,
+                       args: Sequence[Any], kwargs: Mapping[str, Any],
+                       due: float | None = None) -> Any: ...
+
+
+async def enqueue(client: Enqueuing, definition: JobDefinition, options: JobOptions,
+                  args: Sequence[Any], kwargs: Mapping[str, Any], delay: Delay | None,
+                  at: When | None) -> str | None:
+    """One enqueue of a dedup mode: its rule kept by its push's script; the jid that runs
+    it (None: a throttled duplicate)."""
+    mode, seconds = dedup.mode_of(options) or ("", 0.0)
+    dedup.check_call(mode, scheduled=delay is not None or at is not None,
+               tracked=client.settings.tracked)
+    if client.sink is not None:
+        raise NotImplementedError(f"{mode} is not faked: test it on a real Redis")
+    epoch, later = client._due(delay, at)
+    push = await client._prepare(definition, options, args, kwargs,
+                                 epoch if later is None else time.time() + later)
+    if push is None:
+        return None
+    key, name, store = dedup.digest(definition.name, options, args, kwargs), definition.name, \
+        client.store()
+    if mode == "throttle":
+        taken = await store.dedup.throttle(key, push.jid, seconds, push.queue, push.raw,
+                                           at=epoch, delay=later, name=name)
+        return push.jid if taken else None
+    if mode == "debounce":
+        return (await store.dedup.debounce(key, push.jid, seconds, push.queue, push.raw,
+                                           name=name))[1]
+    return (await store.dedup.coalesce(key, push.jid, push.queue, push.raw, name=name))[1]
