@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Who-runs-next row of ``make bench``: what priorities cost a job, in no-op throughput,
-in the worker's CPU and in Redis' CPU, against the same jobs without them.
+"""Who-runs-next row of ``make bench``: what priorities and fair groups cost a job, in
+no-op throughput, in the worker's CPU and in Redis' CPU, against the same jobs without
+them.
 
     .venv/bin/python benchmarks/ordering_cost.py [--quick] [--runs R] [--sides a,b]
                                                  [--json PATH]
@@ -19,7 +20,9 @@ The sides:
 - ``priorities``: the jobs spread over three priorities (5, 0, -5, in turn), the
   default aging (each fetch compares the heads of three lists, decoding each head's
   ``enqueued_at``);
-- ``strict``: the same jobs with ``priority_aging=None`` (compares priorities only).
+- ``strict``: the same jobs with ``priority_aging=None`` (compares priorities only);
+- ``groups``: the jobs spread over ``GROUPS`` fair groups, all with jobs waiting from
+  start to end (each fetch takes the ring's first group and sends it to the back).
 
 Internal: ``ordering_cost.py worker --redis-url URL --side SIDE`` is one worker process.
 """
@@ -64,13 +67,18 @@ from cogworker_async.redis.keys import Keys  # noqa: E402
 
 PRIORITIES: Final = (5, 0, -5)
 """The priorities the ``priorities`` and ``strict`` sides spread their jobs over."""
-SIDES: Final = ("plain", "priorities", "strict")
+GROUPS: Final = 100
+"""Fair groups of the ``groups`` side, every one with jobs waiting all along."""
+GROUP_CHUNK: Final = 100
+"""Jobs per ``enqueue_many`` of the ``groups`` side (each call one group's)."""
+SIDES: Final = ("plain", "priorities", "strict", "groups")
 BASE: Final = "plain"
 WHAT: Final = {
     "plain": "defaults (every job priority 0)",
     "priorities": f"jobs at priorities {', '.join(map(str, PRIORITIES))}, default aging",
     "strict": f"jobs at priorities {', '.join(map(str, PRIORITIES))}, "
               "`priority_aging=None`",
+    "groups": f"jobs in {GROUPS} fair groups (`options(group=...)`)",
 }
 
 
@@ -82,6 +90,8 @@ def options(side: str, index: int) -> dict[str, Any]:
     """The enqueue options of the ``index``-th chunk of jobs on ``side``."""
     if side == "plain":
         return {}
+    if side == "groups":
+        return {"group": f"tenant-{index % GROUPS}"}
     return {"priority": PRIORITIES[index % len(PRIORITIES)]}
 
 
@@ -119,25 +129,27 @@ async def prefill(url: str, n: int, side: str) -> None:
         """The driver's registration of the job (it only enqueues)."""
 
     job = app.job(name=NOOP, retry=False)(noop)
+    chunk = GROUP_CHUNK if side == "groups" else CHUNK
     try:
-        for index, start in enumerate(range(0, n, CHUNK)):
+        for index, start in enumerate(range(0, n, chunk)):
             await job.options(**options(side, index)).enqueue_many(
-                [((time.time(),), {})] * min(CHUNK, n - start))
+                [((time.time(),), {})] * min(chunk, n - start))
     finally:
         await app.close()
 
 
 def waiting(client: redis.Redis) -> tuple[int, int]:
-    """(queued on every priority's list, in progress) of the queue."""
+    """(queued on every priority's list or in a group, in progress) of the queue."""
     keys = Keys(NAMESPACE)
     identities = client.smembers(keys.queue_identities(QUEUE))
     with client.pipeline(transaction=False) as pipe:
         for level in LEVELS:
             pipe.llen(keys.priority_level(QUEUE, level))
+        pipe.zcard(keys.groups(QUEUE))  # a group in the ring has jobs waiting
         for identity in identities:
             pipe.llen(keys.in_progress(QUEUE, identity.decode()))
         counts = [int(n) for n in pipe.execute()]
-    return sum(counts[:len(LEVELS)]), sum(counts[len(LEVELS):])
+    return sum(counts[:len(LEVELS) + 1]), sum(counts[len(LEVELS) + 1:])
 
 
 def processing(url: str, client: redis.Redis, side: str, sizes: Sizes) -> dict[str, Any]:

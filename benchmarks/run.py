@@ -1233,7 +1233,7 @@ def own_scenarios(args: argparse.Namespace, sizes: Sizes, bench: Bench, errors: 
     for name, what, script in (
             ("metrics", "metrics off vs on (metrics_port)", METRICS_SCRIPT),
             ("flow", "queue limits and limiters vs plain", FLOW_SCRIPT),
-            ("ordering", "priorities vs plain", ORDERING_SCRIPT)):
+            ("ordering", "priorities and groups vs plain", ORDERING_SCRIPT)):
         if name in scenarios:
             texts[name] = run_script(name, what, script, args, bench, errors)
     return (texts["cluster"], texts["durability"], texts["metrics"], texts["flow"],
@@ -1358,7 +1358,7 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
         ("Durability: off vs 'replica' and 'aof' (ours)", durability_text),
         ("Prometheus metrics: off vs on (ours)", metrics_text),
         ("Flow control: queue limits and limiters vs plain (ours)", flow_text),
-        ("Who runs next: priorities vs plain (ours)", ordering_text),
+        ("Who runs next: priorities and fair groups vs plain (ours)", ordering_text),
     ]
     for heading, text in own_sections:
         lines += [f"## {heading}", "", text, ""] if text else []
@@ -1481,7 +1481,8 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         "worker and Redis CPU per job, each ÷ the defaults (see "
         "`benchmarks/flow_cost.py`).",
         "- **ordering** (ours): one worker's no-op processing with every job at priority "
-        "0, and with the jobs spread over three priorities (default aging, and strict), "
+        "0, with the jobs spread over three priorities (default aging, and strict), and "
+        "over 100 fair groups, "
         "back to back in each run (order rotating); jobs/s, worker and Redis CPU per job, "
         "each ÷ the plain side (see `benchmarks/ordering_cost.py`).",
         "",

@@ -72,3 +72,79 @@ async def test_the_fetch_takes_jobs_in_the_models_order(
             for taken in expected:
                 model.remove(taken)
     assert model == []
+
+
+@dataclass
+class RingModel:
+    """The fetch with fair groups, as the docs state it: groups served in turn (a group
+    joins the ring at its back when it gets jobs, goes to the back when it got one, and
+    leaves when it has none); the jobs without a group take one turn together (joining
+    the ring, while it exists, at the start of a fetch that finds them waiting), among
+    themselves by priority, then first in, first out."""
+
+    groups: dict[str, list[bytes]]
+    plain: list[Waiting]
+    ring: list[str]
+
+    def push(self, raw: bytes, group: str | None, waiting: Waiting) -> None:
+        if group is None:
+            self.plain.append(waiting)
+            return
+        self.groups.setdefault(group, []).append(raw)
+        if group not in self.ring:
+            self.ring.append(group)
+
+    def take_plain(self) -> bytes:
+        first = min(self.plain, key=lambda w: w.key(None))
+        self.plain.remove(first)
+        return first.raw
+
+    def fetch(self, count: int) -> list[bytes]:
+        if not self.ring:
+            return [self.take_plain() for _ in range(min(count, len(self.plain)))]
+        if self.plain and "" not in self.ring:
+            self.ring.append("")
+        taken: list[bytes] = []
+        while len(taken) < count and self.ring:
+            member = self.ring.pop(0)
+            if member == "":
+                taken.append(self.take_plain())
+                more = bool(self.plain)
+            else:
+                taken.append(self.groups[member].pop(0))
+                more = bool(self.groups[member])
+            if more:
+                self.ring.append(member)
+        return taken
+
+
+grouped_enqueue = st.tuples(st.just("enqueue"), st.sampled_from([None, None, "a", "b", "c"]),
+                            st.integers(-2, 2), st.integers(1, 3))
+grouped_steps = st.lists(st.one_of(grouped_enqueue, fetch), min_size=1, max_size=40)
+
+
+@given(steps=grouped_steps)
+@example(steps=[("enqueue", "a", 0, 3), ("enqueue", None, 2, 2), ("enqueue", "b", 0, 1),
+                ("fetch", 5)])
+async def test_the_fetch_serves_groups_in_turn_as_the_model_does(
+    store: Store, steps: list[tuple],
+) -> None:
+    await wipe(store)
+    model = RingModel({}, [], [])
+    seq = 0
+    for step in [*steps, ("fetch", 10_000)]:
+        if step[0] == "enqueue":
+            _, group, priority, count = step
+            raws = []
+            for _ in range(count):
+                payload = job_module.build("model.job", [seq], {}, queue=QUEUE, retry=True,
+                                           now=START + seq, priority=priority, group=group)
+                raws.append(job_module.encode_new(payload, job_module.NO_SIZE_LIMIT))
+                model.push(raws[-1], group, Waiting(raws[-1], priority, START + seq, seq))
+                seq += 1
+            await store.enqueue(QUEUE, raws)
+        else:
+            fetched = await store.fetch(ME, [QUEUE], step[1], aging=None)
+            assert [raw for _, raw in fetched.jobs] == model.fetch(step[1])
+    assert not model.plain
+    assert not any(model.groups.values())

@@ -206,7 +206,7 @@ local function queue_library()
   -- next_in_ring: the list whose job goes next and its ring member (a group, or "" for
   -- the jobs without one), nil if none may go: the first member in turn that has a job
   -- waiting and, with a limit, fewer than it running. A member whose list is empty leaves
-  -- the ring; a group at its limit keeps its turn. Looks at members a page at a time:
+  -- the ring; a group at its limit keeps its turn. Looks at members ten at a time:
   -- those passed over are at their limit (as many as the running jobs allow) or gone.
   local function next_in_ring(queue, seen, levels_seen, aging)
     local key = ring_key(queue)
@@ -216,7 +216,7 @@ local function queue_library()
     end
     local offset = 0
     while true do
-      local members = redis.call("ZRANGE", key, offset, offset + 99)
+      local members = redis.call("ZRANGE", key, offset, offset + 9) -- most take the first
       if #members == 0 then return nil end
       local gone = 0
       for _, member in ipairs(members) do

@@ -100,7 +100,8 @@ async def test_documented_users_suffice_for_every_role(
     assert Counter(await ran(admin_client))["bad"] == 3
 
 
-_EXPECTED: Final = ("now", "later", "unique", "many-1", "many-2", "urgent", "sync", "in-batch-1",
+_EXPECTED: Final = ("now", "later", "unique", "many-1", "many-2", "urgent", "grouped",
+                    "throttled", "debounced", "coalesced", "sync", "in-batch-1",
                     "in-batch-2", "batch-done", "chain-1", "chain-2")
 
 
@@ -112,6 +113,10 @@ async def _enqueue_everything(url: str) -> None:
         assert await jobs.unique.enqueue("unique")
         assert len(await jobs.record.enqueue_many([(("many-1",), {}), (("many-2",), {})])) == 2
         assert await jobs.record.options(priority=7).enqueue("urgent")  # its priority's list
+        assert await jobs.record.options(group="acme").enqueue("grouped")  # a group's list
+        assert await jobs.record.options(throttle=60, key="t").enqueue("throttled")
+        assert await jobs.record.options(debounce=0.2, key="d").enqueue("debounced")
+        assert await jobs.record.options(coalesce=True, key="c").enqueue("coalesced")
         assert await jobs.fail.enqueue("bad")
         assert await anyio.to_thread.run_sync(jobs.record.enqueue_sync, "sync")
         # A batch: its keys and scripts (the worker relays its ends, enqueues its callback).
