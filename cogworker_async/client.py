@@ -70,6 +70,10 @@ class Sink(Protocol):
     async def wait(self, push: Push, options: JobOptions, *, chosen: bool) -> bool:
         """Take a job that runs after ``options.after``; ``push``'s answer."""
 
+    async def dedup(self, push: Push, options: JobOptions, mode: str, seconds: float,
+                    digest: str, due: float | None) -> str | None:
+        """Take a job of a dedup mode (``dedup.py``): the jid that runs it, or None."""
+
     def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
         """Run ``enqueue`` for ``enqueue_sync`` (which must not start a server)."""
 

@@ -37,15 +37,16 @@ async def enqueue(client: Enqueuing, definition: JobDefinition, options: JobOpti
     mode, seconds = dedup.mode_of(options) or ("", 0.0)
     dedup.check_call(mode, scheduled=delay is not None or at is not None,
                tracked=client.settings.tracked)
-    if client.sink is not None:
-        raise NotImplementedError(f"{mode} is not faked: test it on a real Redis")
     epoch, later = client._due(delay, at)
-    push = await client._prepare(definition, options, args, kwargs,
-                                 epoch if later is None else time.time() + later)
+    due = epoch if later is None else time.time() + later
+    push = await client._prepare(definition, options, args, kwargs, due)
     if push is None:
         return None
-    key, name, store = dedup.digest(definition.name, options, args, kwargs), definition.name, \
-        client.store()
+    key, name = dedup.digest(definition.name, options, args, kwargs), definition.name
+    if client.sink is not None:  # a test's fake: the same rules, in memory
+        jid: str | None = await client.sink.dedup(push, options, mode, seconds, key, due)
+        return jid
+    store = client.store()
     if mode == "throttle":
         taken = await store.dedup.throttle(key, push.jid, seconds, push.queue, push.raw,
                                            at=epoch, delay=later, name=name)

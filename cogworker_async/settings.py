@@ -300,9 +300,14 @@ class Settings:
         return [(spec, 1) if isinstance(spec, str) else spec for spec in self.queues]
 
 
-def unserved_limits(settings: Settings) -> list[str]:
-    """The queues ``queue_limits`` names that ``queues`` does not: a typo, most often
-    (``"reprots"``), which would limit nothing; a worker says so as it starts (not an
-    error: a worker serving a subset, ``run --queue``, shares the App's limits)."""
+def unserved_limits(settings: Settings) -> list[tuple[str, str]]:
+    """The queues ``queue_limits`` or ``group_limits`` names that ``queues`` does not: a
+    typo, most often (``"reprots"``), which would limit nothing; a worker says so as it
+    starts (not an error: a worker serving a subset, ``run --queue``, shares the App's
+    limits). Each with the settings that name it."""
     served = set(settings.queue_names)
-    return sorted(name for name in settings.queue_limits if name not in served)
+    return [(name, " and ".join(what for what, limits in (
+                ("queue_limits", settings.queue_limits), ("group_limits", settings.group_limits))
+                if name in limits))
+            for name in sorted({*settings.queue_limits, *settings.group_limits})
+            if name not in served]

@@ -38,6 +38,7 @@ from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
 from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.testing.batches import FakeBatches
+from cogworker_async.testing.dedup import FakeDedup
 from cogworker_async.testing.dependencies import FakeDependencies
 from cogworker_async.testing.drain import FakeWorker
 from cogworker_async.testing.memory import MemoryStore
@@ -72,6 +73,7 @@ class Testing:
         self._world.on_end = self.batches.ended
         self.dependencies = FakeDependencies(self._world)
         self._world.on_finish = self.dependencies.ended
+        self.dedup = FakeDedup(self._world, self.dependencies, self._push, self._wait)
         self._sink = _Sink(self)
         self._inline = False
         self._depth = 0
@@ -132,6 +134,7 @@ class Testing:
         self._memory.clear()
         self.batches.clear()
         self.dependencies.clear()
+        self.dedup.clear()
 
     def refuse(self, *limiters: str) -> None:
         """Make these limiters refuse every acquisition in drained runs (``OverLimit``:
@@ -305,6 +308,10 @@ class _Sink:
 
     async def wait(self, push: Push, options: JobOptions, *, chosen: bool) -> bool:
         return await self._testing._wait(push, options, chosen)
+
+    async def dedup(self, push: Push, options: JobOptions, mode: str, seconds: float,
+                    digest: str, due: float | None) -> str | None:
+        return await self._testing.dedup.enqueue(push, options, mode, seconds, digest, due)
 
     def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
         """``enqueue_sync``: the enqueue on a private event loop in a thread (the

@@ -279,9 +279,9 @@ class Manager:
         log.info("worker %s started: queues %s, concurrency %d, %s fetch", self.identity,
                  self.settings.queue_names, self.settings.concurrency,
                  "reliable" if reliable else "basic (running jobs are lost on a crash)")
-        for name in unserved_limits(self.settings):
-            log.warning("queue_limits names queue %r, which this worker does not serve "
-                        "(queues %s): a typo? Its limit does nothing here", name,
+        for name, which in unserved_limits(self.settings):
+            log.warning("%s names queue %r, which this worker does not serve (queues %s): "
+                        "a typo? Its limit does nothing here", which, name,
                         self.settings.queue_names)
         try:
             async with anyio.create_task_group() as upkeep:
