@@ -29,6 +29,7 @@ import redis.asyncio
 from cogworker_async import App, current_job
 from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.registry import JobFunction
+from tests.clients import async_client
 from tests.worker.e2e.jobsapp import NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
 
 # Fast but realistic on a loaded 2-core machine: a beat every 0.3 s, dead after 2 s
@@ -77,7 +78,7 @@ class _Recorder:
 
     def client(self) -> redis.asyncio.Redis:
         if self._client is None:  # in the worker's (only) event loop, on first use
-            self._client = redis.asyncio.Redis.from_url(self.url)
+            self._client = async_client(self.url)  # one server or a cluster
         return self._client
 
     async def started(self, tag: str) -> None:

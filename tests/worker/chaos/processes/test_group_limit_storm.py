@@ -1,4 +1,5 @@
-"""Scenario — fair-group limits through a SIGKILL storm: ``group_limits={"reports": 2}``,
+"""Scenario — fair-group limits through a SIGKILL storm, on one Redis and on a 3-master
+cluster: ``group_limits={"reports": 2}``,
 three worker processes of concurrency 10, jobs of four groups that each hold 0.1 to 0.3
 s; every ``KILL_EVERY`` seconds one worker is SIGKILLed (while it runs jobs) and a new
 one started.
@@ -24,10 +25,12 @@ from collections import Counter
 from typing import Final
 
 import anyio
+import pytest
 import redis.asyncio
 
 from cogworker_async.groups import group_of
 from cogworker_async.redis.keys import Keys
+from tests.clients import async_client
 from tests.servers import ServerProcess
 from tests.waiting import wait_until
 from tests.worker.chaos.processes import chaosapp, queuelimitapp
@@ -59,22 +62,29 @@ def group(tag: str) -> str:
     return tag.split("-")[0]
 
 
+@pytest.mark.parametrize("topology", ["single", "cluster"])
 async def test_a_group_limit_holds_through_a_sigkill_storm_and_shares_come_back(
-    server: ServerProcess, namespace: str, fleet: Fleet,
+    server: ServerProcess, namespace: str, fleet: Fleet, topology: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    built = queuelimitapp.build(server.url, namespace, **SETTINGS)
-    r = redis.asyncio.Redis.from_url(server.url)
+    url = server.url if topology == "single" else request.getfixturevalue("redis_cluster").url
+    built = queuelimitapp.build(url, namespace, **SETTINGS)
+    r = async_client(url)
     keys = Keys(namespace)
     sampled: Counter[str] = Counter()  # group -> the most seen on the lists at once
     kills: list[tuple[int, float, set[str]]] = []  # (pid, when, groups it held)
     try:
-        workers = [_start(fleet, server, namespace) for _ in range(3)]
-        await wait_ready(r, namespace, workers)
+        workers = [_start(fleet, url, namespace) for _ in range(3)]
+        if topology == "single":
+            await wait_ready(r, namespace, workers)  # (a cluster's channels are per node)
         rng = random.Random(29)
         for name in GROUPS:  # each group's jobs, interleaved by tag across groups
             await built.limited.options(group=name).enqueue_many(
                 [((f"{name}-{i}", rng.uniform(0.1, 0.3)), {})
                  for i in range(JOBS) if GROUPS[i % len(GROUPS)] == name])
+        async def running() -> bool:  # started, and taking jobs
+            return bool(await _groups_held(r, namespace))
+        await wait_until(running, timeout=60, every=0.05)
         async with anyio.create_task_group() as tg:
             stop = anyio.Event()
             tg.start_soon(_sample, r, keys, sampled, stop)
@@ -87,7 +97,7 @@ async def test_a_group_limit_holds_through_a_sigkill_storm_and_shares_come_back(
                 kills.append((victim.pid, time.time(), held.get(victim.pid, set())))
                 await victim.wait_exit(timeout=10)
                 workers = [w for w in workers if w is not victim]
-                workers.append(_start(fleet, server, namespace))
+                workers.append(_start(fleet, url, namespace))
 
             async def all_done() -> bool:
                 finished = {run.tag for run in await read_runs(r, namespace) if run.end}
@@ -106,7 +116,7 @@ async def test_a_group_limit_holds_through_a_sigkill_storm_and_shares_come_back(
     finished = Counter(run.tag for run in runs if run.end is not None)
     held_at_kills = {run.tag for run in runs if run.end is None}
     comebacks = [_comeback(runs, pid, at, held) for pid, at, held in kills]
-    report("group-limit-storm", jobs=JOBS, kills=len(kills), limit=LIMIT, most=most,
+    report(f"group-limit-storm-{topology}", jobs=JOBS, kills=len(kills), limit=LIMIT, most=most,
            sampled=dict(sampled), runs=len(runs), held_at_kills=len(held_at_kills),
            comebacks=[None if c is None else round(c, 2) for c in comebacks])
     assert all(count <= LIMIT for count in most.values()), most
@@ -163,8 +173,8 @@ def _comeback(runs: list[Run], pid: int, killed_at: float, held: set[str]) -> fl
     return max(waits, default=0.0)
 
 
-def _start(fleet: Fleet, server: ServerProcess, namespace: str) -> WorkerProcess:
-    worker = WorkerProcess(server.url, namespace, SETTINGS, ["--log-level", "WARNING"],
+def _start(fleet: Fleet, url: str, namespace: str) -> WorkerProcess:
+    worker = WorkerProcess(url, namespace, SETTINGS, ["--log-level", "WARNING"],
                            target=queuelimitapp.TARGET)
     fleet.started.append(worker)
     return worker.start()

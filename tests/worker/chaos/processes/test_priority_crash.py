@@ -1,5 +1,6 @@
-"""Scenario — priorities through a crash: worker A (one slot, prefetch 5) runs a
-priority-10 job that holds and has fetched five priority-7 jobs it has not started;
+"""Scenario — priorities through a crash, on one Redis and on a 3-master cluster: worker
+A (one slot, prefetch 5) runs a priority-10 job that holds and has fetched five
+priority-7 jobs it has not started;
 then priority-0 and priority -1 jobs are enqueued, A is SIGKILLed, and worker B (two
 slots) starts on the lower jobs while A's list waits for recovery.
 
@@ -16,8 +17,9 @@ from __future__ import annotations
 import signal
 from typing import Final
 
-import redis.asyncio
+import pytest
 
+from tests.clients import async_client
 from tests.servers import ServerProcess
 from tests.waiting import wait_until
 from tests.worker.chaos.processes import chaosapp
@@ -46,31 +48,35 @@ def kind(tag: str) -> str:
     return tag.split("-")[0]
 
 
+@pytest.mark.parametrize("topology", ["single", "cluster"])
 async def test_recovered_jobs_keep_their_place_ahead_of_lower_ones(
-    server: ServerProcess, namespace: str, fleet: Fleet,
+    server: ServerProcess, namespace: str, fleet: Fleet, topology: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    built = chaosapp.build(server.url, namespace, **SETTINGS)
-    r = redis.asyncio.Redis.from_url(server.url)
+    url = server.url if topology == "single" else request.getfixturevalue("redis_cluster").url
+    built = chaosapp.build(url, namespace, **SETTINGS)
+    r = async_client(url)
     work = built.work
     try:
         await work.options(priority=10).enqueue("blocker-0", 600.0)
         await work.options(priority=7).enqueue_many(
             [((f"high-{i}", HOLD), {}) for i in range(HIGH)])
-        a = _start(fleet, server, namespace, SETTINGS)
-        await wait_ready(r, namespace, [a])
+        a = _start(fleet, url, namespace, SETTINGS)
+        if topology == "single":
+            await wait_ready(r, namespace, [a])  # (a cluster's channels are per node)
 
         async def a_holds_them() -> bool:  # running the blocker, the highs fetched
             lists = [key async for key in r.scan_iter(match=f"{namespace}:*:in_progress:*")]
             held = sum([await r.llen(key) for key in lists])
             return held == HIGH + 1 and ("blocker-0", a.pid) in await chaosapp.runs(
                 r, chaosapp.started_key(namespace))
-        await wait_until(a_holds_them, timeout=READY_TIMEOUT, every=0.05)
+        await wait_until(a_holds_them, timeout=READY_TIMEOUT * 2, every=0.05)
         await work.enqueue_many([((f"plain-{i}", HOLD), {}) for i in range(PLAIN)])
         await work.options(priority=-1).enqueue_many(
             [((f"low-{i}", HOLD), {}) for i in range(LOW)])
         a.signal(signal.SIGKILL)
         await a.wait_exit(timeout=10)
-        b = _start(fleet, server, namespace, {**SETTINGS, "concurrency": 2, "prefetch": 0})
+        b = _start(fleet, url, namespace, {**SETTINGS, "concurrency": 2, "prefetch": 0})
 
         async def all_done() -> bool:
             done = await chaosapp.counts(r, chaosapp.finished_key(namespace))
@@ -85,7 +91,7 @@ async def test_recovered_jobs_keep_their_place_ahead_of_lower_ones(
     by_b = [tag for tag, pid in started if pid == b.pid and kind(tag) != "blocker"]
     highs = [i for i, tag in enumerate(by_b) if kind(tag) == "high"]
     after = len(by_b) - 1 - highs[-1] if highs else 0
-    report("priority-crash", plain=PLAIN, low=LOW, high=HIGH, started_by_b=len(by_b),
+    report(f"priority-crash-{topology}", plain=PLAIN, low=LOW, high=HIGH, started_by_b=len(by_b),
            lower_started_before_recovery=highs[0] if highs else None,
            lower_started_after=after)
     assert [tag for tag, pid in started if pid == a.pid] == ["blocker-0"]
@@ -98,9 +104,9 @@ async def test_recovered_jobs_keep_their_place_ahead_of_lower_ones(
     assert [tag for tag, count in finished.items() if count > 1] == []
 
 
-def _start(fleet: Fleet, server: ServerProcess, namespace: str,
+def _start(fleet: Fleet, url: str, namespace: str,
            settings: dict[str, object]) -> WorkerProcess:
-    worker = WorkerProcess(server.url, namespace, settings, ["--log-level", "WARNING"],
+    worker = WorkerProcess(url, namespace, settings, ["--log-level", "WARNING"],
                            target=chaosapp.TARGET)
     fleet.started.append(worker)
     return worker.start()
