@@ -51,6 +51,7 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -264,17 +265,29 @@ def summarize(runs: list[dict[str, dict[str, Any]]], sides: list[str]) -> dict[s
     return out
 
 
-def report(result: dict[str, Any], sides: list[str], sizes: Sizes, version: str,
-           skipped: str) -> str:
-    rows = []
+def side_rows(result: dict[str, Any], sides: list[str], what: dict[str, str]) -> list[str]:
+    """The table of sides (``summarize``'s result), its header first: also the ordering
+    row's (``ordering_cost.py``)."""
+    rows = ["| side | what | jobs/s | × | worker CPU/job (µs) | × | Redis CPU/job (µs) | × |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
     for side in sides:
         figures, ratio = result[side], result["ratio"][side]
         rows.append(
-            f"| {side} | {WHAT[side]} | {figures['rate']:,.0f} | {ratio['rate']:.3f} | "
+            f"| {side} | {what[side]} | {figures['rate']:,.0f} | {ratio['rate']:.3f} | "
             f"{figures['cpu_us']:.1f} | {ratio['cpu_us']:.3f} | {figures['redis_us']:.1f} | "
             f"{ratio['redis_us']:.3f} |")
+    return rows
+
+
+def each_run(result: dict[str, Any], sides: list[str]) -> str:
+    """Each run's jobs/s ratio of every side but the base, as the report's last line says."""
     each = "; ".join(f"{side} " + ", ".join(f"{r:.3f}" for r in result["ratios"][side])
                      for side in sides if side != BASE)
+    return f"Each run's jobs/s ratio: {each}. " if each else ""
+
+
+def report(result: dict[str, Any], sides: list[str], sizes: Sizes, version: str,
+           skipped: str) -> str:
     return "\n".join([
         f"{sizes.noop_n:,} no-op jobs queued first, one worker (concurrency "
         f"{CONCURRENCY}); the sides back to back in each of {sizes.runs} run(s), order "
@@ -288,17 +301,37 @@ def report(result: dict[str, Any], sides: list[str], sizes: Sizes, version: str,
         "limiters' capacities never bind: the figures are the cost of counting and of "
         "asking, never of waiting.",
         "",
-        "| side | what | jobs/s | × | worker CPU/job (µs) | × | Redis CPU/job (µs) | × |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-        *rows,
+        *side_rows(result, sides, WHAT),
         "",
-        (f"Each run's jobs/s ratio: {each}. " if each else "")
-        + f"Server: {version}, private, no persistence.",
+        each_run(result, sides) + f"Server: {version}, private, no persistence.",
         *(["", skipped] if skipped else []),
     ])
 
 
 # -- main ----------------------------------------------------------------------------
+
+Processing = Callable[[str, redis.Redis, str, Sizes], dict[str, Any]]
+"""One side's measurement: (server URL, its client, side, sizes) -> its figures."""
+
+
+def measure(processing: Processing, url: str, client: redis.Redis, sides: list[str],
+            sizes: Sizes) -> list[dict[str, dict[str, Any]]]:
+    """An untimed warm-up of the base side, then ``sizes.runs`` runs of every side back
+    to back, in an order rotating from run to run (a drift of the machine favours no
+    side): each run's figures per side. Also the ordering row's (``ordering_cost.py``)."""
+    log(f"warm-up: {WARMUP_N:,} jobs, {BASE} (not counted) ...")
+    processing(url, client, BASE, dataclasses.replace(sizes, noop_n=WARMUP_N))
+    runs: list[dict[str, dict[str, Any]]] = []
+    for run in range(1, sizes.runs + 1):
+        shift = run % len(sides)
+        figures: dict[str, dict[str, Any]] = {}
+        for side in sides[shift:] + sides[:shift]:
+            log(f"run {run}/{sizes.runs}: {side} ...")
+            figures[side] = processing(url, client, side, sizes)
+            log("  " + ", ".join(f"{k} {v:,.1f}" for k, v in figures[side].items()))
+        runs.append(figures)
+    return runs
+
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -348,19 +381,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the server is stopped
     server = ServerProcess().start()
     client = redis.Redis(port=server.port, socket_timeout=30)
-    runs: list[dict[str, dict[str, Any]]] = []
     try:
         version = f"Redis {client.info('server')['redis_version']}"
-        log(f"warm-up: {WARMUP_N:,} jobs, {BASE} (not counted) ...")
-        processing(server.url, client, BASE, dataclasses.replace(sizes, noop_n=WARMUP_N))
-        for run in range(1, sizes.runs + 1):
-            shift = run % len(sides)
-            figures: dict[str, dict[str, Any]] = {}
-            for side in sides[shift:] + sides[:shift]:
-                log(f"run {run}/{sizes.runs}: {side} ...")
-                figures[side] = processing(server.url, client, side, sizes)
-                log("  " + ", ".join(f"{k} {v:,.1f}" for k, v in figures[side].items()))
-            runs.append(figures)
+        runs = measure(processing, server.url, client, sides, sizes)
     finally:
         client.close()
         server.cleanup()

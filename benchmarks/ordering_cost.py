@@ -46,7 +46,15 @@ if str(ROOT) not in sys.path:  # `python benchmarks/ordering_cost.py` puts bench
 
 import redis  # noqa: E402  (after the path fix: tests/ is imported from ROOT)
 
-from benchmarks.flow_cost import FULL, QUICK, redis_cpu, summarize  # noqa: E402
+from benchmarks.flow_cost import (  # noqa: E402
+    FULL,
+    QUICK,
+    each_run,
+    measure,
+    redis_cpu,
+    side_rows,
+    summarize,
+)
 from benchmarks.metrics_cost import (  # noqa: E402
     CHUNK,
     CONCURRENCY,
@@ -54,11 +62,9 @@ from benchmarks.metrics_cost import (  # noqa: E402
     NOOP,
     POLL,
     QUEUE,
-    WARMUP_N,
     Sizes,
     Worker,
     emit,
-    log,
     work,
 )
 from cogworker_async import App  # noqa: E402
@@ -184,27 +190,15 @@ def processing(url: str, client: redis.Redis, side: str, sizes: Sizes) -> dict[s
 
 
 def report(result: dict[str, Any], sides: list[str], sizes: Sizes, version: str) -> str:
-    rows = []
-    for side in sides:
-        figures, ratio = result[side], result["ratio"][side]
-        rows.append(
-            f"| {side} | {WHAT[side]} | {figures['rate']:,.0f} | {ratio['rate']:.3f} | "
-            f"{figures['cpu_us']:.1f} | {ratio['cpu_us']:.3f} | {figures['redis_us']:.1f} | "
-            f"{ratio['redis_us']:.3f} |")
-    each = "; ".join(f"{side} " + ", ".join(f"{r:.3f}" for r in result["ratios"][side])
-                     for side in sides if side != BASE)
     return "\n".join([
         f"{sizes.noop_n:,} no-op jobs queued first, one worker (concurrency "
         f"{CONCURRENCY}); the sides back to back in each of {sizes.runs} run(s), order "
         "rotating. Medians; × = the median of the runs' side ÷ plain (jobs/s: below 1 "
         "is slower; CPU: above 1 is dearer).",
         "",
-        "| side | what | jobs/s | × | worker CPU/job (µs) | × | Redis CPU/job (µs) | × |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-        *rows,
+        *side_rows(result, sides, WHAT),
         "",
-        (f"Each run's jobs/s ratio: {each}. " if each else "")
-        + f"Server: {version}, private, no persistence.",
+        each_run(result, sides) + f"Server: {version}, private, no persistence.",
     ])
 
 
@@ -244,19 +238,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the server is stopped
     server = ServerProcess().start()
     client = redis.Redis(port=server.port, socket_timeout=30)
-    runs: list[dict[str, dict[str, Any]]] = []
     try:
         version = f"Redis {client.info('server')['redis_version']}"
-        log(f"warm-up: {WARMUP_N:,} jobs, {BASE} (not counted) ...")
-        processing(server.url, client, BASE, dataclasses.replace(sizes, noop_n=WARMUP_N))
-        for run in range(1, sizes.runs + 1):
-            shift = run % len(sides)
-            figures: dict[str, dict[str, Any]] = {}
-            for side in sides[shift:] + sides[:shift]:
-                log(f"run {run}/{sizes.runs}: {side} ...")
-                figures[side] = processing(server.url, client, side, sizes)
-                log("  " + ", ".join(f"{k} {v:,.1f}" for k, v in figures[side].items()))
-            runs.append(figures)
+        runs = measure(processing, server.url, client, sides, sizes)
     finally:
         client.close()
         server.cleanup()

@@ -44,10 +44,9 @@ async def test_a_group_of_one_job_starts_within_one_round_beside_one_of_10000(
     assert ran.index("small") <= 1, ran[:5]  # big's first, then small's turn
 
 
-async def test_groups_take_turns_and_the_jobs_without_a_group_take_one_together(
-    make_app: Callable[..., App],
-) -> None:
-    app = make_app(concurrency=1)
+def tenant_jobs(app: App) -> tuple[Any, Any, list[str]]:
+    """``tagged(tenant, n)`` in the tenant's group, ``plain(n)`` in none; both note
+    ``<tenant><n>`` (``p<n>``) as they run."""
     ran: list[str] = []
 
     @app.job(name="tagged", group=lambda tenant, n: tenant)
@@ -58,6 +57,14 @@ async def test_groups_take_turns_and_the_jobs_without_a_group_take_one_together(
     async def plain(n: int) -> None:
         ran.append(f"p{n}")
 
+    return tagged, plain, ran
+
+
+async def test_groups_take_turns_and_the_jobs_without_a_group_take_one_together(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(concurrency=1)
+    tagged, plain, ran = tenant_jobs(app)
     for n in range(3):
         await tagged.enqueue("a", n)
     await tagged.enqueue("b", 0)
@@ -172,16 +179,7 @@ async def test_groups_need_reliable_fetch(make_app: Callable[..., App]) -> None:
 
 async def test_the_testing_fake_takes_the_same_turns(make_app: Callable[..., App]) -> None:
     app = make_app()
-    ran: list[str] = []
-
-    @app.job(name="tagged", group=lambda tenant, n: tenant)
-    async def tagged(tenant: str, n: int) -> None:
-        ran.append(f"{tenant}{n}")
-
-    @app.job(name="plain")
-    async def plain(n: int) -> None:
-        ran.append(f"p{n}")
-
+    tagged, plain, ran = tenant_jobs(app)
     async with app.testing.fake():
         for n in range(3):
             await tagged.enqueue("a", n)

@@ -117,6 +117,14 @@ async def jobs(server: ServerProcess, namespace: str) -> AsyncIterator[chaosapp.
     await built.app.close()
 
 
+@pytest.fixture(params=["single", "cluster"])
+def topology_url(request: pytest.FixtureRequest, server: ServerProcess) -> str:
+    """A scenario on both: this test's own server, or the session's 3-master cluster."""
+    if request.param == "cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
+    return server.url
+
+
 @pytest.fixture
 def fleet(request: pytest.FixtureRequest, server: ServerProcess,
           namespace: str) -> Iterator[Fleet]:

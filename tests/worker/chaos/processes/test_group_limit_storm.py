@@ -25,13 +25,11 @@ from collections import Counter
 from typing import Final
 
 import anyio
-import pytest
 import redis.asyncio
 
 from cogworker_async.groups import group_of
 from cogworker_async.redis.keys import Keys
-from tests.clients import async_client
-from tests.servers import ServerProcess
+from tests.clients import async_client, is_cluster_url
 from tests.waiting import wait_until
 from tests.worker.chaos.processes import chaosapp, queuelimitapp
 from tests.worker.chaos.processes.conftest import (
@@ -62,12 +60,11 @@ def group(tag: str) -> str:
     return tag.split("-")[0]
 
 
-@pytest.mark.parametrize("topology", ["single", "cluster"])
 async def test_a_group_limit_holds_through_a_sigkill_storm_and_shares_come_back(
-    server: ServerProcess, namespace: str, fleet: Fleet, topology: str,
-    request: pytest.FixtureRequest,
+    topology_url: str, namespace: str, fleet: Fleet,
 ) -> None:
-    url = server.url if topology == "single" else request.getfixturevalue("redis_cluster").url
+    url = topology_url
+    topology = "cluster" if is_cluster_url(url) else "single"
     built = queuelimitapp.build(url, namespace, **SETTINGS)
     r = async_client(url)
     keys = Keys(namespace)

@@ -17,10 +17,7 @@ from __future__ import annotations
 import signal
 from typing import Final
 
-import pytest
-
-from tests.clients import async_client
-from tests.servers import ServerProcess
+from tests.clients import async_client, is_cluster_url
 from tests.waiting import wait_until
 from tests.worker.chaos.processes import chaosapp
 from tests.worker.chaos.processes.conftest import (
@@ -48,12 +45,11 @@ def kind(tag: str) -> str:
     return tag.split("-")[0]
 
 
-@pytest.mark.parametrize("topology", ["single", "cluster"])
 async def test_recovered_jobs_keep_their_place_ahead_of_lower_ones(
-    server: ServerProcess, namespace: str, fleet: Fleet, topology: str,
-    request: pytest.FixtureRequest,
+    topology_url: str, namespace: str, fleet: Fleet,
 ) -> None:
-    url = server.url if topology == "single" else request.getfixturevalue("redis_cluster").url
+    url = topology_url
+    topology = "cluster" if is_cluster_url(url) else "single"
     built = chaosapp.build(url, namespace, **SETTINGS)
     r = async_client(url)
     work = built.work
