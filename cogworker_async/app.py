@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import tzinfo
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
 import anyio
 
@@ -29,8 +29,9 @@ from cogworker_async.chain import Chain
 from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn, check_discard_on
 from cogworker_async.embedded import EmbeddedServer
-from cogworker_async.errors import ConfigurationError
+from cogworker_async.errors import ConfigurationError, LifespanFailed
 from cogworker_async.groups import GroupKey, split_group
+from cogworker_async.lifespan import Lifespan, LifespanFunction, lifespan_of
 from cogworker_async.limiter import DEFAULT_LEASE, Limiter, check_name, spec_of
 from cogworker_async.lookup import JobLookup, outcome_of
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
@@ -38,6 +39,8 @@ from cogworker_async.periodic import Periodic, parse_tz
 from cogworker_async.redis.pausing import Pause
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.registry import JobFunction
+from cogworker_async.running import JobDecorator
+from cogworker_async.running import Worker as Worker  # re-exported: hosts import it here
 from cogworker_async.settings import Settings, check_queue_name
 from cogworker_async.signature import Signature
 from cogworker_async.status import ALIVE, CancelOutcome, JobStatus, check_jid
@@ -55,47 +58,6 @@ R = TypeVar("R")
 PERIODIC_FIELDS: Final = ("name", "schedule", "tz", "next_run", "last_run")
 """What ``App.periodic_jobs`` tells of each periodic job (``Inspector.periodic`` tells
 more: its queue, and whether it runs now)."""
-
-class JobDecorator(Protocol):
-    """What ``@jobs.job(...)`` returns: registers the function it is applied to."""
-
-    def __call__(self, func: Callable[P, R], /) -> JobFunction[P, R]: ...
-
-
-class Worker(Protocol):
-    """A running worker, as ``async with jobs.worker() as worker`` hands it out: what a
-    host (the CLI, a lifespan, a test) needs to stop it and to know how it stopped."""
-
-    @property
-    def identity(self) -> str:
-        """This process's name in Redis (its beats, its in-progress list)."""
-        ...
-
-    @property
-    def settings(self) -> Settings:
-        """The settings it runs with (the App's, with ``worker(**overrides)`` applied)."""
-        ...
-
-    @property
-    def stopping(self) -> bool:
-        """``stop()`` or ``hard_stop()`` was called."""
-        ...
-
-    @property
-    def stopped_hard(self) -> bool:
-        """It stopped at once (``hard_stop()``): running jobs were cancelled and given back."""
-        ...
-
-    def stop(self) -> None:
-        """Fetch nothing more; running jobs get ``shutdown_timeout`` seconds, then are
-        cancelled and given back."""
-
-    def hard_stop(self) -> None:
-        """Stop now: running jobs are cancelled and given back."""
-
-    async def wait_stopped(self) -> None:
-        """Return once it has stopped (after a stop and the hand-over of its jobs)."""
-
 
 class App:
     """One application's jobs and how to reach their Redis.
@@ -117,6 +79,7 @@ class App:
         self.client_middleware: list[ClientMiddleware] = []
         self.server_middleware: list[ServerMiddleware] = []
         self.hooks = Hooks()
+        self._lifespan: Lifespan | None = None
         self._url: str | None = None
         self._url_lock = threading.Lock()
         self._embedded: EmbeddedServer | None = None
@@ -276,6 +239,16 @@ class App:
         """Add ``async def mw(job_context, call_next) -> None`` around every run."""
         self.server_middleware.append(middleware)
 
+    def lifespan(self, func: LifespanFunction, /) -> LifespanFunction:
+        """Register the workers' lifespan: an async generator function that sets up what
+        jobs share and yields it (``current_job().state``), entered in each worker
+        process before it takes a job, exited after its last (``lifespan.py``)."""
+        if self._lifespan is not None:
+            raise ConfigurationError("an App has one lifespan: enter several resources "
+                                     "in it (contextlib.AsyncExitStack)")
+        self._lifespan = lifespan_of(func)
+        return func
+
     def on_failure(self, hook: FailureHook, /) -> FailureHook:
         """Register ``hook(job, error)`` (async or plain), called after every failed run in
         a worker of this App: the job's context (``JobContext``) and what it raised —
@@ -319,7 +292,7 @@ class App:
         from cogworker_async.testing import Testing  # only where tests ask for it
 
         return Testing(self.registry, self.settings, self._client, self.server_middleware,
-                       self.hooks)
+                       self.hooks, lambda: self._lifespan)
 
     # -- jobs as values -----------------------------------------------------------------
 
@@ -486,13 +459,20 @@ class App:
                               periodics=list(self.periodics.values()),
                               middleware=self.server_middleware, hooks=self.hooks,
                               limiters={name: limiter.spec
-                                        for name, limiter in self.limiters.items()})
-            async with anyio.create_task_group() as tg:
-                await tg.start(manager.run)
-                try:
-                    yield manager
-                finally:
-                    manager.stop()
+                                        for name, limiter in self.limiters.items()},
+                              lifespan=self._lifespan)
+            try:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(manager.run)
+                    try:
+                        yield manager
+                    finally:
+                        manager.stop()
+            except BaseExceptionGroup as group:  # the lifespan's failure, as itself
+                failed = [leaf for leaf in group.exceptions if isinstance(leaf, LifespanFailed)]
+                if failed:
+                    raise failed[0] from failed[0].__cause__
+                raise
         finally:
             with anyio.CancelScope(shield=True):
                 await store.aclose()

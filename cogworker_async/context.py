@@ -19,7 +19,11 @@ import math
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
+
+from cogworker_async import lifespan
+
+T = TypeVar("T")
 
 MAX_INFO_BYTES: Final = 64 * 1024
 """Largest progress ``info`` (as JSON): it is written to Redis, over and over."""
@@ -80,6 +84,21 @@ class JobContext:
     payload: dict[str, Any] = field(repr=False)
     _orphanings: Callable[[], Awaitable[int]] = field(repr=False)
     _control: RunControl = field(default=NO_CONTROL, repr=False)
+
+    @property
+    def state(self) -> Any:
+        """What the worker's lifespan yielded (``@jobs.lifespan``): the resources its jobs
+        share, a pool or a client; None when the App has no lifespan."""
+        return lifespan.STATE.get()
+
+    def state_as(self, kind: type[T]) -> T:
+        """``state``, typed: a TypeError if the lifespan yielded something else (a typo
+        in a test's fake state, a lifespan that yields a dict where a class is meant)."""
+        found = lifespan.STATE.get()
+        if not isinstance(found, kind):
+            raise TypeError(f"the lifespan's state is {type(found).__name__}, not "
+                            f"{kind.__name__}")
+        return found
 
     @property
     def cancel_requested(self) -> bool:

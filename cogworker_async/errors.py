@@ -3,6 +3,7 @@
     CogworkerError
     ├── ConfigurationError          bad settings, missing extra, unusable server
     │   └── EmbeddedServerError     the embedded server could not start
+    ├── LifespanFailed              ``@jobs.lifespan`` raised as it was entered (no job taken)
     ├── SerializationError (+TypeError)   arguments not JSON, raised at enqueue
     ├── PayloadTooLarge (+ValueError)     encoded job over max_payload_bytes, at enqueue
     ├── UnknownJob                  a payload names no registered job (filed in dead)
@@ -35,6 +36,11 @@ class ConfigurationError(CogworkerError):
 
 class EmbeddedServerError(ConfigurationError):
     """The embedded Redis-compatible server could not be started or reached."""
+
+
+class LifespanFailed(CogworkerError):
+    """The worker's lifespan (``@jobs.lifespan``) raised as it was entered: the worker
+    stopped before it registered or took a job. The lifespan's error is the cause."""
 
 
 class SerializationError(CogworkerError, TypeError):

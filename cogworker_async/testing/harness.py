@@ -33,6 +33,7 @@ import anyio
 from cogworker_async import job
 from cogworker_async.client import Client, Push
 from cogworker_async.definition import JobDefinition, JobOptions
+from cogworker_async.lifespan import Lifespan, entered
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
@@ -61,8 +62,11 @@ class Testing:
     """The testing helpers of one App (``jobs.testing``)."""
 
     def __init__(self, registry: Mapping[str, JobDefinition], settings: Settings,
-                 client: Client, middleware: Sequence[ServerMiddleware], hooks: Hooks) -> None:
+                 client: Client, middleware: Sequence[ServerMiddleware], hooks: Hooks,
+                 lifespan: Callable[[], Lifespan | None] = lambda: None) -> None:
         self._registry = registry
+        self._lifespan = lifespan
+        """The App's lifespan as it is when a drain or an inline run starts."""
         self._settings = settings
         self._client = client
         self._middleware = middleware
@@ -160,13 +164,14 @@ class Testing:
             raise RuntimeError("drain() runs the jobs of a jobs.testing.fake() block")
         worker = self._worker()
         made: list[Run] = []
-        for _ in range(max_runs):
-            entry = self._world.take(scheduled=include_scheduled, retries=include_retries)
-            if entry is None:
-                return made
-            run = await worker.run(entry)
-            if run is not None:
-                made.append(run)
+        async with entered(self._lifespan()):  # as a worker process does, around its runs
+            for _ in range(max_runs):
+                entry = self._world.take(scheduled=include_scheduled, retries=include_retries)
+                if entry is None:
+                    return made
+                run = await worker.run(entry)
+                if run is not None:
+                    made.append(run)
         if self._world.next_due(scheduled=include_scheduled, retries=include_retries) is None:
             return made
         raise TooManyRuns(f"drain() made {max_runs} runs and jobs are still due (a job that "
@@ -257,7 +262,11 @@ class Testing:
                               "enqueues itself forever?)")
         self._depth += 1
         try:
-            await self._worker().run_now(entry)
+            if self._depth > 1:  # inside an outer inline run: its lifespan holds
+                await self._worker().run_now(entry)
+            else:
+                async with entered(self._lifespan()):
+                    await self._worker().run_now(entry)
         finally:
             self._depth -= 1
 

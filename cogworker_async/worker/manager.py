@@ -30,6 +30,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import why
+from cogworker_async.lifespan import Lifespan, entered
 from cogworker_async.limiter import LimitSpec
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.periodic import Periodic
@@ -99,8 +100,11 @@ class Manager:
         middleware: Sequence[ServerMiddleware] = (),
         hooks: Hooks | None = None,
         limiters: Mapping[str, LimitSpec] | None = None,
+        lifespan: Lifespan | None = None,
     ) -> None:
         self.settings = settings
+        self.lifespan = lifespan
+        """``@jobs.lifespan``: entered before anything else, exited after everything."""
         self.limiters = dict(limiters or {})
         """The App's limiters, registered at start (``_register_limiters``)."""
         self.store = store
@@ -238,16 +242,19 @@ class Manager:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Work until ``stop()``; ready (``task_status.started()``) once it can fetch.
         The metrics server, if any, listens first: a port in use stops the start before
-        this process is registered anywhere."""
-        if self.metrics is None:
-            await self._work(task_status=task_status)
-            return
-        async with anyio.create_task_group() as metrics:
-            await metrics.start(self.metrics.serve)
-            try:
+        this process is registered anywhere. The lifespan (``lifespan.py``) is entered
+        before all of it — a lifespan that raises stops the worker before it took a job —
+        and exited once the last job has settled and the process has left."""
+        async with entered(self.lifespan):
+            if self.metrics is None:
                 await self._work(task_status=task_status)
-            finally:
-                metrics.cancel_scope.cancel()
+                return
+            async with anyio.create_task_group() as metrics:
+                await metrics.start(self.metrics.serve)
+                try:
+                    await self._work(task_status=task_status)
+                finally:
+                    metrics.cancel_scope.cancel()
 
     async def _warn_of_unknown_queues(self) -> None:
         """Say so, once at start, of each served queue that no job of the App uses and
