@@ -201,8 +201,10 @@ class Queues:
         waiting = await admin.waiting_counts(names)
         pauses = await admin.store.pauses(names)
         now = await admin.now()
+        demands = await admin.queue_demand(names, now)
         infos = []
-        for name, head, held in zip(names, heads, waiting, strict=True):
+        for name, head, held, (due, running) in zip(names, heads, waiting, demands,
+                                                    strict=True):
             latency = 0.0
             if head.oldest is not None:
                 enqueued = JobRecord.read(head.oldest).stamp("enqueued_at")
@@ -210,7 +212,8 @@ class Queues:
             pause = pauses.get(name)
             infos.append(QueueInfo(name, head.size, latency,
                                    pause.since if pause is not None else None, held,
-                                   head.by_priority, head.by_group))
+                                   head.by_priority, head.by_group, due, running,
+                                   head.size + due + running))
         return infos
 
     async def pause(self, name: str) -> bool:

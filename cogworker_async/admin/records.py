@@ -303,6 +303,14 @@ class QueueInfo:
     by_group: Mapping[str, int] = field(default_factory=dict)
     """Jobs waiting per fair group (``options(group=...)``), for the groups that have
     some, in turn order (``size`` counts them too)."""
+    due: int = 0
+    """Scheduled and retry jobs of the queue due now: a worker moves them onto it at
+    its next poll (and none will while no worker runs)."""
+    running: int = 0
+    """Jobs of the queue on the in-progress lists of the processes serving it."""
+    demand: int = 0
+    """``size + due + running``: the work the queue has now, what an autoscaler scales
+    on (``cogworker_queue_demand``); jobs waiting for their parents are not in it."""
 
     @property
     def paused(self) -> bool:

@@ -12,6 +12,10 @@ as the dashboard reads them, at each scrape:
 - ``cogworker_queue_paused{queue}``: 1 while the queue is paused (``App.pause``), else 0.
 - ``cogworker_jobs_waiting_for_parents{queue}``: the queue's jobs waiting for their
   parents (``options(after=[...])``): not on its list yet, so not in its size.
+- ``cogworker_queue_demand{queue}``: the work the queue has now — waiting, plus its
+  scheduled and retry jobs due (read, never promoted: they count with no worker
+  running), plus running — what an autoscaler scales on (KEDA, an HPA:
+  docs/guides/deploying.md).
 - ``cogworker_scheduled_size``, ``cogworker_retry_size``, ``cogworker_dead_size``: the
   sets, summed over queues.
 - ``cogworker_processes``: worker processes alive (beating).
@@ -123,13 +127,18 @@ def families(gauges: SystemGauges | None) -> list[Metric]:
     waiting = GaugeMetricFamily("cogworker_jobs_waiting_for_parents",
                                 "Jobs of the queue waiting for their parents (after=).",
                                 labels=["queue"])
+    demand = GaugeMetricFamily("cogworker_queue_demand",
+                               "Jobs of the queue to run now: waiting, due (scheduled and "
+                               "retries), and running. Scale workers on it.",
+                               labels=["queue"])
     for queue in gauges.queues:
         size.add_metric([queue.name], queue.size)
         latency.add_metric([queue.name], queue.latency)
         paused.add_metric([queue.name], 1 if queue.paused else 0)
         waiting.add_metric([queue.name], queue.waiting_for_parents)
+        demand.add_metric([queue.name], queue.demand)
     return [
-        up, size, latency, paused, waiting,
+        up, size, latency, paused, waiting, demand,
         GaugeMetricFamily("cogworker_scheduled_size", "Jobs scheduled for later.",
                           value=gauges.scheduled),
         GaugeMetricFamily("cogworker_retry_size", "Failed jobs waiting for their retry.",

@@ -82,6 +82,7 @@ class Admin:
     queue_lists = Via("lists", QueueReads.queue_lists)
     queue_heads = Via("lists", QueueReads.queue_heads)
     groups_running = Via("lists", QueueReads.groups_running)
+    queue_demand = Via("lists", QueueReads.queue_demand)
     queue_window = Via("lists", QueueReads.queue_window)
     queue_ends = Via("lists", QueueReads.queue_ends)
     queue_remove = Via("lists", QueueReads.queue_remove)

@@ -29,6 +29,7 @@ SHORT_BOUND: Final = 0.5
 """Seconds a read may take in the outage tests (the real bound is longer)."""
 SYSTEM_GAUGES: Final = {"cogworker_queue_size", "cogworker_queue_latency_seconds",
                         "cogworker_queue_paused", "cogworker_jobs_waiting_for_parents",
+                        "cogworker_queue_demand",
                         "cogworker_scheduled_size", "cogworker_retry_size",
                         "cogworker_dead_size", "cogworker_processes",
                         "cogworker_batches_open"}
@@ -147,3 +148,63 @@ async def test_a_redis_that_does_not_answer_is_up_0_within_the_bound(
     warnings = [r for r in caplog.records
                 if r.levelno >= logging.WARNING and READING in r.getMessage()]
     assert len(warnings) == 1
+
+
+async def test_demand_counts_due_jobs_with_no_worker_and_a_worker_then_runs_them(
+        redis_url: str, namespace: str) -> None:
+    """With zero workers, jobs scheduled 1 s ahead enter ``cogworker_queue_demand`` once
+    due (the sets are read, nothing is promoted): a scaler wakes a worker for them,
+    which runs them."""
+    app = App(redis_url, namespace=namespace, poll_interval=0.05, track_jobs=False)
+    ran: list[int] = []
+
+    @app.job(name="later")
+    async def later(n: int) -> None:
+        ran.append(n)
+
+    insp = Inspector(app)
+    try:
+        for n in range(10):
+            await later.enqueue_in(1.0, n)
+        before = parse((await render(insp))[0].decode())
+        assert value(before, "cogworker_queue_demand", queue="default") == 0  # not due yet
+        await wait_until(lambda: _demand_is(insp, 10), timeout=10)
+        assert value(parse((await render(insp))[0].decode()), "cogworker_queue_size",
+                     queue="default") == 0  # still in the schedule: nobody promoted them
+        async with app.worker():
+            await wait_until(lambda: len(ran) == 10, timeout=10)
+        assert sorted(ran) == list(range(10))
+        assert await _demand_is(insp, 0)
+    finally:
+        await app.close()
+
+
+async def test_demand_counts_the_jobs_running(redis_url: str, namespace: str) -> None:
+    app = App(redis_url, namespace=namespace, poll_interval=0.05)
+    gate = anyio.Event()
+
+    @app.job(name="hold")
+    async def hold() -> None:
+        await gate.wait()
+
+    insp = Inspector(app)
+    try:
+        await hold.enqueue()
+        await hold.enqueue()
+        async with app.worker(concurrency=1):
+            await wait_until(lambda: _running_is(insp, 1), timeout=10)
+            [info] = await insp.queues.infos(["default"])
+            assert (info.size, info.due, info.running, info.demand) == (1, 0, 1, 2)
+            gate.set()
+    finally:
+        await app.close()
+
+
+async def _demand_is(insp: Inspector, wanted: int) -> bool:
+    samples = parse((await render(insp))[0].decode())
+    return value(samples, "cogworker_queue_demand", queue="default") == wanted
+
+
+async def _running_is(insp: Inspector, wanted: int) -> bool:
+    [info] = await insp.queues.infos(["default"])
+    return info.running == wanted
