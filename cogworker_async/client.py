@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 __all__ = ["Client", "Push", "Sink", "epoch_from", "seconds_from"]  # the times: re-exported
 
-
 @dataclass(slots=True)
 class Push:
     """One prepared job on its way to Redis (or to a ``Sink``)."""
@@ -431,18 +430,38 @@ class Client:
             caller = self._tracer.current() if self._tracer is not None else None
             return self.sink.run_sync(partial(self._enqueue_now, definition, options, args,
                                               kwargs, caller))
+        # The private loop does not see this thread's context: the enqueue's span is
+        # made a child of the caller's (a sync web framework's request span) by hand.
+        caller = self._tracer.current() if self._tracer is not None else None
+        jid: str | None = self._private_loop().call(self._enqueue_now, definition, options,
+                                                    args, kwargs, caller)
+        return jid
+
+    def _private_loop(self) -> BlockingPortal:
+        """The event loop thread of the sync calls, started on first use."""
         with self._portal_lock:
             if self._portal is None:
                 self._resolve_url()  # an embedded server starts from the caller's thread
                 self._portal_cm = start_blocking_portal()
                 self._portal = self._portal_cm.__enter__()
-            portal = self._portal
-        # The private loop does not see this thread's context: the enqueue's span is
-        # made a child of the caller's (a sync web framework's request span) by hand.
-        caller = self._tracer.current() if self._tracer is not None else None
-        jid: str | None = portal.call(self._enqueue_now, definition, options, args, kwargs,
-                                      caller)
-        return jid
+            return self._portal
+
+    async def prepare(self, definition: JobDefinition, options: JobOptions,
+                      args: Sequence[Any], kwargs: Mapping[str, Any]) -> Push | None:
+        """A job checked and built as ``enqueue`` would push it now, not pushed: what the
+        outbox writes in the caller's transaction (``outbox.py``); None: refused."""
+        if options.unique is not None or options.after or options.jid is not None \
+                or dedup.mode_of(options) is not None:
+            raise ValueError(f"{definition.name}: a unique, after=, dedup or chosen-jid "
+                             "job is decided as it is pushed: it cannot wait in an outbox")
+        return await self._prepare(definition, options, args, kwargs)
+
+    def prepare_sync(self, definition: JobDefinition, options: JobOptions,
+                     args: Sequence[Any], kwargs: Mapping[str, Any]) -> Push | None:
+        """``prepare`` from code that is not async (on the private event loop)."""
+        found: Push | None = self._private_loop().call(self.prepare, definition, options,
+                                                       args, kwargs)
+        return found
 
     async def _enqueue_now(
         self,

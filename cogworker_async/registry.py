@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from cogworker_async import signature
-from cogworker_async.client import Client, epoch_from, seconds_from
+from cogworker_async.client import Client, Push, epoch_from, seconds_from
 from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
 from cogworker_async.signature import Signature
 
@@ -105,6 +105,15 @@ class Enqueuer(Generic[P]):
         """Enqueue many runs in one round trip: ``[(args, kwargs), ...]``; returns jids
         (None for a unique job's duplicate)."""
         return await self._client.enqueue_many(self._definition, self._options, calls)
+
+    async def prepared(self, /, *args: P.args, **kwargs: P.kwargs) -> Push | None:
+        """One run checked and built as ``enqueue`` would push it, not pushed (the
+        outbox writes it in the caller's transaction: ``outbox.py``)."""
+        return await self._client.prepare(self._definition, self._options, args, kwargs)
+
+    def prepared_sync(self, /, *args: P.args, **kwargs: P.kwargs) -> Push | None:
+        """``prepared`` for code that is not async."""
+        return self._client.prepare_sync(self._definition, self._options, args, kwargs)
 
     def enqueue_sync(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         """``enqueue`` for code that is not async (scripts, sync web frameworks)."""

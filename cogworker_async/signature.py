@@ -28,6 +28,10 @@ class Enqueuer(Protocol):
 
     async def enqueue(self, /, *args: Any, **kwargs: Any) -> str | None: ...
 
+    async def prepared(self, /, *args: Any, **kwargs: Any) -> Any: ...
+
+    def prepared_sync(self, /, *args: Any, **kwargs: Any) -> Any: ...
+
     def options(self, *, keep_result: float | None = None, after: Iterable[str] | None = None,
                 pass_result: bool | None = None) -> Enqueuer: ...
 
@@ -54,6 +58,16 @@ class Signature:
     async def enqueue(self) -> str | None:
         """Enqueue this run now; its jid."""
         return await self.enqueuer.enqueue(*self.args, **self.kwargs)
+
+    async def prepared(self) -> Any:
+        """This run checked and built as an enqueue would push it (``client.Push``: its
+        queue, raw job and jid), not pushed (``outbox.py``); None if a middleware
+        refused it."""
+        return await self.enqueuer.prepared(*self.args, **self.kwargs)
+
+    def prepared_sync(self) -> Any:
+        """``prepared`` for code that is not async."""
+        return self.enqueuer.prepared_sync(*self.args, **self.kwargs)
 
     def stored(self) -> dict[str, Any]:
         """What a batch keeps of it, to enqueue when it ends (``batch_relay.py``)."""

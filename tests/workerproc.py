@@ -44,7 +44,7 @@ class WorkerProcess:
         self.log_path = Path(path)
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> WorkerProcess:
+    def start(self, command: str = "run") -> WorkerProcess:
         env = dict(os.environ)
         env.pop("COGWORKER_REDIS_URL", None)
         env.update({
@@ -54,9 +54,9 @@ class WorkerProcess:
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,
         })
-        command = [sys.executable, "-m", "cogworker_async", "run", self.target, *self.args]
+        argv = [sys.executable, "-m", "cogworker_async", command, self.target, *self.args]
         with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
+            self.process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log,
                                             stderr=subprocess.STDOUT)
         return self
 

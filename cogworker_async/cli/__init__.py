@@ -137,6 +137,7 @@ def _every_command() -> typer.Typer:
     from cogworker_async.cli import job as job_command
     from cogworker_async.cli import metrics as metrics_commands
     from cogworker_async.cli import migrate as migrate_command
+    from cogworker_async.cli import outbox as outbox_command
     from cogworker_async.cli import web as web_command
 
     every = _typer()
@@ -147,6 +148,7 @@ def _every_command() -> typer.Typer:
     metrics_commands.register(every, load_app)  # metrics-summary (runs per job class)
     job_command.register(every, load_app)  # job JID [--cancel]: one job's status record
     batch_command.register(every, load_app)  # batch BID [--cancel]: one batch's status
+    outbox_command.register(every, load_app)  # outbox-relay: the outbox relay alone
     metrics_commands.register_exporter(every, load_app)  # metrics: the system-wide gauges
     embedded_commands.register(every, load_app)  # embedded start|status|stop
     every.command()(version)

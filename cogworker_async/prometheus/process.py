@@ -119,6 +119,10 @@ class Gauges(Protocol):
     def pending(self) -> int: ...
     @property
     def loop_lag(self) -> float: ...
+    @property
+    def outbox_rows(self) -> int | None: ...
+    @property
+    def outbox_lag(self) -> float | None: ...
 
 
 class Tally:
@@ -192,6 +196,13 @@ def vitals_families(now: Gauges) -> list[Metric]:
         GaugeMetricFamily("cogworker_loop_lag_seconds",
                           "How late the event loop last woke up, in seconds.",
                           value=now.loop_lag),
+        *([] if now.outbox_rows is None else [
+            GaugeMetricFamily("cogworker_outbox_backlog",
+                              "Outbox rows committed and not yet relayed to Redis.",
+                              value=now.outbox_rows),
+            GaugeMetricFamily("cogworker_outbox_lag_seconds",
+                              "Seconds the oldest outbox row has waited for the relay.",
+                              value=now.outbox_lag or 0.0)]),
     ]
 
 

@@ -57,7 +57,7 @@ from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch
 from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
 from cogworker_async.worker.hooks import HookRunner, Hooks
 from cogworker_async.worker.ledger import Ledger
-from cogworker_async.worker.observers import Observers, Vitals, process_metrics
+from cogworker_async.worker.observers import Observers, Vitals, process_metrics, relay_of
 from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor
 from cogworker_async.worker.reconcile import Reconciler
@@ -105,6 +105,8 @@ class Manager:
         self.settings = settings
         self.lifespan = lifespan
         """``@jobs.lifespan``: entered before anything else, exited after everything."""
+        self.outbox = relay_of(settings, store)
+        """The outbox relay (``App(outbox=...)``), None without one."""
         self.limiters = dict(limiters or {})
         """The App's limiters, registered at start (``_register_limiters``)."""
         self.store = store
@@ -301,6 +303,8 @@ class Manager:
                 if self.relay is not None:
                     upkeep.start_soon(self.relay.run)
                 upkeep.start_soon(self.cron.run)
+                if self.outbox is not None:
+                    upkeep.start_soon(self.outbox.run)
                 upkeep.start_soon(self.stats.run)
                 if self.hooks is not None:
                     upkeep.start_soon(self.hooks.run)
@@ -378,5 +382,8 @@ class Manager:
 
     def vitals(self) -> Vitals:
         """This process's gauges, right now (safe from a metrics server's thread)."""
+        backlog = self.outbox.backlog if self.outbox is not None else None
         return Vitals(busy=self.ledger.busy, concurrency=self.settings.concurrency,
-                      pending=len(self.ledger.pending), loop_lag=self.lag.latest)
+                      pending=len(self.ledger.pending), loop_lag=self.lag.latest,
+                      outbox_rows=backlog.rows if backlog else None,
+                      outbox_lag=backlog.lag if backlog else None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from anyio.abc import TaskStatus
 
@@ -25,6 +25,10 @@ from cogworker_async.context import JobContext
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.settings import Settings
 from cogworker_async.worker.outcome import Ack, Disposition, Filing
+
+if TYPE_CHECKING:
+    from cogworker_async.redis.store import Store
+    from cogworker_async.worker.outbox_relay import OutboxRelay
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +196,10 @@ class Vitals:
     """Outcomes decided but not yet settled in Redis (it is away)."""
     loop_lag: float
     """Seconds the event loop woke up late, last measured."""
+    outbox_rows: int | None = None
+    """Outbox rows not yet relayed, at the relay's last look (None: no outbox here)."""
+    outbox_lag: float | None = None
+    """Seconds the oldest of them has waited."""
 
 
 class ProcessMetrics(Protocol):
@@ -204,6 +212,16 @@ class ProcessMetrics(Protocol):
 
     async def serve(self, *, task_status: TaskStatus[None]) -> None:
         """Listen (then report started), serve until cancelled, close."""
+
+
+def relay_of(settings: Settings, store: Store) -> OutboxRelay | None:
+    """The outbox relay if ``settings.outbox`` asks for one (the ``outbox`` extra,
+    SQLAlchemy, imported only then), else None."""
+    if settings.outbox is None:
+        return None
+    from cogworker_async.worker.outbox_relay import OutboxRelay
+
+    return OutboxRelay(settings.outbox, store)
 
 
 def process_metrics(settings: Settings, vitals: Callable[[], Vitals],

@@ -1,0 +1,119 @@
+"""Transactional enqueue: a job written in the caller's own database transaction, pushed
+to Redis by a relay once that transaction has committed — nothing if it rolled back,
+exactly one job if it committed.
+
+    async with session.begin():                       # SQLAlchemy, async or sync
+        session.add(order)
+        await outbox.enqueue(session, send_receipt.s(order.id))
+
+A job enqueued before the commit can run on data that is not there (or never will be);
+one enqueued after is lost if the process dies in between. Here the job is a row of the
+outbox table (``outbox_table()``, in the application's database: create it with its
+other tables, ``metadata.create_all`` or a migration), written by the caller's session
+in the caller's transaction, and checked at the call as any enqueue is (its arguments,
+JSON, size; through the client middleware). Each row carries its jid.
+
+The relay (``worker/outbox_relay.py``: inside workers with ``App(outbox=Outbox(engine))``,
+or alone, ``cogworker-async outbox-relay app:jobs``) pushes rows to Redis and deletes
+them. The push refuses a jid that was ever enqueued (the ``once`` marker of
+``lua/enqueue.lua``), so a relay that dies between a push and the row's delete pushes the
+same jid again next time, is refused, and deletes the row: each row becomes exactly one
+job. Several relays may run: each takes rows ``FOR UPDATE SKIP LOCKED`` where the
+database has it (PostgreSQL, MySQL 8); SQLite has one writer anyway.
+
+Needs the ``outbox`` extra (SQLAlchemy 2). Jobs that are decided as they are pushed —
+unique, ``after=``, dedup modes, a chosen jid — cannot wait in an outbox (a ValueError).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import BigInteger, Column, Float, Integer, LargeBinary, MetaData, String, Table
+from sqlalchemy import insert as sql_insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from cogworker_async.signature import Signature
+
+TABLE_NAME: Final = "cogworker_outbox"
+RELAY_BATCH: Final = 100
+"""Rows one relay pass takes (and holds locked while it pushes them)."""
+RELAY_INTERVAL: Final = 0.2
+"""Seconds a relay waits after a pass that found fewer rows than a batch."""
+
+
+def outbox_table(metadata: MetaData | None = None, name: str = TABLE_NAME) -> Table:
+    """The outbox table, on ``metadata`` (your models' own, so that ``create_all`` and
+    Alembic's autogenerate see it): id, jid (unique), queue, job (the raw job, as it
+    will be pushed), created_at (epoch s: the relay's lag)."""
+    return Table(
+        name, metadata if metadata is not None else MetaData(),
+        Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+               autoincrement=True),
+        Column("jid", String(64), nullable=False, unique=True),
+        Column("queue", String(255), nullable=False),
+        Column("job", LargeBinary, nullable=False),
+        Column("created_at", Float, nullable=False),
+    )
+
+
+DEFAULT_TABLE: Final = outbox_table()
+"""The table ``enqueue`` writes unless given another (``cogworker_outbox``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outbox:
+    """Where the relay reads: ``App(outbox=Outbox(engine))`` relays inside each worker
+    process, ``cogworker-async outbox-relay`` alone. The engine is an async one
+    (``create_async_engine``: ``postgresql+asyncpg``, ``sqlite+aiosqlite``, ...)."""
+
+    engine: AsyncEngine
+    table: Table = DEFAULT_TABLE
+    batch: int = RELAY_BATCH
+    interval: float = RELAY_INTERVAL
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, AsyncEngine):
+            raise TypeError("Outbox takes an async engine (sqlalchemy.ext.asyncio."
+                            f"create_async_engine), not {type(self.engine).__name__}")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) \
+                or not 0 < self.batch <= 10_000:
+            raise ValueError(f"batch must be an int from 1 to 10,000, got {self.batch!r}")
+
+
+def _row(push: Any) -> dict[str, Any]:
+    return {"jid": push.jid, "queue": push.queue, "job": push.raw, "created_at": time.time()}
+
+
+def _checked(signature: object) -> Signature:
+    if not isinstance(signature, Signature):
+        raise TypeError(f"outbox.enqueue takes a signature (job.s(*args, **kwargs)), not "
+                        f"{type(signature).__name__}")
+    if signature.incomplete is not None:
+        raise TypeError(f"{signature.name}: {signature.incomplete}")
+    return signature
+
+
+async def enqueue(session: Any, signature: Signature, *, table: Table = DEFAULT_TABLE
+                  ) -> str | None:
+    """Write ``signature``'s job as a row of the outbox, through ``session`` (an
+    ``AsyncSession`` or ``AsyncConnection``), in its transaction: pushed by the relay
+    once it commits, never if it rolls back. Returns its jid (None: a client middleware
+    refused the job)."""
+    push = await _checked(signature).prepared()
+    if push is None:
+        return None
+    await session.execute(sql_insert(table).values(**_row(push)))
+    return str(push.jid)
+
+
+def enqueue_sync(session: Any, signature: Signature, *, table: Table = DEFAULT_TABLE
+                 ) -> str | None:
+    """``enqueue`` through a sync ``Session`` or ``Connection``."""
+    push = _checked(signature).prepared_sync()
+    if push is None:
+        return None
+    session.execute(sql_insert(table).values(**_row(push)))
+    return str(push.jid)
