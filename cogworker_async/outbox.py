@@ -6,6 +6,10 @@ exactly one job if it committed.
         session.add(order)
         await outbox.enqueue(session, send_receipt.s(order.id))
 
+    with transaction.atomic():                        # Django
+        order.save()
+        outbox.enqueue_django(send_receipt.s(order.id))
+
 A job enqueued before the commit can run on data that is not there (or never will be);
 one enqueued after is lost if the process dies in between. Here the job is a row of the
 outbox table (``outbox_table()``, in the application's database: create it with its
@@ -116,4 +120,34 @@ def enqueue_sync(session: Any, signature: Signature, *, table: Table = DEFAULT_T
     if push is None:
         return None
     session.execute(sql_insert(table).values(**_row(push)))
+    return str(push.jid)
+
+
+DJANGO_DIALECTS: Final = {"postgresql": "postgresql", "sqlite": "sqlite", "mysql": "mysql",
+                          "oracle": "oracle"}
+"""Django's database vendor -> the SQLAlchemy dialect that writes its SQL."""
+
+
+def enqueue_django(signature: Signature, *, using: str = "default",
+                   table: Table = DEFAULT_TABLE) -> str | None:
+    """``enqueue`` through Django's connection ``using``, in its transaction (inside
+    ``transaction.atomic()``: pushed by the relay once it commits, never if it rolls
+    back). The statement is SQLAlchemy's, written for the connection's database and run
+    on Django's own cursor, so it is part of whatever Django has open."""
+    from django.db import connections  # type: ignore[import-untyped]  # Django: only here
+    from sqlalchemy.dialects import registry
+
+    push = _checked(signature).prepared_sync()
+    if push is None:
+        return None
+    connection = connections[using]
+    vendor = DJANGO_DIALECTS.get(connection.vendor)
+    if vendor is None:
+        raise ValueError(f"the outbox does not know Django's {connection.vendor!r} database")
+    # Django's cursors take %s placeholders whatever the database: the "format" style.
+    dialect = registry.load(vendor)(paramstyle="format")
+    compiled = sql_insert(table).values(**_row(push)).compile(dialect=dialect)
+    order = compiled.positiontup or []
+    with connection.cursor() as cursor:
+        cursor.execute(str(compiled), [compiled.params[name] for name in order])
     return str(push.jid)
