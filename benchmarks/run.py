@@ -104,7 +104,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
 DEFAULT_SYSTEMS = list(SYSTEMS)
 
 SCENARIOS = ["enqueue", "bulk", "noop", "processes", "latency", "sleep", "memory", "cluster",
-             "durability", "metrics", "flow", "ordering"]
+             "durability", "metrics", "flow", "ordering", "outbox"]
 CLUSTER_SCRIPT = HERE / "cluster.py"
 """The ``cluster`` scenario (ours only, on its own servers): benchmarks/cluster.py."""
 DURABILITY_SCRIPT = HERE / "durability.py"
@@ -115,7 +115,9 @@ FLOW_SCRIPT = HERE / "flow_cost.py"
 """The ``flow`` scenario (ours only, on its own server): benchmarks/flow_cost.py."""
 ORDERING_SCRIPT = HERE / "ordering_cost.py"
 """The ``ordering`` scenario (ours only, on its own server): benchmarks/ordering_cost.py."""
-OWN_SERVERS = ("cluster", "durability", "metrics", "flow", "ordering")
+OUTBOX_SCRIPT = HERE / "outbox_lag.py"
+"""The ``outbox`` scenario (ours only, on its own server): benchmarks/outbox_lag.py."""
+OWN_SERVERS = ("cluster", "durability", "metrics", "flow", "ordering", "outbox")
 """Scenarios run by a script of their own, on their own servers (after the others)."""
 FLEET = 2
 """Worker processes in the ``processes`` scenario (this machine has 2 cores)."""
@@ -1201,12 +1203,13 @@ def main() -> int:
                 profile_text = f"(profile failed: {exc})"
     finally:
         redis.stop()
-    cluster_text, durability_text, metrics_text, flow_text, ordering_text = own_scenarios(
-        args, sizes, bench, errors, scenarios)
+    (cluster_text, durability_text, metrics_text, flow_text, ordering_text,
+     outbox_text) = own_scenarios(args, sizes, bench, errors, scenarios)
     finished = dt.datetime.now().astimezone()
     report = render(args, sizes, systems, results, errors, command, started, finished,
                     load_before, os.getloadavg(), redis_version, profile_text,
-                    cluster_text, durability_text, metrics_text, flow_text, ordering_text)
+                    cluster_text, durability_text, metrics_text, flow_text, ordering_text,
+                    outbox_text)
     print(report)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     raw = RESULTS_DIR / f"{bench.stamp}.json"
@@ -1220,11 +1223,11 @@ def main() -> int:
 
 
 def own_scenarios(args: argparse.Namespace, sizes: Sizes, bench: Bench, errors: list[str],
-                  scenarios: list[str]) -> tuple[str, str, str, str, str]:
+                  scenarios: list[str]) -> tuple[str, str, str, str, str, str]:
     """The scenarios run by a script of their own (``OWN_SERVERS``), each one's Markdown
     ("" where it was not asked for, or failed)."""
     if OURS not in args.systems.split(","):
-        return "", "", "", "", ""
+        return "", "", "", "", "", ""
     texts = dict.fromkeys(OWN_SERVERS, "")
     if "cluster" in scenarios:
         texts["cluster"] = run_cluster(args, sizes, bench, errors)
@@ -1233,11 +1236,12 @@ def own_scenarios(args: argparse.Namespace, sizes: Sizes, bench: Bench, errors: 
     for name, what, script in (
             ("metrics", "metrics off vs on (metrics_port)", METRICS_SCRIPT),
             ("flow", "queue limits and limiters vs plain", FLOW_SCRIPT),
-            ("ordering", "priorities and groups vs plain", ORDERING_SCRIPT)):
+            ("ordering", "priorities and groups vs plain", ORDERING_SCRIPT),
+            ("outbox", "the outbox relay's lag", OUTBOX_SCRIPT)):
         if name in scenarios:
             texts[name] = run_script(name, what, script, args, bench, errors)
     return (texts["cluster"], texts["durability"], texts["metrics"], texts["flow"],
-            texts["ordering"])
+            texts["ordering"], texts["outbox"])
 
 
 def run_cluster(args: argparse.Namespace, sizes: Sizes, bench: Bench,
@@ -1303,7 +1307,7 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
            started: dt.datetime, finished: dt.datetime, load_before: tuple[float, ...],
            load_after: tuple[float, ...], redis_version: str, profile_text: str,
            cluster_text: str = "", durability_text: str = "", metrics_text: str = "",
-           flow_text: str = "", ordering_text: str = "") -> str:
+           flow_text: str = "", ordering_text: str = "", outbox_text: str = "") -> str:
     box = machine()
     kind = "QUICK smoke run (--quick: small N, 1 run)" if args.quick else \
         f"full run ({sizes.runs} runs, medians)"
@@ -1359,6 +1363,7 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
         ("Prometheus metrics: off vs on (ours)", metrics_text),
         ("Flow control: queue limits and limiters vs plain (ours)", flow_text),
         ("Who runs next: priorities and fair groups vs plain (ours)", ordering_text),
+        ("Enqueue with the commit: the outbox relay's lag (ours)", outbox_text),
     ]
     for heading, text in own_sections:
         lines += [f"## {heading}", "", text, ""] if text else []
@@ -1485,6 +1490,9 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         "over 100 fair groups, "
         "back to back in each run (order rotating); jobs/s, worker and Redis CPU per job, "
         "each ÷ the plain side (see `benchmarks/ordering_cost.py`).",
+        "- **outbox** (ours): jobs written with `outbox.enqueue`, one commit at a time at "
+        "a steady rate, relayed and run by one worker: p50/p99 of commit → job start (see "
+        "`benchmarks/outbox_lag.py`).",
         "",
         "Ratios are ours ÷ peer for rates and peer ÷ ours for times, CPU, latency, calls "
         "and memory: above 1 means ours is better.",
