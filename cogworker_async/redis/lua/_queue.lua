@@ -206,7 +206,8 @@ local function queue_library()
   -- next_in_ring: the list whose job goes next and its ring member (a group, or "" for
   -- the jobs without one), nil if none may go: the first member in turn that has a job
   -- waiting and, with a limit, fewer than it running. A member whose list is empty leaves
-  -- the ring; a group at its limit keeps its turn. Looks at members ten at a time:
+  -- the ring; a group at its limit keeps its turn. Looks at the first member, then at
+  -- members ten at a time:
   -- those passed over are at their limit (as many as the running jobs allow) or gone.
   local function next_in_ring(queue, seen, levels_seen, aging)
     local key = ring_key(queue)
@@ -214,9 +215,10 @@ local function queue_library()
       seen.plain = true -- the jobs without a group take their turn, at the back
       to_back(queue, "", "NX", redis.call)
     end
-    local offset = 0
+    local offset, page = 0, 1 -- the first member most often goes: one, then ten at a time
     while true do
-      local members = redis.call("ZRANGE", key, offset, offset + 9) -- most take the first
+      local members = redis.call("ZRANGE", key, offset, offset + page - 1)
+      page = 10
       if #members == 0 then return nil end
       local gone = 0
       for _, member in ipairs(members) do
