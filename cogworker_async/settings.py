@@ -9,14 +9,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Any, Final, Literal
 
 from cogworker_async.names import check_queue_name as check_queue_name  # re-exported
 from cogworker_async.priority import MAX_PRIORITY_AGING, PRIORITY_AGING
 from cogworker_async.retries import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
-
-if TYPE_CHECKING:
-    from cogworker_async.outbox import Outbox
 
 MAX_PAYLOAD_BYTES: Final = 512 * 1024
 """Default largest encoded job: enqueue refuses bigger, the worker files bigger in dead."""
@@ -139,8 +136,8 @@ class Settings:
     has waited this long is served as one level higher, and so on, so under a flood of
     higher-priority work a low one still runs (docs/guides/who-runs-next.md states the
     bound). None: a higher priority always goes first. Every process should agree."""
-    outbox: Outbox | None = None
-    """Relay this outbox (``outbox.Outbox(engine)``) inside each worker process: the
+    outbox: Any = None
+    """Relay this outbox (an ``outbox.Outbox(engine)``) inside each worker process: the
     jobs written by ``outbox.enqueue`` in the application's transactions are pushed
     once they commit (``cogworker-async outbox-relay`` runs the relay alone)."""
     group_limits: Mapping[str, int] = field(default_factory=dict)
@@ -199,12 +196,10 @@ class Settings:
         if self.fetch not in ("reliable", "basic"):
             raise ValueError(f"fetch must be 'reliable' or 'basic', not {self.fetch!r}")
         self._check_queue_limits()
-        if self.outbox is not None:
-            from cogworker_async.outbox import Outbox  # the outbox extra: only when used
-
-            if not isinstance(self.outbox, Outbox):
-                raise TypeError(f"outbox must be an outbox.Outbox(engine), not "
-                                f"{type(self.outbox).__name__}")
+        if self.outbox is not None and not hasattr(self.outbox, "engine"):
+            # (the Outbox class is the outbox extra's: not imported by the core)
+            raise TypeError(f"outbox must be an outbox.Outbox(engine), not "
+                            f"{type(self.outbox).__name__}")
         if self.durability not in (None, "replica", "aof"):
             raise ValueError("durability must be None, 'replica' or 'aof', "
                              f"not {self.durability!r}")
