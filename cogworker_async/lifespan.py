@@ -10,7 +10,9 @@ Entered in each worker process (each child of ``run --processes``, and a worker 
 with ``jobs.worker()``) before the worker registers or fetches anything: if entering
 raises, the worker stops with that error, having taken no job. Exited after the last
 job has settled, on a graceful and on a hard stop, shielded from cancellation and
-bounded by ``EXIT_TIMEOUT``. Jobs run in tasks (and, plain functions, threads) started
+bounded by ``EXIT_TIMEOUT``. (A plain-function job whose thread outlived its timeout or
+the shutdown deadline cannot be stopped: it may still be using what the lifespan made
+when the exit runs.) Jobs run in tasks (and, plain functions, threads) started
 inside it, so they read what it yielded through a context variable, as they read
 ``current_job()``. The testing helpers enter it around a ``drain()`` and an inline run.
 """

@@ -47,6 +47,7 @@ class OutboxRelay:
         self.relayed = 0
         """Rows pushed (or found pushed already) and deleted, since this relay started."""
         self._streak = Streak("relaying the outbox")
+        self._rows = Streak("pushing outbox rows")
 
     async def run(self) -> None:
         """Relay until cancelled: passes back to back while they find full batches, then
@@ -65,22 +66,38 @@ class OutboxRelay:
                 await anyio.sleep(self.outbox.interval)
 
     async def relay_once(self) -> int:
-        """One pass: the rows relayed."""
+        """One pass: the rows relayed. A row whose push raises is left for the next
+        pass (logged once per outage) and the pass goes on with the others: one row
+        Redis refuses (a permission, a key of another type on its queue) holds up no
+        other. If every push fails (Redis away), the first error is raised."""
         table = self.outbox.table
         async with self.outbox.engine.begin() as conn:
             rows = (await conn.execute(
                 select(table.c.id, table.c.jid, table.c.queue, table.c.job)
                 .order_by(table.c.id).limit(self.outbox.batch)
                 .with_for_update(skip_locked=True))).all()
+            done: list[int] = []
+            failure: Exception | None = None
             for row in rows:
-                # -1: the jid was pushed before (this row's earlier pass died before its
-                # delete committed): refused, nothing written; the row is done all the same
-                await self.store.enqueue(row.queue, [bytes(row.job)], jids=[row.jid],
-                                         chosen="once")
-            if rows:
-                await conn.execute(delete(table).where(table.c.id.in_([r.id for r in rows])))
-        self.relayed += len(rows)
-        return len(rows)
+                try:
+                    pushed = await self.store.enqueue(row.queue, [bytes(row.job)],
+                                                      jids=[row.jid], chosen="once")
+                except Exception as exc:
+                    failure = failure or exc
+                    self._rows.failed(exc)
+                    continue
+                if pushed < 0:  # pushed by an earlier pass that died before its delete
+                    log.info("outbox: jid=%s (queue %r) was pushed already: its row goes",
+                             row.jid, row.queue)
+                done.append(row.id)
+            if done:
+                await conn.execute(delete(table).where(table.c.id.in_(done)))
+        if rows and not done and failure is not None:
+            raise failure
+        if done:
+            self._rows.succeeded()
+        self.relayed += len(done)
+        return len(done)
 
     async def measure(self) -> Backlog:
         """How many rows wait, and the oldest's age: the relay's backlog and lag."""

@@ -251,3 +251,27 @@ async def _pushed_and_left(app: App, engine: AsyncEngine, namespace: str) -> int
         return 0
     on_queue = {p["jid"] for p in await queued(app, namespace)}
     return len(set(jids) & on_queue)
+
+
+async def test_a_row_redis_refuses_holds_up_no_other(
+    app: App, engine: AsyncEngine, namespace: str,
+) -> None:
+    """A row whose push keeps failing (here its queue's list holds another type) stays
+    for the next pass; the rows after it are relayed all the same."""
+    job = app_job(app)
+    client = app.store().client
+    await client.hset(Keys(namespace).queue("broken"), "planted", "by a test")
+    async with AsyncSession(engine) as session, session.begin():
+        stuck = await outbox_module.enqueue(session, job.options(queue="broken").s("stuck"))
+        fine = await outbox_module.enqueue(session, job.s("fine"))
+    relay = OutboxRelay(app.settings.outbox, app.store())
+
+    assert await relay.relay_once() == 1
+    assert [p["jid"] for p in await queued(app, namespace)] == [fine]
+    async with engine.connect() as conn:
+        left = [r.jid for r in (await conn.execute(
+            select(outbox_module.DEFAULT_TABLE.c.jid))).all()]
+    assert left == [stuck]
+    await client.delete(Keys(namespace).queue("broken"))  # mended: it goes on the next pass
+    assert await relay.relay_once() == 1
+    assert await rows(engine) == 0

@@ -83,6 +83,22 @@ local function queue_library()
     return call("ZADD", ring, only, turn, member)
   end
 
+  -- writable: whether ``raw`` can be pushed on ``queue``: its list and the key naming it
+  -- (the ring, the levels) are of their type or absent. Asked before a script writes
+  -- anything that promises the push (a once marker, a unique lock, a claimed tick), so
+  -- that a key of another type refuses the whole step rather than half of it.
+  local function writable(queue, raw)
+    local function fits(key, kind)
+      local found = redis.call("TYPE", key).ok
+      return found == kind or found == "none"
+    end
+    local name = group(raw)
+    if name then return fits(ring_key(queue), "zset") and fits(group_key(queue, name), "list") end
+    local level = priority(raw)
+    if level ~= 0 then return fits(levels_key(queue), "set") and fits(level_key(queue, level), "list") end
+    return fits(queue, "list")
+  end
+
   -- list_of: the list of ``queue`` that ``raw`` waits on (or would): its group's, else its
   -- priority's.
   local function list_of(queue, raw)
@@ -99,11 +115,12 @@ local function queue_library()
   local function push(queue, raw, front, call)
     local name = group(raw)
     if name then
-      local pushed = call(front and "RPUSH" or "LPUSH", group_key(queue, name), raw)
-      if type(pushed) == "table" and pushed.err then return pushed end
+      -- The ring first: a ring that cannot be written (another type) refuses the push
+      -- before the job is on a list no fetch would read; a member whose list then
+      -- fails to take the job is harmless (the fetch drops a member with nothing).
       local joined = to_back(queue, name, "NX", call) -- already in the ring: kept its turn
       if type(joined) == "table" and joined.err then return joined end
-      return pushed
+      return call(front and "RPUSH" or "LPUSH", group_key(queue, name), raw)
     end
     local level = priority(raw)
     if level ~= 0 then
@@ -259,7 +276,7 @@ local function queue_library()
   queue_library_made = {priority = priority, level_key = level_key, levels_key = levels_key,
                         push = push, levels = levels, next_list = next_list, group = group,
                         group_key = group_key, ring_key = ring_key, ring = ring,
-                        list_of = list_of,
+                        list_of = list_of, writable = writable,
                         next_in_ring = next_in_ring, turned = turned}
   return queue_library_made
 end

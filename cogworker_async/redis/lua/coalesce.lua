@@ -35,7 +35,12 @@ if latest and old then
     local list = queue_library().list_of(KEYS[2], old)
     local at = redis.pcall("LPOS", list, old)
     if type(at) == "number" then
-      redis.call("LSET", list, at, raw)
+      if queue_library().list_of(KEYS[2], raw) == list then
+        redis.call("LSET", list, at, raw) -- in place: its turn kept
+      else -- another group or priority now: on that list (written, then removed here)
+        queue_library().push(KEYS[2], raw, false, redis.call)
+        redis.call("LREM", list, 1, old)
+      end
       remember(latest, raw)
       return {"merged", latest}
     end

@@ -13,6 +13,9 @@ local last = tonumber(before)
 if last and last >= tonumber(ARGV[2]) then
   return 0
 end
+if not queue_library().writable(KEYS[2], ARGV[5]) then -- before the tick is claimed
+  return redis.error_reply("WRONGTYPE a list of queue " .. ARGV[3] .. " holds another type")
+end
 redis.call("HSET", KEYS[1], ARGV[1], ARGV[2])
 queue_library().push(KEYS[2], ARGV[5], false, redis.call) -- at its priority (_queue.lua)
 if KEYS[3] then

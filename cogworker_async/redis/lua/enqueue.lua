@@ -25,6 +25,19 @@
 -- An error (a key of the wrong type) means nothing was pushed: the queue's type is
 -- checked (LLEN) before the first push.
 local prefix, ttl = ARGV[3], ARGV[4]
+-- Every destination checked before anything is written (a once marker promises the
+-- push: a marker left by a push that then failed would refuse the caller's retry, and
+-- the job would be lost): the queue's list (LLEN: WRONGTYPE raises here), and each
+-- routed job's own list.
+local length = redis.call("LLEN", KEYS[1])
+if ARGV[9] == "p" then
+  for i = 10, #ARGV, 2 do
+    if not queue_library().writable(KEYS[1], ARGV[i + 1]) then
+      return redis.error_reply("WRONGTYPE a list of queue " .. ARGV[1] .. " (its group's or "
+                               .. "priority's) holds another type: nothing pushed")
+    end
+  end
+end
 if ARGV[7] == "1" and prefix ~= "" then
   for i = 10, #ARGV, 2 do
     if record_library().alive(prefix .. ARGV[i]) then return {-1} end
@@ -32,13 +45,17 @@ if ARGV[7] == "1" and prefix ~= "" then
 elseif ARGV[7] == "2" then -- once: a jid ever enqueued so, whatever its record became
   local slot = string.sub(KEYS[1], 1, -6) -- "<ns>:{q}:queue" -> "<ns>:{q}:"
   for i = 10, #ARGV, 2 do
+    local marker = slot .. "once:" .. ARGV[i]
     if (prefix ~= "" and record_library().read(prefix .. ARGV[i]))
-        or not redis.call("SET", slot .. "once:" .. ARGV[i], "1", "NX", "EX", ttl) then
+        or not redis.call("SET", marker, "1", "NX", "EX", ttl) then
+      -- Refused, and still a write (the marker's TTL renewed): a caller that waits for a
+      -- replica (``durability``) then waits for everything before it too, the first
+      -- push of this jid included, before it takes the refusal as "pushed already".
+      redis.call("EXPIRE", marker, ttl)
       return {-1}
     end
   end
 end
-local length = redis.call("LLEN", KEYS[1])
 local last = #ARGV
 local raws = {}
 local routed = ARGV[9] == "p"

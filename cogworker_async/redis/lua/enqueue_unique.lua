@@ -22,6 +22,15 @@ local lock = ARGV[13] ~= "throttle" and KEYS[1] or false
 if ARGV[11] == "1" and KEYS[3] then
   if record_alive(KEYS[3]) then return 0 end
 end
+-- The destination checked before the lock is taken: a lock (or a throttle's window)
+-- taken for a push that then fails would refuse the caller's retry, and the job be lost.
+if ARGV[3] == "now" then
+  if not queue_library().writable(KEYS[2], ARGV[8]) then
+    return redis.error_reply("WRONGTYPE a list of queue " .. ARGV[5] .. " holds another type")
+  end
+elseif redis.call("TYPE", KEYS[2]).ok ~= "zset" and redis.call("EXISTS", KEYS[2]) == 1 then
+  return redis.error_reply("WRONGTYPE the schedule of queue " .. ARGV[5] .. " is not a zset")
+end
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", tonumber(ARGV[2])) then
   return 0
 end

@@ -133,3 +133,18 @@ async def test_coalesce_makes_a_new_job_after_its_latest_ended(
     assert await store.dedup.coalesce("c", jid(second), QUEUE, second, name="note") == (
         "new", jid(second))
     assert await items(store, keys.queue(QUEUE)) == [second]
+
+
+async def test_a_merge_into_another_group_moves_the_job_to_that_groups_list(
+    store: Store, keys: Keys
+) -> None:
+    first, second = raw_of(1, group="acme"), raw_of(2, group="zeta")
+    await store.dedup.coalesce("c", jid(first), QUEUE, first, name="note")
+
+    assert await store.dedup.coalesce("c", jid(second), QUEUE, second, name="note") == (
+        "merged", jid(first))
+    assert await items(store, keys.group(QUEUE, "acme")) == []
+    [moved] = await items(store, keys.group(QUEUE, "zeta"))
+    assert (jid(moved), value(moved)) == (jid(first), 2)
+    assert {m.decode() for m in await store.client.zrange(keys.groups(QUEUE), 0, -1)} >= {
+        "zeta"}

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+import redis
+
 from cogworker_async import job as job_module
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
-from tests.redis.lua.helpers import items, make_job, plant_wrong_type
+from tests.redis.lua.helpers import items, make_job, plant_wrong_type, scored, still_planted
 
 ME = "host:1:me"
 OTHER = "host:2:other"
@@ -172,3 +175,50 @@ async def test_a_promoted_scheduled_job_waits_in_its_group(store: Store, keys: K
     assert await store.promote(QUEUE, "schedule", [(member, member) for member in due]) == 1
     assert await items(store, keys.group(QUEUE, "acme")) == [raw]
     assert await ring(store, keys) == ["acme"]
+
+
+async def test_a_ring_of_the_wrong_type_refuses_the_push_before_anything_is_written(
+    store: Store, keys: Keys
+) -> None:
+    """The ring is written before the group's list: a push it refuses leaves the job
+    where it was (a promotion keeps it scheduled), never on a list no fetch reads."""
+    await plant_wrong_type(store, keys.groups(QUEUE))
+    job = grouped("acme", "later")
+    await store.schedule(QUEUE, [job], delay=0.0)
+    due = await store.due(QUEUE, "schedule", 10)
+
+    for _ in range(3):  # the poller tries again at each poll
+        assert await store.promote(QUEUE, "schedule", [(m, m) for m in due]) == 0
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        await store.enqueue(QUEUE, [grouped("acme", "now")])
+
+    assert await store.client.exists(keys.group(QUEUE, "acme")) == 0
+    assert [m for m, _ in await scored(store, keys.schedule(QUEUE))] == [job]
+    assert await still_planted(store, keys.groups(QUEUE))
+
+
+async def test_a_once_push_refused_for_a_key_of_another_type_leaves_no_marker(
+    store: Store, keys: Keys
+) -> None:
+    """The outbox's and the batch callbacks' push: a marker left by a push that failed
+    would refuse the retry as "pushed already", and the job would be lost."""
+    job = grouped("acme", "once")
+    await plant_wrong_type(store, keys.group(QUEUE, "acme"))
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        await store.enqueue(QUEUE, [job], chosen="once")
+    await store.client.delete(keys.group(QUEUE, "acme"))  # mended by hand
+
+    assert await store.enqueue(QUEUE, [job], chosen="once") != -1  # pushed
+    assert await items(store, keys.group(QUEUE, "acme")) == [job]
+    assert await store.enqueue(QUEUE, [job], chosen="once") == -1  # now it was pushed
+
+
+async def test_a_unique_lock_is_not_taken_for_a_push_that_cannot_land(
+    store: Store, keys: Keys
+) -> None:
+    job = grouped("acme", "unique")
+    await plant_wrong_type(store, keys.groups(QUEUE))
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        await store.enqueue_unique("digest", json.loads(job)["jid"], 60.0, QUEUE, job)
+
+    assert await store.client.exists(keys.unique(QUEUE, "digest")) == 0
