@@ -87,16 +87,21 @@ local function queue_library()
   -- (the ring, the levels) are of their type or absent. Asked before a script writes
   -- anything that promises the push (a once marker, a unique lock, a claimed tick), so
   -- that a key of another type refuses the whole step rather than half of it.
+  -- (Asked with a read of each type, not TYPE: the enqueuer's documented ACL has these.)
   local function writable(queue, raw)
-    local function fits(key, kind)
-      local found = redis.call("TYPE", key).ok
-      return found == kind or found == "none"
+    local function fits(command, key, ...)
+      local reply = redis.pcall(command, key, ...)
+      return not (type(reply) == "table" and reply.err)
     end
     local name = group(raw)
-    if name then return fits(ring_key(queue), "zset") and fits(group_key(queue, name), "list") end
+    if name then
+      return fits("ZSCORE", ring_key(queue), name) and fits("LLEN", group_key(queue, name))
+    end
     local level = priority(raw)
-    if level ~= 0 then return fits(levels_key(queue), "set") and fits(level_key(queue, level), "list") end
-    return fits(queue, "list")
+    if level ~= 0 then
+      return fits("SCARD", levels_key(queue)) and fits("LLEN", level_key(queue, level))
+    end
+    return fits("LLEN", queue)
   end
 
   -- list_of: the list of ``queue`` that ``raw`` waits on (or would): its group's, else its

@@ -28,8 +28,11 @@ if ARGV[3] == "now" then
   if not queue_library().writable(KEYS[2], ARGV[8]) then
     return redis.error_reply("WRONGTYPE a list of queue " .. ARGV[5] .. " holds another type")
   end
-elseif redis.call("TYPE", KEYS[2]).ok ~= "zset" and redis.call("EXISTS", KEYS[2]) == 1 then
-  return redis.error_reply("WRONGTYPE the schedule of queue " .. ARGV[5] .. " is not a zset")
+else
+  local card = redis.pcall("ZSCORE", KEYS[2], ARGV[8]) -- a read of its type (ACL: +zscore)
+  if type(card) == "table" and card.err then
+    return redis.error_reply("WRONGTYPE the schedule of queue " .. ARGV[5] .. " is not a zset")
+  end
 end
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", tonumber(ARGV[2])) then
   return 0

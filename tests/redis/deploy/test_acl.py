@@ -100,8 +100,8 @@ async def test_documented_users_suffice_for_every_role(
     assert Counter(await ran(admin_client))["bad"] == 3
 
 
-_EXPECTED: Final = ("now", "later", "unique", "many-1", "many-2", "urgent", "grouped",
-                    "throttled", "debounced", "coalesced", "sync", "in-batch-1",
+_EXPECTED: Final = ("now", "later", "unique", "unique-later", "many-1", "many-2", "urgent",
+                    "grouped", "throttled", "debounced", "coalesced", "sync", "in-batch-1",
                     "in-batch-2", "batch-done", "chain-1", "chain-2")
 
 
@@ -111,6 +111,7 @@ async def _enqueue_everything(url: str) -> None:
         assert await jobs.record.enqueue("now")
         assert await jobs.record.enqueue_in(0.2, "later")
         assert await jobs.unique.enqueue("unique")
+        assert await jobs.unique.enqueue_in(0.2, "unique-later")  # its schedule's type read
         assert len(await jobs.record.enqueue_many([(("many-1",), {}), (("many-2",), {})])) == 2
         assert await jobs.record.options(priority=7).enqueue("urgent")  # its priority's list
         assert await jobs.record.options(group="acme").enqueue("grouped")  # a group's list
