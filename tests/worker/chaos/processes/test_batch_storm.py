@@ -46,7 +46,7 @@ from tests.workerproc import WorkerProcess
 pytestmark = marks(short_timeout=180, full_timeout=900)
 
 QUEUES: Final = ["default", "second", "third"]
-SIZES: Final = {"short": (50, 3), "full": (500, None)}
+SIZES: Final = {"short": (150, 3), "full": (500, None)}
 """(batches, kills: None = every KILL_EVERY s while jobs wait)."""
 MEMBERS: Final = 20
 WORKERS: Final = 4
