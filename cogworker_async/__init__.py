@@ -26,6 +26,7 @@ from cogworker_async.errors import (
     SerializationError,
     UnknownJob,
     UnparseablePayload,
+    WrongTypeKey,
 )
 from cogworker_async.limiter import Limiter
 from cogworker_async.redis.durability import NotDurable
@@ -82,6 +83,7 @@ __all__ = [
     "UnknownJob",
     "UnparseablePayload",
     "Worker",
+    "WrongTypeKey",
     "__version__",
     "current_job",
 ]

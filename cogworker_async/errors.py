@@ -3,6 +3,7 @@
     CogworkerError
     ├── ConfigurationError          bad settings, missing extra, unusable server
     │   └── EmbeddedServerError     the embedded server could not start
+    ├── WrongTypeKey                one of our keys holds another type (a co-tenant's)
     ├── LifespanFailed              ``@jobs.lifespan`` raised as it was entered (no job taken)
     ├── SerializationError (+TypeError)   arguments not JSON, raised at enqueue
     ├── PayloadTooLarge (+ValueError)     encoded job over max_payload_bytes, at enqueue
@@ -41,6 +42,16 @@ class EmbeddedServerError(ConfigurationError):
 class LifespanFailed(CogworkerError):
     """The worker's lifespan (``@jobs.lifespan``) raised as it was entered: the worker
     stopped before it registered or took a job. The lifespan's error is the cause."""
+
+
+class WrongTypeKey(CogworkerError):
+    """A key where this package keeps one of its own holds another type (a co-tenant's
+    key, or one damaged by hand): the call wrote nothing. ``key`` names it (delete it,
+    or move the co-tenant to another namespace or database)."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class SerializationError(CogworkerError, TypeError):

@@ -5,10 +5,12 @@ how each move writes it, in ``lua/_record.lua``.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from typing import cast
 
+from cogworker_async.errors import WrongTypeKey
 from cogworker_async.job import jid_of
 from cogworker_async.redis.errors import ResponseError
 from cogworker_async.redis.part import Part, Shared
@@ -24,6 +26,10 @@ from cogworker_async.status import (
     read,
     unpack,
 )
+
+_FOREIGN = re.compile(r"WRONGTYPE (cancel set|waiting set|arming set|unique lock) "
+                      r"(.+?) is a (\w+), not a")
+"""How ``lua/cancel.lua`` refuses a key of another type (the key is not ours)."""
 
 SWEEP_COUNT = 500
 """Live records looked at per step of a sweep (``recovery.SWEEP_EVERY``)."""
@@ -110,11 +116,21 @@ class Records(Part):
         lock = (await self._fields([(queue, jid)]))[0].get("lock")
         if lock is not None and lock.startswith(keys.unique(queue, "")):
             names.append(lock)
-        reply = await self.scripts.run("cancel", names, [
-            keys.cancels_prefix(queue), repr(time.time()), CANCELS_TTL,
-            keys.finished_channel(jid), jid, self.keep_status], durable=True,
-            # a waiting job's copy and its entries, reached by name (lua/cancel.lua)
-            declared=keys.dep_keys(queue, jid)[:2] + keys.dep_keys(queue, jid)[3:])
+        try:
+            reply = await self.scripts.run("cancel", names, [
+                keys.cancels_prefix(queue), repr(time.time()), CANCELS_TTL,
+                keys.finished_channel(jid), jid, self.keep_status], durable=True,
+                # a waiting job's copy and its entries, reached by name (lua/cancel.lua)
+                declared=keys.dep_keys(queue, jid)[:2] + keys.dep_keys(queue, jid)[3:])
+        except ResponseError as exc:
+            refused = _FOREIGN.search(str(exc))
+            if refused is None:
+                raise
+            what, key, kind = refused.groups()
+            raise WrongTypeKey(f"cannot cancel job {jid}: its {what} {key} is a {kind}, not "
+                               "a key of cogworker's (a co-tenant's, or damaged): nothing "
+                               "was written; delete the key, then cancel again",
+                               key) from None
         return cast(CancelOutcome, _text(reply))
 
     async def close_records(self, removed: Sequence[tuple[str, bytes]]) -> None:

@@ -17,8 +17,18 @@
 --   "stopping"  it is running: its process finds the jid in its cancel set (it polls
 --               it) and stops the job; should the process die first, recovery drops the
 --               job instead of requeueing it (the record's ``cancel`` again).
--- Errors (nothing written): "WRONGTYPE cancel set ..." when the running job's process's
--- cancel set holds another type.
+-- Errors (nothing written): "WRONGTYPE <what> <key> is a <type>, not a <type> ..." when
+-- a key it would write holds another type (a co-tenant's): the running job's process's
+-- cancel set, a waiting job's waiting or arming set, a unique job's lock. Each is looked
+-- at before anything is written (a script's writes before an error are kept).
+local function foreign(what, key, want)
+  local kind = redis.call("TYPE", key).ok
+  if kind ~= want and kind ~= "none" then
+    return redis.error_reply("WRONGTYPE " .. what .. " " .. key .. " is a " .. kind ..
+                             ", not a " .. want .. " (not written by cogworker: delete it)")
+  end
+  return nil
+end
 local fields, origin = read_record(KEYS[1])
 if not fields or not fields.state then return "unknown" end -- none, or not a record
 local state = fields.state
@@ -37,11 +47,8 @@ if state == "running" then
   local by = fields.by
   if by then
     local set = ARGV[1] .. by
-    local kind = redis.call("TYPE", set).ok
-    if kind ~= "set" and kind ~= "none" then
-      return redis.error_reply("WRONGTYPE cancel set " .. set .. " is a " .. kind ..
-                               ", not a set (not written by cogworker: delete it)")
-    end
+    local refused = foreign("cancel set", set, "set")
+    if refused then return refused end
     redis.call("SADD", set, ARGV[5])
     redis.call("EXPIRE", set, tonumber(ARGV[3]))
   end
@@ -55,6 +62,9 @@ end
 -- its own dependents and its batch (_record.lua).
 if state == "waiting" then
   local slot = string.sub(KEYS[1], 1, -(#ARGV[5] + 5)) -- "<ns>:{q}:job:<jid>" -> "<ns>:{q}:"
+  local refused = foreign("waiting set", slot .. "waiting", "zset")
+    or foreign("arming set", slot .. "arming", "zset")
+  if refused then return refused end
   redis.call("DEL", slot .. "dep:" .. ARGV[5], slot .. "dep_pending:" .. ARGV[5])
   redis.call("ZREM", slot .. "waiting", ARGV[5])
   redis.call("ZREM", slot .. "arming", ARGV[5])
@@ -66,6 +76,10 @@ end
 -- A unique job's lock goes with it (it will never run to release it): KEYS[2], the lock
 -- its record names (``lock``, written by enqueue_unique), deleted only while this jid
 -- holds it, so a later copy's lock is never taken from it.
+if KEYS[2] and fields.lock == KEYS[2] then
+  local refused = foreign("unique lock", KEYS[2], "string")
+  if refused then return refused end
+end
 if KEYS[2] and fields.lock == KEYS[2] and redis.call("GET", KEYS[2]) == ARGV[5] then
   redis.call("DEL", KEYS[2])
 end

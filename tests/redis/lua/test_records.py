@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio
 
 from cogworker_async import job as job_module
+from cogworker_async.errors import WrongTypeKey
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.liveness import Requeued, as_bytes
 from cogworker_async.redis.store import Failure, SetName, Store
@@ -514,8 +515,9 @@ async def test_a_cancel_set_of_another_type_refuses_the_cancel_before_marking_an
     await store.client.set(cancels, "a string, not a set")
     before = await record(store, jid)
 
-    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE cancel set"):
+    with pytest.raises(WrongTypeKey, match="cancel set") as caught:
         await store.cancel_job(QUEUE, jid)
+    assert caught.value.key == cancels
 
     assert await record(store, jid) == before
     assert await store.client.get(cancels) == b"a string, not a set"
