@@ -355,7 +355,7 @@ class App:
         """Jobs that run one after another: ``await jobs.chain(a.s(1), b.s()).enqueue()``
         returns their jids; each runs after the one before succeeded, and with
         ``pass_result`` takes its return value as its first argument."""
-        return Chain(signatures, pass_result=pass_result)
+        return Chain(signatures, pass_result=pass_result, tracked=self.settings.tracked)
 
     def batch_backend(self) -> BatchBackend:
         """Where batches are kept: Redis (this event loop's Store), or the testing

@@ -50,6 +50,9 @@ def check_call(options: JobOptions, *, scheduled: bool, tracked: bool) -> None:
                          "runs as soon as its parents succeeded")
     if options.unique is not None:
         raise ValueError("after= cannot be combined with unique")
+    if options.jid is not None and options.jid in options.after:
+        raise ValueError(f"after= names the job's own jid {options.jid!r}: it would wait "
+                         "for itself")
     if not tracked:
         raise ConfigurationError(UNTRACKED)
 

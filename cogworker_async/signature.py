@@ -8,6 +8,7 @@ them (they fit the function, JSON brings them back as they were), so a bad callb
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -76,7 +77,11 @@ class Signature:
                 "queue": self.queue, "retry": options.retry,
                 "keep_result": options.keep_result,
                 **({"priority": options.priority} if options.priority else {}),
-                **({"group": options.group} if options.group else {})}
+                **({"group": options.group} if options.group else {}),
+                # the deadline counts from the callback's own enqueue, as an enqueue's
+                **({"expires_in": options.expires_in} if options.expires_in else {}),
+                **({"expires_at": options.expires_at} if options.expires_at else {}),
+                **({} if options.dead_on_expiry else {"dead_on_expiry": False})}
 
     def __repr__(self) -> str:
         shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
@@ -96,6 +101,8 @@ def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: 
     retry = stored.get("retry", options.retry)
     priority = stored.get("priority", options.priority)
     group = stored.get("group", options.group)
+    expires_in, expires_at = _seconds(stored.get("expires_in")), _seconds(stored.get("expires_at"))
+    deadline = expires_at or (now + expires_in if expires_in else None)
     payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
                         queue=stored.get("queue") or options.queue,
                         retry=retry if isinstance(retry, bool | int) else options.retry,
@@ -103,9 +110,19 @@ def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: 
                         keep_result=stored.get("keep_result", options.keep_result), bid=bid,
                         priority=priority if type(priority) is int
                         and MIN_PRIORITY <= priority <= MAX_PRIORITY else options.priority,
-                        group=group if isinstance(group, str) and group else options.group)
+                        group=group if isinstance(group, str) and group else options.group,
+                expires_at=deadline, dead_on_expiry=stored.get("dead_on_expiry") is not False)
     payload["batch_callback"] = kind
     return payload
+
+
+def _seconds(value: object) -> float | None:
+    """A stored callback's field as a positive number of seconds, else None (a batch
+    hash is data another client could have written: anything else is ignored)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) \
+            and 0 < value < math.inf:
+        return float(value)
+    return None
 
 
 def make(enqueuer: Enqueuer, args: Sequence[Any], kwargs: Mapping[str, Any],
@@ -126,17 +143,38 @@ def make(enqueuer: Enqueuer, args: Sequence[Any], kwargs: Mapping[str, Any],
     return Signature(enqueuer, tuple(args), dict(kwargs), incomplete)
 
 
-def check(value: object, what: str, *, takes_result: bool = False) -> Signature | None:
+def check(value: object, what: str, *, takes_result: bool = False,
+          step: bool = False) -> Signature | None:
     """``value`` if it is a signature (or None) whose arguments fit its function —
     with one more first argument, ``takes_result`` —; a TypeError naming ``what``
-    otherwise."""
+    otherwise. Not a chain's ``step``: a batch's callback, which must carry all its
+    options (a ValueError naming one it cannot)."""
     if value is None:
         return None
     if not isinstance(value, Signature):
         raise TypeError(f"{what} must be a signature (job.s(*args, **kwargs)), not "
                         f"{type(value).__name__}: {value!r}")
+    if not step:
+        refused = not_carried(value.enqueuer.job_options)
+        if refused:
+            raise ValueError(f"{what} ({value!r}): a batch's callback is enqueued once, "
+                             f"under a jid of its batch's, when the batch ends: it cannot "
+                             f"take {', '.join(refused)}")
     if takes_result and value.incomplete is None:
         value.enqueuer.definition.check_arguments((None, *value.args), value.kwargs)
     if not takes_result and value.incomplete is not None:
         raise TypeError(f"{what}: {value.incomplete}")
     return value
+
+
+def not_carried(options: JobOptions) -> list[str]:
+    """The options of a callback's signature that its enqueue by the relay cannot honour
+    (named as ``options()`` takes them): refused where the signature is given, never
+    dropped when the batch ends."""
+    dedup = [name for name, on in (("throttle", options.throttle is not None),
+                                   ("debounce", options.debounce is not None),
+                                   ("coalesce", options.coalesce)) if on]
+    return [*(["unique"] if options.unique is not None else []),
+            *(["jid"] if options.jid is not None else []),
+            *(["after="] if options.after else []),
+            *(["pass_result"] if options.pass_result else []), *dedup]

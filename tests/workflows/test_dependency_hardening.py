@@ -1,0 +1,161 @@
+"""Dependencies, chains and callbacks at their edges (issue 40, defects 6, 17): what can
+never work is refused at the call, before anything is written; what is written always
+ends — a job never waits for itself, a chain is never half enqueued."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cogworker_async import App
+from tests.waiting import wait_until
+
+WAIT = 15.0
+
+
+def shop(make_app: Callable[..., App]) -> tuple[App, dict[str, Any]]:
+    app = make_app(track_jobs=True, queues=["default", "emails"])
+
+    @app.job(name="step", retry=0, keep_result=600)
+    async def step(n: int) -> int:
+        return n + 1
+
+    @app.job(name="collect", retry=0)
+    async def collect(value: Any, tag: str = "") -> None:
+        return None
+
+    @app.job(name="solo", retry=0, unique="until_executed")
+    async def solo(n: int) -> int:
+        return n
+
+    return app, {"step": step, "collect": collect, "solo": solo}
+
+
+async def _nothing_written(app: App) -> bool:
+    """No job queued or waiting in the namespace's queues."""
+    store = app.store()
+    for queue in ("default", "emails"):
+        if await store.client.llen(store.keys.queue(queue)) or \
+                await store.client.zcard(store.keys.waiting(queue)):
+            return False
+    return True
+
+
+# -- defect 6: a job that waits for itself -------------------------------------------
+
+
+async def test_a_job_after_its_own_jid_is_refused(make_app: Callable[..., App]) -> None:
+    app, jobs = shop(make_app)
+    async with app.worker():  # a finished run of that jid: a parent that can be named
+        await jobs["step"].options(jid="self-loop").enqueue(1)
+        await wait_until(lambda: _state_is(app, "self-loop", "succeeded"), timeout=WAIT)
+    with pytest.raises(ValueError, match="itself"):
+        await jobs["collect"].options(jid="self-loop", after=["self-loop"]).enqueue("x")
+    assert (await app.status("self-loop")).state == "succeeded"
+    assert await _nothing_written(app)
+
+
+async def _state_is(app: App, jid: str, state: str) -> bool:
+    return (await app.status(jid)).state == state
+
+
+async def test_a_chain_whose_steps_wait_for_each_other_is_refused(
+    make_app: Callable[..., App],
+) -> None:
+    app, jobs = shop(make_app)
+    step = jobs["step"]
+    # step 1 names step 2's jid: step 2 runs after step 1, which waits for step 2
+    with pytest.raises(ValueError, match=r"chain step 1.*step 2"):
+        app.chain(step.options(jid="a", after=["b"]).s(1), step.options(jid="b").s(2))
+    with pytest.raises(ValueError, match=r"chain step 2.*itself"):
+        app.chain(step.s(1), step.options(jid="b", after=["b"]).s(2))
+    with pytest.raises(ValueError, match=r"chain step 3.*twice"):
+        app.chain(step.options(jid="a").s(1), step.s(2), step.options(jid="a").s(3))
+    assert await _nothing_written(app)
+
+
+# -- defect 17: what a callback or a chain could never carry -------------------------
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("throttle", 5.0), ("debounce", 5.0), ("coalesce", True), ("jid", "chosen"),
+    ("pass_result", True)])
+async def test_a_callback_with_an_option_it_cannot_carry_is_refused(
+    make_app: Callable[..., App], option: str, value: object,
+) -> None:
+    app, jobs = shop(make_app)
+    extra: dict[str, Any] = {"after": ["p"]} if option == "pass_result" else {}
+    sig = jobs["collect"].options(**{option: value}, **extra).s("x")
+    with pytest.raises((TypeError, ValueError), match=rf"on_complete.*{option}"):
+        app.batch(on_complete=sig)
+    with pytest.raises(ValueError, match=r"on_death.*unique"):
+        app.batch(on_death=jobs["solo"].s(1))
+
+
+async def test_a_callback_keeps_its_expiry(make_app: Callable[..., App]) -> None:
+    app, jobs = shop(make_app)
+    async with app.worker():  # serves its queues: the callback waits on another one
+        async with app.batch(on_complete=jobs["collect"].options(
+                queue="unserved", expires_in=60, dead_on_expiry=False).s("x")) as batch:
+            await jobs["step"].enqueue(1)
+        store = app.store()
+        await wait_until(lambda: _queued(app, "unserved"), timeout=WAIT)
+    [raw] = await store.client.lrange(store.keys.queue("unserved"), 0, -1)
+    payload = json.loads(raw)
+    assert payload["jid"] == f"{batch.bid}-complete"
+    assert time.time() + 50 < payload["expires_at"] <= time.time() + 61
+    assert payload.get("dead_on_expiry") is False
+
+
+async def _queued(app: App, queue: str) -> bool:
+    store = app.store()
+    return bool(await store.client.llen(store.keys.queue(queue)))
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"throttle": 5.0}, r"chain step 2.*throttle"),
+    ({"debounce": 5.0}, r"chain step 2.*debounce"),
+    ({"coalesce": True}, r"chain step 2.*coalesce")])
+async def test_a_chain_step_that_cannot_be_chained_is_refused(
+    make_app: Callable[..., App], options: dict[str, Any], match: str,
+) -> None:
+    app, jobs = shop(make_app)
+    step = jobs["step"]
+    with pytest.raises((TypeError, ValueError), match=match):
+        app.chain(step.s(1), step.options(**options).s(2))
+    with pytest.raises((TypeError, ValueError), match=match.replace("2", "1")):
+        app.chain(step.options(**options).s(1), step.s(2))
+    with pytest.raises(ValueError, match=r"chain step 2.*unique"):
+        await app.chain(step.s(1), jobs["solo"].s(2)).enqueue()
+    assert await _nothing_written(app)
+
+
+async def test_a_chain_step_with_its_own_after_under_pass_result_is_refused(
+    make_app: Callable[..., App],
+) -> None:
+    app, jobs = shop(make_app)
+    step = jobs["step"]
+    parent = await step.enqueue(0)
+    with pytest.raises(ValueError, match=r"chain step 2.*after="):
+        app.chain(step.s(1), step.options(after=[parent]).s(), pass_result=True)
+    store = app.store()
+    assert await store.client.llen(store.keys.queue("default")) == 1  # the parent only
+
+
+async def test_a_chain_on_an_untracked_app_is_refused_before_any_step(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(track_jobs=False)
+
+    @app.job(name="step", retry=0)
+    async def step(n: int) -> int:
+        return n
+
+    with pytest.raises(Exception, match="track_jobs"):
+        app.chain(step.s(1), step.s(2))
+    store = app.store()
+    assert await store.client.llen(store.keys.queue("default")) == 0
