@@ -186,7 +186,7 @@ class Client:
                             keep_result=options.keep_result, expires_at=deadline,
                             dead_on_expiry=options.dead_on_expiry,
                             bid=batch.bid if batch is not None else None,
-                            priority=options.priority, group=group)
+                            priority=options.priority, group=group, timeout=options.timeout)
         if self._tracer is not None and self._tracer.active():  # before the middleware,
             # which may read or drop it
             self._tracer.inject(cast("dict[str, Any]", payload))

@@ -58,6 +58,9 @@ Payload = TypedDict("Payload", {
     # status.py's: seconds the job's result is kept (``keep_result``), written by the
     # client, read by the worker when it acks (worker/processor.py):
     "keep_result": float,
+    # worker/execute.py's: seconds a run may take (``timeout``, the decorator's or the
+    # enqueue's ``options(timeout=)``), written by the client, applied by the worker:
+    "timeout": float,
     # worker/outcome.py's (``expired``): when the job must have started by (epoch s),
     # and whether it then goes to dead (absent: it does), written by the client:
     "expires_at": float,
@@ -96,8 +99,8 @@ Field = Literal[
     "retry",
     "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
     "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
-    "periodic", "periodic_tick", "keep_result", "expires_at", "dead_on_expiry", "limited_count",
-    "limited_at", "trace", "bid", "batch_callback",
+    "periodic", "periodic_tick", "keep_result", "timeout", "expires_at", "dead_on_expiry",
+    "limited_count", "limited_at", "trace", "bid", "batch_callback",
     "raw_payload_base64", "raw_payload_preview", "orphaned_from", "orphaned_process",
 ]
 """The name of a ``Payload`` field: what the accessors take, so that mypy checks it
@@ -245,6 +248,7 @@ def build(
     bid: str | None = None,
     priority: int = 0,
     group: str | None = None,
+    timeout: float | None = None,
 ) -> Payload:
     """A new job's payload (optional fields only when set: no cost to a job without)."""
     payload: Payload = {
@@ -266,6 +270,8 @@ def build(
         payload = cast("Payload", {**front, **payload})
     if keep_result is not None:
         payload["keep_result"] = keep_result
+    if timeout is not None:
+        payload["timeout"] = timeout
     if bid is not None:
         payload["bid"] = bid
     if expires_at is not None:
@@ -397,6 +403,16 @@ def finite_number(found: object) -> float | None:
         except OverflowError:
             return None
     return None
+
+
+def timeout_of(payload: Mapping[str, Any], declared: float | None,
+               cap: float) -> float | None:
+    """Seconds a run of this job may take: the payload's ``timeout`` (what the enqueue
+    used: the decorator's, or ``options(timeout=)``), else ``declared`` (the worker's
+    decorator: a job enqueued without one, by an older client or by cron). A stored
+    value that is not a number in (0, ``cap``] is ignored, as if absent."""
+    found = number(payload, "timeout")
+    return found if found is not None and 0 < found <= cap else declared
 
 
 def args_of(payload: Mapping[str, Any]) -> list[Any]:

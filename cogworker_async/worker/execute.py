@@ -22,7 +22,7 @@ import anyio
 
 from cogworker_async import job as payloads
 from cogworker_async.context import CURRENT, NO_CONTROL, JobContext, RunControl
-from cogworker_async.definition import JobDefinition
+from cogworker_async.definition import MAX_TIMEOUT, JobDefinition
 from cogworker_async.errors import JobTimeout
 from cogworker_async.middleware import ServerMiddleware, server_chain
 from cogworker_async.retries import attempt_of
@@ -123,7 +123,7 @@ class Executor:
     async def _call(self, definition: JobDefinition, payload: payloads.Payload,
                     leftover: Leftover) -> None:
         call = partial(definition.func, *payload["args"], **payload["kwargs"])
-        timeout = definition.options.timeout
+        timeout = payloads.timeout_of(payload, definition.options.timeout, MAX_TIMEOUT)
         if definition.is_async:
             if timeout is None:
                 leftover.result = await call()
