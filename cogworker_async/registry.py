@@ -80,6 +80,11 @@ class Enqueuer(Generic[P]):
         """The options enqueues through this object use."""
         return self._options
 
+    @property
+    def namespace(self) -> str:
+        """The App's namespace, where its jobs go (an outbox row carries it)."""
+        return self._client.settings.namespace
+
     def s(self, /, *args: P.args, **kwargs: P.kwargs) -> Signature:
         """This job and these arguments as a value (a batch's callback, a chain's link),
         checked now as an enqueue would check them."""

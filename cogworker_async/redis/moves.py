@@ -109,6 +109,14 @@ class Moves(Part):
                                        declared=declared)
         return int(self._woken(reply)[0])
 
+    async def drop_once(self, pushed: Sequence[tuple[str, str]]) -> None:
+        """Drop the once markers of ``(queue, jid)`` pairs enqueued ``chosen="once"`` that
+        no caller will push again (an outbox row whose delete committed): the job's record
+        still refuses a push while it lives, and the marker would outlive it by up to 14
+        days. A DEL per slot (not atomic across slots: each marker on its own)."""
+        if pushed:
+            await self.client.delete(*(self.keys.once(queue, jid) for queue, jid in pushed))
+
     async def schedule(
         self, queue: str, raws: Sequence[bytes], *, at: float | None = None,
         delay: float | None = None, jids: Sequence[str] | None = None,

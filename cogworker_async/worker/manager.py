@@ -105,7 +105,7 @@ class Manager:
         self.settings = settings
         self.lifespan = lifespan
         """``@jobs.lifespan``: entered before anything else, exited after everything."""
-        self.outbox = relay_of(settings, store)
+        self.outbox = relay_of(settings, store, registry.keys())
         """The outbox relay (``App(outbox=...)``), None without one."""
         self.limiters = dict(limiters or {})
         """The App's limiters, registered at start (``_register_limiters``)."""

@@ -214,14 +214,15 @@ class ProcessMetrics(Protocol):
         """Listen (then report started), serve until cancelled, close."""
 
 
-def relay_of(settings: Settings, store: Store) -> OutboxRelay | None:
+def relay_of(settings: Settings, store: Store, names: Collection[str]) -> OutboxRelay | None:
     """The outbox relay if ``settings.outbox`` asks for one (the ``outbox`` extra,
-    SQLAlchemy, imported only then), else None."""
+    SQLAlchemy, imported only then), else None. ``names``: the App's jobs (the rows it
+    takes)."""
     if settings.outbox is None:
         return None
     from cogworker_async.worker.outbox_relay import OutboxRelay
 
-    return OutboxRelay(settings.outbox, store)
+    return OutboxRelay(settings.outbox, store, names)
 
 
 def process_metrics(settings: Settings, vitals: Callable[[], Vitals],
