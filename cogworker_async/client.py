@@ -364,8 +364,8 @@ class Client:
         if options.jid is not None:
             raise ValueError("options(jid=...) names one job: enqueue it with enqueue(), "
                              "not enqueue_many()")
-        if options.after:  # each waits on its own (a fan-out after one parent)
-            return [await self._enqueue_after(definition, options, args, kwargs, None, None)
+        if options.after or dedup.mode_of(options):  # each on its own: a wait, a dedup rule
+            return [await self._enqueue(definition, options, args, kwargs, None, None)
                     for args, kwargs in calls]
         pushes: list[Push | None] = []
         for index, call in enumerate(calls):

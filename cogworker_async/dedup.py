@@ -21,7 +21,9 @@ follows (``after=``), released by the same crash-safe relay; it needs status rec
 
 from __future__ import annotations
 
+import json
 import math
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
@@ -33,6 +35,8 @@ MAX_WINDOW: Final = 366 * 24 * 3600.0
 MAX_KEY_LENGTH: Final = 1000
 """Longest ``options(key=...)``, in characters."""
 MODES: Final = ("throttle", "debounce", "coalesce")
+_AT_FRONT: Final = len(b'{"jid":"')
+"""Where job.build writes the jid: right after the payload's opening."""
 
 
 def check(throttle: object, debounce: object, coalesce: object, key: object) -> None:
@@ -110,3 +114,26 @@ def digest(name: str, options: Options, args: Sequence[Any], kwargs: Mapping[str
     key = options.key
     return unique.digest(name, options.queue, args, kwargs,
                          None if key is None else (lambda *_a, **_k: key))
+
+
+def placed(raw: bytes, jid: str) -> tuple[bytes, int]:
+    """``raw`` and how many bytes precede its own jid (the payload's top-level ``jid``).
+
+    A merge (debounce.lua, coalesce.lua) writes the jid of the job it merges into at that
+    offset: found here, not assumed, because a client middleware may write fields before
+    the jid, one of them even holding a ``jid`` of its own (a trace context). job.build
+    writes it first (no cost); otherwise the payload is encoded again with a unique
+    marker for its jid, keeping every field where it was, and the marker found."""
+    if json.dumps(jid) != f'"{jid}"':  # spliced as text into another payload's JSON
+        raise ValueError(f"a job of a dedup mode needs a jid of plain text, not {jid!r}")
+    text = jid.encode()
+    if raw.startswith(b'{"jid":"' + text + b'"'):
+        return raw, _AT_FRONT
+    payload = json.loads(raw)
+    while True:  # a marker that occurs once: a token of 128 random bits, as good as sure
+        marker = secrets.token_hex(16)
+        payload["jid"] = marker  # the same key: its place in the payload is kept
+        encoded = json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+        if encoded.count(marker.encode()) == 1:
+            head, _, tail = encoded.partition(marker.encode())
+            return head + text + tail, len(head)

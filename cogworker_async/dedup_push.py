@@ -39,9 +39,12 @@ async def enqueue(client: Enqueuing, definition: JobDefinition, options: JobOpti
                tracked=client.settings.tracked)
     epoch, later = client._due(delay, at)
     due = epoch if later is None else time.time() + later
+    if mode == "debounce":  # it may first start S seconds from now: ``expires_in`` counts
+        due = time.time() + seconds  # from then, as an ``enqueue_in``'s does
     push = await client._prepare(definition, options, args, kwargs, due)
     if push is None:
         return None
+    push.raw, jid_at = dedup.placed(push.raw, push.jid)  # where a merge writes its jid
     key, name = dedup.digest(definition.name, options, args, kwargs), definition.name
     if client.sink is not None:  # a test's fake: the same rules, in memory
         jid: str | None = await client.sink.dedup(push, options, mode, seconds, key, due)
@@ -53,5 +56,6 @@ async def enqueue(client: Enqueuing, definition: JobDefinition, options: JobOpti
         return push.jid if taken else None
     if mode == "debounce":
         return (await store.dedup.debounce(key, push.jid, seconds, push.queue, push.raw,
-                                           name=name))[1]
-    return (await store.dedup.coalesce(key, push.jid, push.queue, push.raw, name=name))[1]
+                                           name=name, jid_at=jid_at))[1]
+    return (await store.dedup.coalesce(key, push.jid, push.queue, push.raw, name=name,
+                                       jid_at=jid_at))[1]

@@ -43,25 +43,25 @@ class Dedup(Part):
         return int((as_list(reply) or [reply])[0]) == 1  # 1, or {1, a refused wake-up}
 
     async def debounce(self, digest: str, jid: str, seconds: float, queue: str, raw: bytes,
-                       *, name: str) -> tuple[bool, str]:
+                       *, name: str, jid_at: int = 8) -> tuple[bool, str]:
         """Schedule ``raw`` ``seconds`` from now, or move the key's job that still waits
         there (with ``raw``'s arguments): (whether a new job was made, the jid that
-        runs)."""
+        runs). ``jid_at``: the bytes of ``raw`` before its jid (``dedup.placed``)."""
         await self.queues.register_queues([queue])
         reply = as_list(await self.scripts.run(
             "debounce", [self.keys.debounce(queue, digest), self.keys.schedule(queue)],
             [jid, raw, repr(float(seconds)), repr(time.time()), self.record_prefix(queue),
-             LIVE_TTL, name, DEBOUNCE_KEPT], durable=True))
+             LIVE_TTL, name, DEBOUNCE_KEPT, jid_at], durable=True))
         return int(reply[0]) == 1, as_bytes(reply[1]).decode()
 
     async def coalesce(self, digest: str, jid: str, queue: str, raw: bytes, *,
-                       name: str) -> tuple[str, str]:
+                       name: str, jid_at: int = 8) -> tuple[str, str]:
         """Push ``raw``, or merge it into the key's job that waits, or make it the one
         follow-up of the key's job that runs: (``new``, ``merged`` or ``following``, the
-        jid that runs it)."""
+        jid that runs it). ``jid_at``: as ``debounce``'s."""
         await self.queues.register_queues([queue])
         reply = as_list(await self.scripts.run(
             "coalesce", [self.keys.coalesce(queue, digest), self.keys.queue(queue)],
             [jid, raw, repr(time.time()), self.record_prefix(queue), LIVE_TTL, name, queue,
-             self.keys.wake_channel, LIVE_TTL], durable=True))
+             self.keys.wake_channel, LIVE_TTL, jid_at], durable=True))
         return as_bytes(reply[0]).decode(), as_bytes(reply[1]).decode()

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from cogworker_async.client import Push
+from cogworker_async.dedup import placed
 from cogworker_async.definition import JobOptions
 from cogworker_async.testing.dependencies import FakeDependencies
 from cogworker_async.testing.world import World
@@ -23,8 +24,10 @@ Wait = Callable[[Push, JobOptions, bool], Awaitable[bool]]
 
 
 def as_jid(raw: bytes, old: str, new: str) -> bytes:
-    """``raw`` (``{"jid":"<old>"...``) with ``new`` for its jid, as the scripts make it."""
-    return b'{"jid":"' + new.encode() + raw[len(b'{"jid":"') + len(old.encode()):]
+    """``raw`` (whose own jid is ``old``) with ``new`` for its jid, as the scripts make
+    it: written where its own jid is (``dedup.placed``)."""
+    raw, at = placed(raw, old)
+    return raw[:at] + new.encode() + raw[at + len(old.encode()):]
 
 
 class FakeDedup:

@@ -11,11 +11,17 @@
 -- KEYS[1] the key's state (hash: jid, raw: L as it stands in its list or copy)
 -- KEYS[2] the queue's list   (the rest is derived in its slot: its other lists, records,
 -- dep copies, the waiting zset)
--- ARGV[1] the new job's jid   ARGV[2] the new raw job (starts {"jid":"<ARGV[1]>")
+-- ARGV[1] the new job's jid   ARGV[2] the new raw job
 -- ARGV[3] the caller's clock (epoch s)   ARGV[4] the record prefix (records are needed)
 -- ARGV[5] a live record's bound (s)   ARGV[6] the job's name   ARGV[7] the queue's name
 -- ARGV[8] wake channel   ARGV[9] seconds the state is kept
+-- ARGV[10] the bytes of ARGV[2] before its own jid (absent: 8; as debounce.lua's): a
+--   merge writes the latest job's jid there
 -- Returns {how, jid}: how is "merged" (jid: L), "following" or "new" (jid: N).
+local jid_at = tonumber(ARGV[10] or "8")
+if string.sub(ARGV[2], jid_at + 1, jid_at + #ARGV[1]) ~= ARGV[1] then
+  return redis.error_reply("ERR coalesce: the new job's jid is not at byte " .. jid_at)
+end
 local prefix, queue = ARGV[4], ARGV[7]
 local slot = string.sub(KEYS[2], 1, -6)
 local held = redis.call("HMGET", KEYS[1], "jid", "raw")
@@ -30,7 +36,8 @@ if latest and old then
   local record = prefix .. latest
   local fields, origin = read_record(record)
   local state = fields and not fields.cancel and fields.state
-  local raw = '{"jid":"' .. latest .. string.sub(ARGV[2], #ARGV[1] + 9)
+  local raw = string.sub(ARGV[2], 1, jid_at) .. latest ..
+              string.sub(ARGV[2], jid_at + #ARGV[1] + 1)
   if state == "queued" then
     local list = queue_library().list_of(KEYS[2], old)
     local at = redis.pcall("LPOS", list, old)
