@@ -14,8 +14,10 @@ as the dashboard reads them, at each scrape:
   parents (``options(after=[...])``): not on its list yet, so not in its size.
 - ``cogworker_queue_demand{queue}``: the work the queue has now — waiting, plus its
   scheduled and retry jobs due (read, never promoted: they count with no worker
-  running), plus running — what an autoscaler scales on (KEDA, an HPA:
-  docs/guides/deploying.md).
+  running), plus running, plus, for an App with an outbox, its rows committed and not
+  yet relayed (they count with no worker running, whose relay would push them) — what an
+  autoscaler scales on (KEDA, an HPA: docs/guides/deploying.md).
+- ``cogworker_outbox_rows{queue}``: those outbox rows (an App with an outbox only).
 - ``cogworker_scheduled_size``, ``cogworker_retry_size``, ``cogworker_dead_size``: the
   sets, summed over queues.
 - ``cogworker_processes``: worker processes alive (beating).
@@ -60,6 +62,9 @@ CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 Prometheus version reads (our names and labels need none of the newer escaping)."""
 READING: Final = "reading Redis for the metrics"
 """The name of the streak that logs an outage once (and its end)."""
+OUTBOX_TIMEOUT: Final = 2.0
+"""Seconds the read of the outbox's rows may take (within ``SCRAPE_TIMEOUT``)."""
+OUTBOX_STREAK: Final = Streak("reading the outbox for the metrics")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,8 @@ class SystemGauges:
     """Queues past ``MAX_QUEUES_READ`` with no series (nor part of the set sizes)."""
     batches_open: int = 0
     """Batches not ended (``jobs.batch``)."""
+    outbox: tuple[tuple[str, int], ...] | None = None
+    """Outbox rows a relay would push, by queue (None: no outbox, or not read)."""
 
 
 async def read(inspector: Inspector) -> SystemGauges:
@@ -90,7 +97,27 @@ async def read(inspector: Inspector) -> SystemGauges:
     processes = sum(1 for process in await inspector.processes.all() if process.alive)
     batches_open = await inspector.app.store().batches.open_count()
     return SystemGauges(tuple(queues), scheduled, retries, dead, processes,
-                        count - len(names), batches_open)
+                        count - len(names), batches_open, await _outbox(inspector))
+
+
+async def _outbox(inspector: Inspector) -> tuple[tuple[str, int], ...] | None:
+    """The App's outbox rows by queue (``outbox_relay.demand``), or None: no outbox, or
+    its database not read within ``OUTBOX_TIMEOUT`` (logged once per outage: the Redis
+    figures are given all the same)."""
+    app = inspector.app
+    if app.settings.outbox is None:
+        return None
+    from cogworker_async.worker.outbox_relay import demand
+
+    try:
+        with anyio.fail_after(OUTBOX_TIMEOUT):
+            found = await demand(app.settings.outbox, app.settings.namespace,
+                                 app.registry.keys())
+    except Exception as exc:  # the database away: Redis' figures still count
+        OUTBOX_STREAK.failed(exc)
+        return None
+    OUTBOX_STREAK.succeeded()
+    return tuple(sorted(found.items()))
 
 
 async def read_bounded(inspector: Inspector, streak: Streak) -> SystemGauges | None:
@@ -131,14 +158,19 @@ def families(gauges: SystemGauges | None) -> list[Metric]:
                                "Jobs of the queue to run now: waiting, due (scheduled and "
                                "retries), and running. Scale workers on it.",
                                labels=["queue"])
+    outbox = dict(gauges.outbox or ())
     for queue in gauges.queues:
         size.add_metric([queue.name], queue.size)
         latency.add_metric([queue.name], queue.latency)
         paused.add_metric([queue.name], 1 if queue.paused else 0)
         waiting.add_metric([queue.name], queue.waiting_for_parents)
-        demand.add_metric([queue.name], queue.demand)
+        demand.add_metric([queue.name], queue.demand + outbox.get(queue.name, 0))
+    listed = {queue.name for queue in gauges.queues}
+    for name, rows in outbox.items():  # a queue never pushed to yet: its rows alone
+        if name not in listed:
+            demand.add_metric([name], rows)
     return [
-        up, size, latency, paused, waiting, demand,
+        up, size, latency, paused, waiting, demand, *_outbox_rows(gauges),
         GaugeMetricFamily("cogworker_scheduled_size", "Jobs scheduled for later.",
                           value=gauges.scheduled),
         GaugeMetricFamily("cogworker_retry_size", "Failed jobs waiting for their retry.",
@@ -155,6 +187,16 @@ def families(gauges: SystemGauges | None) -> list[Metric]:
                           "then by name) that have no series and are not in the set sizes.",
                           value=gauges.left_out),
     ]
+
+
+def _outbox_rows(gauges: SystemGauges) -> list[Metric]:
+    if gauges.outbox is None:
+        return []
+    rows = GaugeMetricFamily("cogworker_outbox_rows", "Outbox rows committed and not yet "
+                             "relayed (in the queue's demand).", labels=["queue"])
+    for name, count in gauges.outbox:
+        rows.add_metric([name], count)
+    return [rows]
 
 
 class _Families(Collector):

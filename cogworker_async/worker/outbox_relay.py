@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-from sqlalchemy import ColumnElement, delete, func, or_, select, true, update
+from sqlalchemy import ColumnElement, Table, delete, func, or_, select, true, update
 
 from cogworker_async.errors import why
 from cogworker_async.redis.errors import ClusterUnreachable, ConnectionLost, NoMaster
@@ -63,6 +63,33 @@ class Backlog:
     lag: float = 0.0
     refused: int = 0
     unknown: int = 0
+
+
+def mine(table: Table, namespace: str) -> ColumnElement[bool]:
+    """Rows of the App's namespace (or of none: written before the column)."""
+    return or_(table.c.namespace == namespace, table.c.namespace.is_(None))
+
+
+def known(table: Table, names: Collection[str] | None) -> ColumnElement[bool]:
+    """Rows naming a job of ``names`` (or no name yet: looked at in the pass)."""
+    if names is None:
+        return true()
+    return or_(table.c.name.in_(sorted(names)), table.c.name.is_(None))
+
+
+async def demand(outbox: Outbox, namespace: str, names: Collection[str] | None
+                 ) -> dict[str, int]:
+    """Rows a relay of the App would push, by queue: what ``cogworker_queue_demand``
+    adds to each queue's (``prometheus/system.py``), so that rows committed while no
+    worker runs start one (scale to zero). Rows Redis refused are not in it: one refused
+    for good would keep a worker up for ever (``Backlog.refused`` says them)."""
+    table = outbox.table
+    async with outbox.engine.connect() as conn:
+        found = (await conn.execute(
+            select(table.c.queue, func.count()).where(
+                mine(table, namespace), known(table, names), table.c.attempts.is_(None))
+            .group_by(table.c.queue))).all()
+    return {str(queue): int(count) for queue, count in found}
 
 
 def backoff(attempts: int) -> float:
@@ -105,16 +132,10 @@ class OutboxRelay:
                 await anyio.sleep(self.outbox.interval)
 
     def _mine(self) -> ColumnElement[bool]:
-        """Rows of this App's namespace (or of none: written before the column)."""
-        c = self.outbox.table.c
-        return or_(c.namespace == self.namespace, c.namespace.is_(None))
+        return mine(self.outbox.table, self.namespace)
 
     def _known(self) -> ColumnElement[bool]:
-        """Rows naming a job this App registers (or no name yet: looked at in the pass)."""
-        c = self.outbox.table.c
-        if self.names is None:
-            return true()
-        return or_(c.name.in_(sorted(self.names)), c.name.is_(None))
+        return known(self.outbox.table, self.names)
 
     async def relay_once(self) -> int:
         """One pass: the rows relayed. A row whose push Redis refuses is marked and left
