@@ -19,7 +19,7 @@ import json
 import secrets
 import time
 from collections.abc import Sequence
-from contextvars import Token
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Literal, Protocol
@@ -27,7 +27,7 @@ from typing import Final, Literal, Protocol
 import anyio
 
 from cogworker_async import context, signature
-from cogworker_async.redis.batches import BatchRecord
+from cogworker_async.redis.batches import BatchDamaged, BatchRecord
 from cogworker_async.signature import Signature
 from cogworker_async.status import CancelOutcome, JobStatus, check_jid
 
@@ -50,6 +50,9 @@ class BatchBackend(Protocol):
 
     async def read(self, bid: str) -> BatchRecord | None: ...
 
+    async def release(self, bid: str, tokens: Sequence[str] | None, parent: str | None,
+                      now: float | None = None) -> str | None: ...
+
     async def apply(self, bid: str, ends: Sequence[tuple[str, str]],
                     now: float | None = None) -> str | None: ...
 
@@ -66,11 +69,21 @@ class App(Protocol):
     async def status(self, jid: str, *, queue: str | None = None) -> JobStatus: ...
 
 BatchState = Literal["open", "running", "success", "complete", "dead", "abandoned",
-                     "unknown"]
+                     "unknown", "damaged"]
 KINDS: Final = {"on_death": "death", "on_complete": "complete", "on_success": "success"}
 MAX_BID_CHARS: Final = 64
 """A callback's jid is ``<bid>-<kind>``: within a jid's length."""
 MAX_DESCRIPTION: Final = 1000
+
+OWNER: Final[ContextVar[str | None]] = ContextVar("cogworker_batch_owner", default=None)
+"""The identity of the worker process running this code (the worker sets it for its
+jobs): a block's holder token names it, so that a block whose process dies inside it is
+let go once that process is gone (``worker/batch_reaper.py``), never holding its batch
+— and the batch's parent — open for good."""
+LIVE_HOLDERS: Final[set[str]] = set()
+"""The tokens of this process's blocks not exited yet: the relay of a process lets go
+of a token naming its own identity that is not here (an earlier process of the same
+identity died inside its block, or a seal failed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +96,8 @@ class BatchStatus:
     good: success (every member succeeded), complete (every member ended, some
     cancelled, none dead), dead (a member died) or abandoned (its block raised: its
     members cancelled, no callback); unknown: no such batch, or it ended longer ago than
-    it is kept."""
+    it is kept; damaged: its keys are not what the batch scripts write (``problem``
+    says how)."""
     description: str | None = None
     total: int = 0
     pending: int = 0
@@ -97,6 +111,8 @@ class BatchStatus:
     (``jobs.status(jid)`` says how it went)."""
     created_at: float | None = None
     finished_at: float | None = None
+    problem: str | None = None
+    """Why a damaged batch cannot be read."""
 
 
 def new_bid() -> str:
@@ -125,8 +141,9 @@ class Batch:
         if len(self.bid) > MAX_BID_CHARS:  # a callback's jid is the bid and its kind
             raise ValueError(f"a bid must be at most {MAX_BID_CHARS} characters")
         self.parent = check_jid(parent) if parent is not None else None
-        self._holder = secrets.token_hex(8)
-        """This block's token: it holds the batch open until this block exits."""
+        self._holder = ""
+        """This block's token: it holds the batch open until this block exits
+        (``holder_token``)."""
         self._joined: list[str] = []
         """The jids this block added (and pushed, or is pushing): what its failure cancels."""
         self._token: Token[context.OpenBatch | None] | None = None
@@ -141,10 +158,16 @@ class Batch:
             # A member's job opens a child; a callback's batch has ended: no parent.
             elif running is not None and "batch_callback" not in running.payload:
                 parent = running.batch_id
-        await self._app.batch_backend().open(
-            self.bid, description=self.description or "",
-            callbacks=json.dumps({kind: sig.stored() for kind, sig in self.callbacks.items()}),
-            parent=parent, now=time.time(), token=self._holder, reopen=self._reopen)
+        self._holder = holder_token(self._reopen)
+        LIVE_HOLDERS.add(self._holder)  # before the open: Redis never has it alone
+        try:
+            await self._app.batch_backend().open(
+                self.bid, description=self.description or "",
+                callbacks=json.dumps({kind: sig.stored() for kind, sig in self.callbacks.items()}),
+                parent=parent, now=time.time(), token=self._holder, reopen=self._reopen)
+        except BaseException:
+            LIVE_HOLDERS.discard(self._holder)
+            raise
         self.parent = parent
         self._token = context.BATCH.set(self)
         return self
@@ -170,24 +193,52 @@ class Batch:
         # Shielded: a job's timeout or a cancel that ends the block must not leave the
         # batch held open (its parent would wait for it forever).
         with anyio.CancelScope(shield=True):
-            if kind is None:
-                await backend.seal(self.bid, token=self._holder)
-                return
-            for jid in self._joined:  # what this block added will not run
-                await self._app.cancel(jid)
-            if self._reopen:  # a batch that existed: let go, its other members go on
-                await backend.seal(self.bid, token=self._holder)
-            else:
-                await backend.abandon(self.bid, self.parent, token=self._holder)
+            try:
+                if kind is None:
+                    await backend.seal(self.bid, token=self._holder)
+                    return
+                for jid in self._joined:  # what this block added will not run
+                    await self._app.cancel(jid)
+                if self._reopen:  # a batch that existed: let go, its other members go on
+                    await backend.seal(self.bid, token=self._holder)
+                else:
+                    await backend.abandon(self.bid, self.parent, token=self._holder)
+            finally:  # a seal that failed: this process's relay lets go of the token
+                LIVE_HOLDERS.discard(self._holder)
+
+
+def holder_token(reopen: bool) -> str:
+    """A block's token: random, and in a worker process "<nonce>.<n|r>@<identity>" —
+    whether the block opened the batch (n) or reopened it (r), and which process runs
+    it, so that the relay can let go of it once that process is gone."""
+    nonce = secrets.token_hex(8)
+    owner = OWNER.get()
+    if not owner or any(c.isspace() for c in owner):
+        return nonce
+    return f"{nonce}.{'r' if reopen else 'n'}@{owner}"
 
 
 async def status_of(app: App, bid: str) -> BatchStatus:
-    record = await app.batch_backend().read(check_jid(bid))
-    if record is None:
-        return BatchStatus(bid, "unknown")
+    """What ``bid`` has come to; "damaged" (never an exception) for a batch whose keys
+    are not what the batch scripts write."""
+    check_jid(bid)
+    try:
+        record = await app.batch_backend().read(bid)
+        if record is None:
+            return BatchStatus(bid, "unknown")
+        return _status(bid, record)
+    except BatchDamaged as exc:
+        return BatchStatus(bid, "damaged", problem=str(exc))
+    except (ValueError, TypeError, AttributeError, RecursionError) as exc:  # its fields
+        return BatchStatus(bid, "damaged", problem=f"batch {bid}: a field is not what the "
+                                                   f"batch scripts write ({exc!r:.200})")
+
+
+def _status(bid: str, record: BatchRecord) -> BatchStatus:
     f = record.fields
     # Decided (due or enqueued): a callback's jid is known from the moment it is due.
     fired = f.get("fired", "").split() + f.get("fire", "").split()
+    callbacks = _callbacks(f.get("callbacks"))
     state = f.get("state", "unknown")
     if state == "running" and f.get("sealed") == "0":  # reopened: a block holds it open
         state = "open"
@@ -198,16 +249,35 @@ async def status_of(app: App, bid: str) -> BatchStatus:
         pending=record.pending, succeeded=record.succeeded, dead=record.dead,
         cancelled=record.cancelled, parent=f.get("parent") or None, children=record.children,
         callbacks={kind: signature.callback_jid(bid, kind) for kind in fired
-                   if kind in json.loads(f.get("callbacks") or "{}")},
+                   if kind in callbacks},
         created_at=float(f["created_at"]) if f.get("created_at") else None,
         finished_at=float(f["finished_at"]) if f.get("finished_at") else None)
 
 
+def _callbacks(text: str | None) -> dict[str, object]:
+    found = json.loads(text or "{}")
+    if not isinstance(found, dict):
+        raise TypeError(f"its callbacks are a {type(found).__name__}, not an object")
+    return found
+
+
+async def _record(backend: BatchBackend, bid: str) -> BatchRecord | None:
+    try:
+        return await backend.read(bid)
+    except BatchDamaged:
+        return None
+
+
 async def cancel(app: App, bid: str) -> int:
-    """Cancel every member of ``bid`` not ended, and of its child batches; how many. A
-    pending jid with no job behind it (joined, then never pushed: its enqueuer died
-    between the two) is counted cancelled in the batch, so the batch can end."""
+    """Cancel every member of ``bid`` not ended, and of its child batches; how many. The
+    batch ends whoever holds it open: every block's hold is let go of first (a block
+    still running then adds no member: ``BatchEnded``), so it is sealed and ends once
+    its members have. A pending jid with no job behind it (joined, then never pushed:
+    its enqueuer died between the two) is counted cancelled in the batch, so the batch
+    can end."""
     backend = app.batch_backend()
+    record = await _record(backend, check_jid(bid))
+    await backend.release(bid, None, record.fields.get("parent") or None if record else None)
     cancelled, never_pushed = 0, []
     for jid in await backend.members(check_jid(bid), "pending"):
         outcome = await app.cancel(jid)
@@ -218,7 +288,7 @@ async def cancel(app: App, bid: str) -> int:
     if never_pushed:
         await backend.apply(bid, never_pushed)
         cancelled += len(never_pushed)
-    record = await backend.read(bid)
+    record = await _record(backend, bid)
     for child in record.children if record is not None else []:
         cancelled += await cancel(app, child)
     return cancelled

@@ -73,9 +73,10 @@ class Batches:
         expired); None: its hash cannot be read, or ``bid`` cannot be a bid (a list's
         entry written by hand)."""
         try:
-            return await self._inspector.app.batch_status(check_jid(bid))
-        except (TypeError, ValueError):  # a count or a time that is not a number, ...
+            found = await self._inspector.app.batch_status(check_jid(bid))
+        except (TypeError, ValueError):  # a list's entry that cannot be a bid
             return None
+        return None if found.state == "damaged" else found
 
     async def members(self, bid: str, limit: int = MEMBERS_SHOWN) -> dict[str, list[str]]:
         """Up to ``limit`` member jids of each of ``bid``'s sets, by set."""

@@ -4,8 +4,9 @@ cancel every member not ended first (child batches included).
 
 The admin commands' conventions (``cli/common.py``): a table for a person, ``--json``
 (``BatchStatus`` as a dict, plus ``"cancelled"``) for a script. Exit codes: 0 the batch
-is known; 4 no such batch (or it ended longer ago than it is kept); 2 not a bid; 3 Redis
-out of reach.
+is known; 4 no such batch (or it ended longer ago than it is kept); 1 its keys are
+damaged (not what the batch scripts write: one line says how); 2 not a bid; 3 Redis out
+of reach.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from cogworker_async.batch import BatchStatus
 from cogworker_async.cli import common, tables
 
 EXIT_UNKNOWN: Final = 4
+EXIT_DAMAGED: Final = 1
 
 Bid = Annotated[str, typer.Argument(help="The batch's id (batch.bid).")]
 Cancel = Annotated[bool, typer.Option("--cancel", help="Cancel its members first.")]
@@ -49,6 +51,8 @@ def _command(load_app: common.LoadApp) -> Any:
             common.show(status_view(found, time.time()))
         if found.state == "unknown":
             raise typer.Exit(EXIT_UNKNOWN)
+        if found.state == "damaged":
+            raise typer.Exit(EXIT_DAMAGED)
 
     return batch
 
@@ -64,6 +68,8 @@ def status_view(found: BatchStatus, now: float) -> RenderableType:
     if found.state == "unknown":
         return Text(f"batch {found.bid}: unknown (never opened here, or it ended longer "
                     "ago than it is kept)")
+    if found.state == "damaged":
+        return Text(f"batch {found.bid}: damaged: {found.problem}")
     table = Table(show_header=False)
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")

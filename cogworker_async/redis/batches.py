@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, cast
 
 from cogworker_async.redis.errors import NoPermissionError, ResponseError
-from cogworker_async.redis.part import Part, as_bytes
+from cogworker_async.redis.part import Part, as_bytes, wrong_type
 
 OPEN_TTL: Final = 30 * 86400.0
 """Seconds an open batch's keys live without a member added (an enqueuer that died
@@ -72,6 +72,12 @@ class BatchEnded(Exception):
     """The batch cannot take members any more (it ended), or is not open."""
 
 
+class BatchDamaged(Exception):
+    """A batch's keys are not what the batch scripts write (a key of another type, a
+    field that is not a number, callbacks that are not JSON): written by hand, or by
+    another program in the namespace. Readers show it as damaged; the relay skips it."""
+
+
 class Batches(Part):
     def _now(self) -> float:
         return time.time()
@@ -82,7 +88,7 @@ class Batches(Part):
         """Open ``bid`` (or open it again, ``reopen``: it must exist), held open by the
         block of ``token`` until that block's ``seal``; "opened" or "reopened"."""
         keys = [*self.keys.batch_keys(bid), self.keys.batches, self.keys.batches_open,
-                *(self.keys.batch_keys(parent) if parent else [])]
+                self.keys.batches_held, *(self.keys.batch_keys(parent) if parent else [])]
         try:
             done = await self.scripts.run("batch_open", keys, [
                 bid, now if now is not None else self._now(), description, callbacks,
@@ -119,7 +125,7 @@ class Batches(Part):
         state (None: no such batch)."""
         state = await self.scripts.run(
             "batch_seal", [*self.keys.batch_keys(bid), self.keys.batches_firing,
-                           self.keys.batches_open],
+                           self.keys.batches_open, self.keys.batches_held],
             [bid, now if now is not None else self._now(), int(DONE_TTL), token or "-"])
         return as_bytes(state).decode() if state else None
 
@@ -128,11 +134,59 @@ class Batches(Part):
         """The block of ``token`` raised: ``bid`` ends abandoned (no callback), unless
         another block holds it; its state (None: no such batch)."""
         keys = [*self.keys.batch_keys(bid), self.keys.batches_firing, self.keys.batches_open,
-                *(self.keys.batch_keys(parent) if parent else [])]
+                self.keys.batches_held, *(self.keys.batch_keys(parent) if parent else [])]
         state = await self.scripts.run("batch_abandon", keys, [
             bid, now if now is not None else self._now(), int(DONE_TTL), token or "-",
             parent or ""])
         return as_bytes(state).decode() if state else None
+
+    async def release(self, bid: str, tokens: Sequence[str] | None, parent: str | None,
+                      now: float | None = None) -> str | None:
+        """Let go of the blocks of ``tokens`` that hold ``bid`` open (None: of every
+        block, ``cancel_batch``); once none holds it, it is sealed — or abandoned, when
+        the block that opened it is one let go of (its process died inside it). Its
+        state (None: no such batch)."""
+        keys = [*self.keys.batch_keys(bid), self.keys.batches_firing, self.keys.batches_open,
+                self.keys.batches_held, *(self.keys.batch_keys(parent) if parent else [])]
+        state = await self.scripts.run("batch_release", keys, [
+            bid, now if now is not None else self._now(), int(DONE_TTL), parent or "",
+            "all" if tokens is None else "some", *(tokens or [])])
+        return as_bytes(state).decode() if state else None
+
+    async def held_page(self, start: int, count: int) -> list[tuple[str, str, str | None]]:
+        """Batches held open by a block of a worker process, oldest first, from
+        ``start``: (bid, its holder tokens, its parent); a hash that cannot be read
+        shows no holder."""
+        found = [as_bytes(cast("bytes | str", bid)).decode("utf-8", "replace") for bid in
+                 await self.client.zrange(self.keys.batches_held, start, start + count - 1)]
+        if not found:
+            return []
+        async with self.client.pipeline(transaction=False) as pipe:
+            for bid in found:
+                pipe.hmget(self.keys.batch(bid), ["holders", "parent"])
+            replies = await pipe.execute(raise_on_error=False)
+        held: list[tuple[str, str, str | None]] = []
+        for bid, reply in zip(found, replies, strict=True):
+            if isinstance(reply, NoPermissionError):
+                raise reply
+            holders, parent = (None, None) if isinstance(reply, Exception) else reply
+            held.append((bid, as_bytes(holders).decode("utf-8", "replace") if holders else "",
+                         as_bytes(parent).decode("utf-8", "replace") if parent else None))
+        return held
+
+    async def gone(self, identities: Sequence[str]) -> set[str]:
+        """Of ``identities``, the processes that are gone: no alive marker, and no
+        last beat any more (recovery forgot it once its jobs were back; a clean stop)."""
+        wanted = list(dict.fromkeys(identities))
+        if not wanted:
+            return set()
+        async with self.client.pipeline(transaction=False) as pipe:
+            for identity in wanted:
+                pipe.exists(self.keys.process(identity))
+                pipe.hexists(self.keys.last_beat, identity)
+            replies = await pipe.execute()
+        return {identity for i, identity in enumerate(wanted)
+                if not int(replies[2 * i]) and not replies[2 * i + 1]}
 
     async def apply(self, bid: str, ends: Sequence[tuple[str, str]],
                     now: float | None = None) -> str | None:
@@ -171,10 +225,18 @@ class Batches(Part):
         return int(await self.scripts.run("drop_notes", [self.keys.batch_notes(queue)],
                                           list(notes)))
 
-    async def firing(self, count: int = NOTES_PER_READ) -> list[str]:
-        """Batches with callbacks to enqueue or an end to tell their parent."""
-        found = await self.client.zrange(self.keys.batches_firing, 0, count - 1)
-        return [as_bytes(cast("bytes | str", bid)).decode() for bid in found]
+    async def firing(self, count: int = NOTES_PER_READ, now: float | None = None) -> list[str]:
+        """Batches with callbacks to enqueue or an end to tell their parent, due by
+        ``now`` (one that failed is put off: ``later``), oldest first."""
+        found = await self.client.zrangebyscore(
+            self.keys.batches_firing, "-inf", now if now is not None else self._now(),
+            start=0, num=count)
+        return [as_bytes(cast("bytes | str", bid)).decode("utf-8", "replace") for bid in found]
+
+    async def later(self, bid: str, delay: float) -> None:
+        """Put off ``bid``'s firing by ``delay`` seconds (it failed: its keys damaged,
+        or its callback's node away), behind the others; nothing if it left the set."""
+        await self.client.zadd(self.keys.batches_firing, {bid: self._now() + delay}, xx=True)
 
     async def read(self, bid: str) -> BatchRecord | None:
         """Batch ``bid`` as held (None: unknown, or expired)."""
@@ -184,13 +246,19 @@ class Batches(Part):
             for which in ("pending", "succeeded", "dead", "cancelled"):
                 pipe.scard(keys.batch_set(bid, which))
             pipe.smembers(keys.batch_set(bid, "kids"))
-            got = await pipe.execute()
+            got = await pipe.execute(raise_on_error=False)
+        for reply in got:
+            if isinstance(reply, Exception):
+                if not wrong_type(reply):
+                    raise reply
+                raise BatchDamaged(f"batch {bid}: a key of another type than the batch "
+                                   f"scripts write ({reply})")
         if not got[0]:
             return None
-        fields = {as_bytes(k).decode(): as_bytes(v).decode("utf-8", "replace")
+        fields = {as_bytes(k).decode("utf-8", "replace"): as_bytes(v).decode("utf-8", "replace")
                   for k, v in got[0].items()}
         return BatchRecord(bid, fields, int(got[1]), int(got[2]), int(got[3]), int(got[4]),
-                           sorted(as_bytes(kid).decode() for kid in got[5]))
+                           sorted(as_bytes(kid).decode("utf-8", "replace") for kid in got[5]))
 
     async def members(self, bid: str, which: str) -> list[str]:
         """Every jid of one of ``bid``'s sets, sorted: read by SSCAN pages, so that a set

@@ -193,6 +193,19 @@ class Keys:
         end not yet told to their parent (the relay's work list)."""
         return self._app("batches_firing")
 
+    @property
+    def batches_held(self) -> str:
+        """Zset bid -> when: batches a block in a worker process holds open (its token
+        names the process): the relay lets go of those whose process is gone
+        (``worker/batch_reaper.py``)."""
+        return self._app("batches_held")
+
+    @property
+    def notes_lock(self) -> str:
+        """String lock (owner, with a TTL): the worker relaying the notes of the queues
+        it does not serve, one at a time (``worker/batch_relay.py``)."""
+        return self._app("notes_lock")
+
     # -- a queue's slot ----------------------------------------------------------------
 
     def _queue(self, queue: str, suffix: str) -> str:

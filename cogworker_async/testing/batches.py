@@ -142,6 +142,20 @@ class FakeBatches:
             await self.run_now(pushes)
         return found.state
 
+    async def release(self, bid: str, tokens: Sequence[str] | None, parent: str | None,
+                      now: float | None = None) -> str | None:
+        """``batch_release``: let go of the blocks of ``tokens`` (None: every one)."""
+        found = self.batches.get(bid)
+        if found is None or found.state in FINAL:
+            return found.state if found is not None else None
+        dropped = [t for t in found.holders if tokens is None or t in tokens]
+        found.holders = [t for t in found.holders if t not in dropped]
+        if found.holders or (not dropped and tokens is not None):
+            return found.state
+        if tokens is not None and any(".n@" in token for token in dropped):
+            return await self.abandon(bid, found.parent, now)
+        return await self.seal(bid, now)
+
     async def apply(self, bid: str, ends: Sequence[tuple[str, str]],
                     now: float | None = None) -> str | None:
         for jid, end in ends:

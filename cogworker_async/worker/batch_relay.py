@@ -14,6 +14,15 @@ so (``batch_fired``). A relay that dies between the two enqueues again and is re
 each callback runs once — as long as the callback's record is kept (``keep_status``),
 which a relay's next pass, a poll interval later, is far inside.
 
+Notes of a queue no worker serves (a member cancelled there, by ``cancel_batch`` or a
+hand) are relayed too: every ``UNSERVED_EVERY`` seconds one worker of the namespace
+(under a short lock) relays the notes of every registered queue it does not serve.
+
+Each batch stands alone: one whose keys are damaged (a co-tenant's garbage) or whose
+callback's node is away is logged, put off (``batches.later``) and skipped — never
+holding up the others' callbacks; the blocks of processes that died inside them are
+let go (``batch_reaper.py``).
+
 Dependents: a note that names watchers (a parent's end, ``redis/dependencies.py``) is
 applied to each of them (``dep_apply``, in the dependent's slot) before it is dropped,
 with the parent's result for one that takes it; each pass also arms again the jobs of
@@ -34,12 +43,14 @@ import anyio
 
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition
+from cogworker_async.errors import why
 from cogworker_async.redis.batches import NOTES_PER_READ, Note, parse_note
 from cogworker_async.redis.dependencies import Parent, parse_watchers
-from cogworker_async.redis.errors import ResponseError, Unavailable
+from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.part import wrong_type
 from cogworker_async.redis.store import Store
 from cogworker_async.signature import callback_payload
+from cogworker_async.worker.batch_reaper import BatchReaper
 from cogworker_async.worker.streak import Streak
 
 log = logging.getLogger(__name__)
@@ -47,18 +58,33 @@ log = logging.getLogger(__name__)
 KINDS: Final = ("death", "complete", "success")
 """Callback kinds in the order they are enqueued (a death before the end)."""
 MAX_CALLBACK_BYTES: Final = 1_000_000
+UNSERVED_EVERY: Final = 5.0
+"""Seconds between two relays of the notes of the queues no worker may serve."""
+AWAY_DELAY: Final = 5.0
+"""Seconds a batch whose callback could not be enqueued (its node away) is put off."""
+DAMAGED_DELAY: Final = 300.0
+"""Seconds a batch whose keys are damaged is put off (and said again)."""
+
+
+class NodeAway(Exception):
+    """A callback's queue whose node failed earlier in this pass: not called again in it
+    (a hung node would cost a socket timeout per batch)."""
 
 
 class BatchRelay:
     def __init__(self, store: Store, registry: Mapping[str, JobDefinition],
                  queues: Sequence[str], max_payload_bytes: int = MAX_CALLBACK_BYTES,
-                 interval: float = 1.0) -> None:
+                 interval: float = 1.0, identity: str = "") -> None:
         self.store = store
         self.registry = registry
         self.queues = list(dict.fromkeys(queues))
         self.max_payload_bytes = max(max_payload_bytes, MAX_CALLBACK_BYTES)
         self.interval = interval
+        self.identity = identity
         self.streak = Streak("batch relay")
+        self.reaper = BatchReaper(store, identity)
+        self._next_unserved = 0.0
+        self._away: set[str] = set()
 
     async def run(self) -> None:
         """Relay forever at a jittered interval (the poll interval: processes out of
@@ -87,13 +113,35 @@ class BatchRelay:
                 await self.store.dependencies.rearm(queue, now=clock)
             except Exception as exc:
                 failure = failure or exc
-        try:
-            await self.fire_due()
-        except Exception as exc:
-            failure = failure or exc
+        for step in (self.relay_unserved, self.reaper.reap, self.fire_due):
+            try:
+                await step()
+            except Exception as exc:
+                failure = failure or exc
         if failure is not None:
             raise failure
         return applied
+
+    async def relay_unserved(self, force: bool = False) -> None:
+        """Every ``UNSERVED_EVERY`` seconds, by one worker of the namespace at a time:
+        the notes of each registered queue this worker does not serve (a queue no
+        worker serves has ends to relay too: a member or a parent cancelled there)."""
+        now = time.monotonic()
+        if not force and now < self._next_unserved:
+            return
+        self._next_unserved = now + UNSERVED_EVERY
+        store = self.store
+        if not await store.take_lock(store.keys.notes_lock, self.identity or "relay",
+                                     UNSERVED_EVERY * 0.8):
+            return
+        failure: Exception | None = None
+        for queue in sorted(set(await store.queue_names()) - set(self.queues)):
+            try:
+                await self.relay_notes(queue)
+            except Exception as exc:  # that queue's node away, its notes garbage: the rest
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     async def relay_notes(self, queue: str) -> int:
         """Every note of ``queue``'s outbox, a page at a time, until a short page."""
@@ -160,12 +208,26 @@ class BatchRelay:
         return json.dumps(status.result, separators=(",", ":"))
 
     async def fire_due(self) -> None:
+        """Each batch due, on its own: one that fails is put off and the others go on;
+        the first node away is raised at the end (the streak says it once)."""
+        self._away, away = set(), None
         for bid in await self.store.batches.firing():
             try:
                 await self._fire(bid)
-            except ResponseError as exc:
-                log.error("batch relay: batch %s: its callbacks could not be enqueued (%s)",
-                          bid, exc)
+            except Exception as exc:
+                damaged = not isinstance(exc, (*Unavailable, NodeAway)) or wrong_type(exc)
+                if damaged:
+                    log.error("batch relay: batch %s is damaged (%s): its callbacks are put "
+                              "off %.0f s; the other batches go on", bid, why(exc),
+                              DAMAGED_DELAY)
+                else:
+                    away = away or exc
+                try:
+                    await self.store.batches.later(bid, DAMAGED_DELAY if damaged else AWAY_DELAY)
+                except Exception as later:  # the namespace's node away: nothing goes on
+                    raise later from exc
+        if away is not None and not isinstance(away, NodeAway):
+            raise away
 
     async def _fire(self, bid: str) -> None:
         record = await self.store.batches.read(bid)
@@ -173,10 +235,7 @@ class BatchRelay:
             await self.store.batches.fired(bid, [], None)
             return
         due = record.fields.get("fire", "").split()
-        try:
-            callbacks = json.loads(record.fields.get("callbacks") or "{}")
-        except ValueError:
-            callbacks = {}
+        callbacks = _callbacks(bid, record.fields.get("callbacks"))
         done = []
         for kind in (k for k in KINDS if k in due):
             # Marked fired only once enqueued (or refused: enqueued before); a callback
@@ -186,7 +245,11 @@ class BatchRelay:
         if done:
             await self.store.batches.fired(bid, done, record.fields.get("parent") or None)
 
-    async def _enqueue(self, bid: str, kind: str, stored: Mapping[str, Any]) -> bool:
+    async def _enqueue(self, bid: str, kind: str, stored: object) -> bool:
+        if not isinstance(stored, dict):
+            log.error("batch %s: its %s callback is not one (%r): none is enqueued", bid,
+                      kind, stored)
+            return True
         name = stored.get("name")
         definition = self.registry.get(name) if isinstance(name, str) else None
         if definition is None:
@@ -195,10 +258,31 @@ class BatchRelay:
             return False
         payload = callback_payload(definition, stored, bid, kind, time.time())
         queue = payload["queue"]
+        if queue in self._away:
+            raise NodeAway(queue)
         raw = job.encode(payload, self.max_payload_bytes)
-        await self.store.enqueue(queue, [raw], jids=[payload["jid"]], name=definition.name,
-                                 chosen="once")
+        try:
+            await self.store.enqueue(queue, [raw], jids=[payload["jid"]],
+                                     name=definition.name, chosen="once")
+        except Unavailable as exc:
+            if not wrong_type(exc):
+                self._away.add(queue)
+            raise
         return True
+
+
+def _callbacks(bid: str, text: str | None) -> Mapping[str, Any]:
+    """A batch's callbacks as stored; none when they cannot be read (damaged: said, and
+    the batch ends without them rather than never)."""
+    try:
+        found = json.loads(text or "{}")
+    except (ValueError, RecursionError) as exc:
+        found = exc
+    if not isinstance(found, dict):
+        log.error("batch %s: its callbacks cannot be read (%r): none is enqueued", bid,
+                  found if isinstance(found, Exception) else type(found).__name__)
+        return {}
+    return found
 
 
 def _parsed(raw: bytes) -> Note | None:

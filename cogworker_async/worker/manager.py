@@ -28,6 +28,7 @@ from typing import Final
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from cogworker_async.batch import OWNER as BATCH_OWNER
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import why
 from cogworker_async.lifespan import Lifespan, entered
@@ -142,8 +143,8 @@ class Manager:
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
         self.poller = Poller(store, settings)
         self.relay = BatchRelay(store, registry, settings.queue_names,
-                                settings.max_payload_bytes, settings.poll_interval) \
-            if settings.tracked else None
+                                settings.max_payload_bytes, settings.poll_interval,
+                                identity=self.identity) if settings.tracked else None
         """Batch members' ends and callbacks (``batch_relay.py``): its own task."""
         self.lag = LoopLag()
         self.fence = Fence(store, self.identity, self.ledger, queues=settings.queue_names,
@@ -275,6 +276,7 @@ class Manager:
 
     async def _work(self, *, task_status: TaskStatus[None]) -> None:
         reliable = self.fetcher.reliable
+        BATCH_OWNER.set(self.identity)  # its jobs' batch blocks name it (batch_reaper.py)
         await self.store.check_server(reliable=reliable)
         # Served queues are registered (the dashboard, the poller and recovery find each
         # queue's slot through the registry) before anything is fetched from them.

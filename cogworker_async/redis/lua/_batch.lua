@@ -41,6 +41,19 @@ local function batch_holders(k, add, drop)
   return #kept > 0
 end
 
+-- batch_held: batch ``bid`` (keys ``k``) is in ``held_index`` while a block of a worker
+-- process holds it (a token "<nonce>.<n|r>@<identity>": batch.py), so that the relay can
+-- let go of a block whose process died inside it (worker/batch_reaper.py); it leaves
+-- once none does.
+local function batch_held(k, held_index, bid, now)
+  local holders = redis.call("HGET", k[1], "holders") or ""
+  if string.find(holders, "@", 1, true) then
+    redis.call("ZADD", held_index, "NX", now, bid)
+  else
+    redis.call("ZREM", held_index, bid)
+  end
+end
+
 -- batch_bound: every key of batch ``k`` expires ``ttl`` seconds from now.
 local function batch_bound(k, ttl)
   for i = 1, 7 do redis.call("EXPIRE", k[i], ttl) end
@@ -89,4 +102,16 @@ local function batch_decide(k, firing, bid, now, done_ttl, open_index)
     redis.call("ZADD", firing, now, bid)
   end
   return state
+end
+
+-- batch_end_abandoned: batch ``k`` (id ``bid``) ends abandoned — no callback fires — and
+-- leaves the open children of its parent (keys ``parent``, id ``parent_bid``; nil: none),
+-- which may end the parent in turn.
+local function batch_end_abandoned(k, parent, firing, open_index, bid, parent_bid, now, ttl)
+  redis.call("HSET", k[1], "state", "abandoned", "sealed", "1", "finished_at", now)
+  redis.call("ZREM", open_index, bid)
+  batch_bound(k, ttl)
+  if parent and redis.call("SREM", parent[6], bid) == 1 then
+    batch_decide(parent, firing, parent_bid, now, ttl, open_index)
+  end
 end

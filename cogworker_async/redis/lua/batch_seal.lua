@@ -2,13 +2,18 @@
 -- fire, and those already due are decided here (a batch whose members all ended before
 -- the block exited).
 -- KEYS[1..7] the batch's keys (_batch.lua)   KEYS[8] the namespace's firing set
--- KEYS[9] its index of batches not ended
+-- KEYS[9] its index of batches not ended   KEYS[10] its index of held batches
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] the bound of an ended batch's keys (s)
 -- ARGV[4] the token of the block that exits (it lets go: sealed once no block holds it)
 -- Returns the batch's state (false: no such batch). Safe to run twice.
 local k = batch_keys(1)
-if not redis.call("HGET", k[1], "state") then return false end
-if batch_holders(k, nil, ARGV[4]) then -- another block holds it open: nothing fires yet
+if not redis.call("HGET", k[1], "state") then
+  redis.call("ZREM", KEYS[10], ARGV[1])
+  return false
+end
+local held = batch_holders(k, nil, ARGV[4])
+batch_held(k, KEYS[10], ARGV[1], tonumber(ARGV[2]))
+if held then -- another block holds it open: nothing fires yet
   return redis.call("HGET", k[1], "state")
 end
 redis.call("HSET", k[1], "sealed", "1")

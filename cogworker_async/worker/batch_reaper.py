@@ -1,0 +1,90 @@
+"""Reaper: lets go of the batch blocks of worker processes that died inside them.
+
+A block that opens a batch (or reopens one) holds it open until it exits; a job's block
+killed with its process (SIGKILL, OOM) never exits, and its batch — and the batch's
+parent — would wait for good, while the recovered run opens another. In a worker
+process a block's token names the process (``batch.holder_token``), and every batch a
+worker's block holds is listed (``Keys.batches_held``). Each relay pass reads that list
+(``HELD_PER_PASS`` at a time, in turns) and lets go of each token whose process is gone
+— no alive marker and no last beat: recovery forgot it once its jobs were back
+(``forget.lua``), or it stopped — and of each token naming this very process that no
+block of it holds (an earlier process of the same configured identity, or a seal that
+failed). A batch left with no holder is sealed, as at its block's exit; one opened by a
+block that died ends abandoned, as if that block had raised, and its pending members
+are cancelled (the recovered run enqueues its own).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from cogworker_async import batch
+from cogworker_async.errors import why
+from cogworker_async.lookup import JobLookup
+from cogworker_async.redis.store import Store
+
+log = logging.getLogger(__name__)
+
+HELD_PER_PASS: Final = 200
+"""Held batches one pass looks at (the next pass goes on from there)."""
+
+
+def owner_of(token: str) -> str | None:
+    """The identity a holder token names (None: a block outside a worker)."""
+    _, at, owner = token.partition("@")
+    return owner if at and owner else None
+
+
+class BatchReaper:
+    def __init__(self, store: Store, identity: str) -> None:
+        self.store = store
+        self.identity = identity
+        self._start = 0
+
+    async def reap(self) -> int:
+        """One pass: how many blocks were let go of. One batch that fails is logged and
+        skipped; the first failure is raised at the end."""
+        batches = self.store.batches
+        held = await batches.held_page(self._start, HELD_PER_PASS)
+        self._start = self._start + len(held) if len(held) == HELD_PER_PASS else 0
+        owners = {owner for _, holders, _ in held for token in holders.split()
+                  if (owner := owner_of(token)) is not None and owner != self.identity}
+        gone = await batches.gone(sorted(owners)) if owners else set()
+        released, failure = 0, None
+        for bid, holders, parent in held:
+            tokens = [token for token in holders.split() if self._gone(token, gone)]
+            if not tokens:
+                continue
+            try:
+                state = await batches.release(bid, tokens, parent)
+                log.warning("batch %s: let go of %d block(s) whose process died inside "
+                            "them (now %s)", bid, len(tokens), state)
+                released += len(tokens)
+                if state == "abandoned":
+                    await self._cancel_pending(bid)
+            except Exception as exc:
+                log.error("batch %s: could not let go of the blocks of gone processes: %s",
+                          bid, why(exc))
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return released
+
+    def _gone(self, token: str, gone: set[str]) -> bool:
+        owner = owner_of(token)
+        if owner is None:
+            return False
+        if owner == self.identity:
+            return token not in batch.LIVE_HOLDERS
+        return owner in gone
+
+    async def _cancel_pending(self, bid: str) -> None:
+        """The members a dead block left pending will not run (its recovered run
+        enqueues its own); a jid with no job behind it counts cancelled."""
+        lookup = JobLookup(lambda: self.store)
+        never_pushed = [(jid, "cancelled") for jid in
+                        await self.store.batches.members(bid, "pending")
+                        if await lookup.cancel(jid) == "unknown"]
+        if never_pushed:
+            await self.store.batches.apply(bid, never_pushed)
