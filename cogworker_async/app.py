@@ -29,7 +29,7 @@ from cogworker_async.chain import Chain
 from cogworker_async.client import Client
 from cogworker_async.definition import JobDefinition, JobOptions, RetryIn, check_discard_on
 from cogworker_async.embedded import EmbeddedServer
-from cogworker_async.errors import ConfigurationError, LifespanFailed
+from cogworker_async.errors import LIFESPAN_ERRORS, ConfigurationError
 from cogworker_async.groups import GroupKey, split_group
 from cogworker_async.lifespan import Lifespan, LifespanFunction, lifespan_of
 from cogworker_async.limiter import DEFAULT_LEASE, Limiter, check_name, spec_of
@@ -469,7 +469,7 @@ class App:
                     finally:
                         manager.stop()
             except BaseExceptionGroup as group:  # the lifespan's failure, as itself
-                failed = [leaf for leaf in group.exceptions if isinstance(leaf, LifespanFailed)]
+                failed = [leaf for leaf in group.exceptions if isinstance(leaf, LIFESPAN_ERRORS)]
                 if failed:
                     raise failed[0] from failed[0].__cause__
                 raise

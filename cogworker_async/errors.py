@@ -5,6 +5,7 @@
     │   └── EmbeddedServerError     the embedded server could not start
     ├── WrongTypeKey                one of our keys holds another type (a co-tenant's)
     ├── LifespanFailed              ``@jobs.lifespan`` raised as it was entered (no job taken)
+    ├── LifespanExitFailed          ``@jobs.lifespan`` raised as it was exited (jobs settled)
     ├── SerializationError (+TypeError)   arguments not JSON, raised at enqueue
     ├── PayloadTooLarge (+ValueError)     encoded job over max_payload_bytes, at enqueue
     ├── UnknownJob                  a payload names no registered job (filed in dead)
@@ -52,6 +53,15 @@ class WrongTypeKey(CogworkerError):
     def __init__(self, message: str, key: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class LifespanExitFailed(CogworkerError):
+    """The worker's lifespan raised as it was exited: after the worker had stopped and
+    settled its jobs (nothing was lost). The lifespan's error is the cause."""
+
+
+LIFESPAN_ERRORS = (LifespanFailed, LifespanExitFailed)
+"""What a worker's lifespan raises as itself (out of the worker's task group)."""
 
 
 class SerializationError(CogworkerError, TypeError):

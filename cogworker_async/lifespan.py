@@ -8,13 +8,15 @@ after its last (a database pool, an HTTP client), shared by every job it runs.
 
 Entered in each worker process (each child of ``run --processes``, and a worker embedded
 with ``jobs.worker()``) before the worker registers or fetches anything: if entering
-raises, the worker stops with that error, having taken no job. Exited after the last
-job has settled, on a graceful and on a hard stop, shielded from cancellation and
-bounded by ``EXIT_TIMEOUT``. (A plain-function job whose thread outlived its timeout or
-the shutdown deadline cannot be stopped: it may still be using what the lifespan made
-when the exit runs.) Jobs run in tasks (and, plain functions, threads) started
-inside it, so they read what it yielded through a context variable, as they read
-``current_job()``. The testing helpers enter it around a ``drain()`` and an inline run.
+raises, the worker stops with that error, having taken no job; a signal while it is
+entered cancels the entry (``run``: ``cli/starting.py``). Exited after the last job has
+settled, on a graceful and on a hard stop, shielded from cancellation and bounded by
+``EXIT_TIMEOUT``; an exit that raises is ``LifespanExitFailed`` (``run``: exit 5). (A
+plain-function job whose thread outlived its timeout or the shutdown deadline cannot be
+stopped: it may still be using what the lifespan made when the exit runs.) Jobs run in
+tasks (and, plain functions, threads) started inside it, so they read what it yielded
+through a context variable, as they read ``current_job()``. The testing helpers enter it
+around a ``drain()`` and an inline run.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
-from cogworker_async.errors import LifespanFailed
+from cogworker_async.errors import LifespanExitFailed, LifespanFailed, why
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,17 @@ LifespanFunction = TypeVar("LifespanFunction", bound=Callable[[], Any])
 """What ``@jobs.lifespan`` decorates (and returns as it was)."""
 
 NO_STATE: Final = None
+
+_entering = 0
+"""How many lifespans this process is entering right now (``entering``)."""
+
+
+def entering() -> bool:
+    """Is a lifespan being entered in this process (its worker not started yet)? What
+    ``run`` asks of a signal that comes while the worker starts: a lifespan that hangs
+    as it is entered is cancelled (``cli/starting.py``); past it, the worker is stopped
+    as soon as it runs."""
+    return _entering > 0
 
 STATE: ContextVar[Any] = ContextVar("cogworker_lifespan_state", default=NO_STATE)
 """What the worker's lifespan yielded: set while it is entered, read by
@@ -73,17 +86,33 @@ async def entered(lifespan: Lifespan | None) -> AsyncIterator[Any]:
         raise TypeError(f"jobs.lifespan: {lifespan!r} returned {manager!r}, not an async "
                         "context manager")
     stack = AsyncExitStack()
+    global _entering
+    _entering += 1
     try:
         state = await stack.enter_async_context(manager)
     except Exception as exc:
         raise LifespanFailed(f"the worker's lifespan failed as it was entered, so the "
                              f"worker took no job: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _entering -= 1
     token = STATE.set(state)
+    worked = False
     try:
         yield state
+        worked = True
     finally:
         STATE.reset(token)
         with anyio.move_on_after(EXIT_TIMEOUT, shield=True) as bounded:
-            await stack.aclose()
+            try:
+                await stack.aclose()
+            except Exception as exc:
+                # After a worker that failed, its own error is the one to tell: this
+                # one is logged. After a worker that stopped, this is the error.
+                if not worked:
+                    log.error("the lifespan's exit raised too: %s", why(exc))
+                else:
+                    raise LifespanExitFailed(
+                        "the worker's lifespan raised as it was exited (the worker had "
+                        f"stopped, its jobs settled): {why(exc)}") from exc
         if bounded.cancelled_caught:
             log.error("the lifespan's exit took over %.0fs: left unfinished", EXIT_TIMEOUT)

@@ -19,6 +19,8 @@ password of any Redis URL masked (``urls.mask``). Exit codes, for every command:
        ``--wait-for-redis``), a wrong password, a user lacking a permission (NOPERM)
     4  ``run`` under ``--processes``: stopped after ``--max-jobs`` (replace me);
        ``job``: unknown jid
+    5  ``run``: the worker stopped and settled its jobs, then its lifespan raised as
+       it was exited (``LifespanExitFailed``)
 
 The translation lives in two places: ``run`` (``cli/run.py``) knows its URL and says
 which server failed; ``main`` is the boundary for everything else that escapes a command

@@ -22,6 +22,9 @@ EXIT_OK: Final = 0
 EXIT_HARD_STOP: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_REDIS: Final = 3
+EXIT_LIFESPAN: Final = 5
+"""``run``: the worker stopped and settled its jobs, then its lifespan raised as it was
+exited (``LifespanExitFailed``)."""
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:

@@ -34,10 +34,19 @@ import anyio
 import typer
 
 from cogworker_async import environment, logs, urls
-from cogworker_async.app import App, Worker
+from cogworker_async.app import App
+from cogworker_async.cli import starting
 from cogworker_async.cli import supervisor as supervising
-from cogworker_async.cli.exits import EXIT_HARD_STOP, EXIT_OK, EXIT_REDIS, explain, fail, leaves
-from cogworker_async.errors import CogworkerError, why
+from cogworker_async.cli.exits import (
+    EXIT_HARD_STOP,
+    EXIT_LIFESPAN,
+    EXIT_OK,
+    EXIT_REDIS,
+    explain,
+    fail,
+    leaves,
+)
+from cogworker_async.errors import CogworkerError, LifespanExitFailed, why
 from cogworker_async.redis.connection import connect, server_info
 from cogworker_async.redis.errors import REFUSING, UNREACHABLE
 from cogworker_async.settings import Settings
@@ -160,17 +169,6 @@ def _command(load_app: LoadApp) -> Callable[..., None]:
 # -- serving: Redis at start, signals, the worker ------------------------------------------
 
 
-async def _watch_signals(manager: Worker, signals: AsyncIterator[int]) -> None:
-    async for signum in signals:
-        if not manager.stopping:
-            log.info("%s: stopping (jobs get %.0fs; signal again to stop at once)",
-                     signal.Signals(signum).name, manager.settings.shutdown_timeout)
-            manager.stop()
-        else:
-            log.warning("%s again: stopping now", signal.Signals(signum).name)
-            manager.hard_stop()
-
-
 async def _probe(url: str) -> None:
     """Ask Redis what the worker asks first (INFO): reachable, let in, permitted."""
     client = connect(url)
@@ -235,22 +233,35 @@ async def _until_reachable(url: str, bound: float, signals: AsyncIterator[int]) 
 async def _serve(app: App, overrides: dict[str, Any], url: str, wait_for: float,
                  burst: bool = False) -> int:
     """Run a worker until a signal stops it (or, ``burst``, its work is done, or it has
-    fetched ``max_jobs``); the exit code: 0 graceful, 1 hard, 4 (``EXIT_RECYCLE``) after
-    ``max_jobs`` under a supervisor (which then starts a fresh process)."""
+    fetched ``max_jobs``); the exit code: 0 graceful (or stopped while its lifespan was
+    being entered), 1 hard, 4 (``EXIT_RECYCLE``) after ``max_jobs`` under a supervisor
+    (which then starts a fresh process). A lifespan whose exit raised: 5, from
+    ``_fail_run``."""
     # The handlers go in before the worker starts (and before Redis is waited for): a
-    # SIGTERM while the worker starts waits in the receiver and stops it as soon as it
-    # runs, rather than killing the process with fetched jobs in progress.
+    # SIGTERM while the worker starts stops it as soon as it runs, rather than killing
+    # the process with fetched jobs in progress; while its lifespan is being entered, it
+    # cancels the entry, within a bound (``cli/starting.py``).
     try:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             if not await _until_reachable(url, wait_for, signals):
                 return EXIT_OK
-            async with app.worker(**overrides) as manager, anyio.create_task_group() as tg:
-                _say_ready()
-                tg.start_soon(_watch_signals, manager, signals)
-                if burst:
-                    tg.start_soon(stopper.stop_when_drained, cast(Manager, manager))
-                await manager.wait_stopped()
+            bound = dataclasses.replace(app.settings, **overrides).shutdown_timeout
+            desk = starting.Desk(signals)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(desk.watch)
+                with starting.StartGuard(bound) as guard, desk.start:
+                    async with app.worker(**overrides) as manager:
+                        guard.disarm()
+                        desk.started(manager)
+                        _say_ready()
+                        if burst:
+                            tg.start_soon(stopper.stop_when_drained, cast(Manager, manager))
+                        await manager.wait_stopped()
                 tg.cancel_scope.cancel()
+            if desk.stopped_starting:
+                log.info("stopped while the worker's lifespan was being entered: no job "
+                         "was taken")
+                return EXIT_OK
             if manager.stopped_hard:
                 return EXIT_HARD_STOP
             spent = cast(Manager, manager).budget_spent
@@ -378,6 +389,8 @@ def _fail_run(exc: Exception, url: str) -> NoReturn:
     for leaf in leaves(exc):
         if isinstance(leaf, NotReachable):
             fail(str(leaf), EXIT_REDIS)
+        if isinstance(leaf, LifespanExitFailed):  # the worker had stopped, jobs settled
+            fail(str(leaf), EXIT_LIFESPAN)
     explained = explain(exc, url)
     if explained is None:
         raise exc

@@ -161,7 +161,8 @@ def exit_code(codes: Sequence[int], *, hard: bool, fatal: int | None) -> int:
     """The supervisor's exit code once every child has exited: ``fatal``, the code of a
     child that could not start (2 usage, 3 Redis), if one did; 1 if stopped hard (a
     second signal); 0 if every slot's last child stopped cleanly; otherwise the first
-    failing code (a negative one, a signal, is 1). ``codes``: each slot's last code."""
+    failing code (a negative one, a signal, is 1; 5: a child's lifespan raised as it
+    was exited). ``codes``: each slot's last code."""
     if fatal is not None:
         return fatal
     if hard:
