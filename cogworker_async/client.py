@@ -291,8 +291,8 @@ class Client:
             taken = await (self.sink.wait(push, options, chosen=options.jid is not None)
                            if self.sink is not None else dependents.wait(
                                self.store(), JobLookup(self.store, True, self.queue_hints),
-                               options, push.queue, push.jid, push.raw, name=definition.name,
-                               bid=batch.bid if batch is not None else None))
+                               options, push, name=definition.name, batch=batch,
+                               max_bytes=self.settings.max_payload_bytes))
         except (TypeError, ValueError) as exc:  # refused at the call: nothing written
             taken, refused = False, exc
         if not taken and batch is not None and joined:

@@ -71,7 +71,8 @@ class StatusLookup(Protocol):
 
 async def parents_of(lookup: StatusLookup, options: JobOptions) -> list[Parent]:
     """Each jid of ``options.after`` with its queue; a ValueError naming any that is
-    unknown (never enqueued, or ended longer ago than its record is kept)."""
+    unknown (never enqueued, or ended longer ago than its record is kept), or a parent
+    whose result ``pass_result`` takes that succeeded keeping none."""
     parents, unknown = [], []
     for jid in options.after:
         status = await lookup.status(jid)
@@ -79,16 +80,37 @@ async def parents_of(lookup: StatusLookup, options: JobOptions) -> list[Parent]:
             unknown.append(jid)
         else:
             parents.append(Parent(status.queue, jid))
+        if options.pass_result and status.state == "succeeded" and not status.has_result:
+            raise ValueError(f"pass_result: parent {jid} succeeded keeping no result (its "
+                             "keep_result, or it expired): there is none to pass")
     if unknown:
         raise ValueError(f"after= names jobs that are not known: {unknown!r} (never "
                          "enqueued, or ended longer ago than keep_status)")
     return parents
 
 
-async def wait(store: Store, lookup: JobLookup, options: JobOptions, queue: str, jid: str,
-               raw: bytes, *, name: str, bid: str | None) -> bool:
-    """Put job ``jid`` (``raw``) of ``queue`` waiting for ``options.after``; False if
-    refused (a chosen jid that is alive)."""
+class Pushed(Protocol):
+    """The job to put waiting (``client.Push``)."""
+
+    queue: str
+    jid: str
+    raw: bytes
+
+
+class InBatch(Protocol):
+    """The batch the job joins (``context.OpenBatch``)."""
+
+    @property
+    def bid(self) -> str: ...
+
+
+async def wait(store: Store, lookup: JobLookup, options: JobOptions, push: Pushed, *,
+               name: str, batch: InBatch | None, max_bytes: int = 0) -> bool:
+    """Put job ``push`` waiting for ``options.after`` (a member of ``batch``); False if
+    refused (a chosen jid that is alive). ``max_bytes``: max_payload_bytes, which a
+    parent's result must not take the job over (filed dead, saying so)."""
+    queue, jid, raw = push.queue, push.jid, push.raw
+    bid = batch.bid if batch is not None else None
     parents = await parents_of(lookup, options)
     chosen = options.jid is not None
     if chosen and await _alive_elsewhere(store, queue, jid):
@@ -105,7 +127,7 @@ async def wait(store: Store, lookup: JobLookup, options: JobOptions, queue: str,
     # watched leaves it in ``arming``, and the relay arms it (ARM_GRACE). The enqueue has
     # happened: it returns the jid, so that a caller never enqueues it again.
     try:
-        await deps.arm(queue, jid, parents, takes)
+        await deps.arm(queue, jid, parents, takes, max_bytes=max_bytes)
     except Unavailable as exc:
         log.warning("%s is enqueued, waiting for %s; watching its parents failed (%s): "
                     "the workers watch them within %.0f s", jid,

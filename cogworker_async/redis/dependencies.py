@@ -17,14 +17,19 @@ pending set's SREM makes it count once, and a released job's copy is gone.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, cast
 
-from cogworker_async.redis.part import Part, Shared, as_bytes, as_list
+from redis.exceptions import ResponseError
+
+from cogworker_async.redis.part import Part, Shared, as_bytes, as_list, wrong_type
 from cogworker_async.redis.queues import Queues
 from cogworker_async.status import LIVE_TTL
+
+log = logging.getLogger(__name__)
 
 ARM_GRACE: Final = 30.0
 """Seconds after its wait began that a job whose parents are not all watched is taken
@@ -105,20 +110,60 @@ class Dependencies(Part):
         """``watcher`` watches ``parent``: ("watching", ""), (its end, its result as
         JSON or "") if it ended already, or ("unknown", "") with no record of it."""
         reply = as_list(await self.scripts.run(
-            "dep_watch", [self.keys.record(parent.queue, parent.jid)], [watcher.text()],
+            "dep_watch", [self.keys.record(parent.queue, parent.jid),
+                          self.keys.watchers(parent.queue, parent.jid)], [watcher.text()],
             durable=True))
         state = as_bytes(reply[0]).decode() if reply else "unknown"
         result = as_bytes(reply[1]).decode("utf-8", "replace") if len(reply) > 1 else ""
         return state, result
 
+    async def watchers(self, parent: Parent, text: str) -> list[Watcher]:
+        """The jobs to tell of ``parent``'s end, whose note names ``text``: those it
+        names, and with "*" the members of the parent's watchers set — unless the parent
+        is alive again (retried by hand before this end was relayed): they hear its next
+        end. A set of another type (a co-tenant's) adds none: ``dep_watch`` wrote none
+        there."""
+        named = parse_watchers(text)
+        if "*" not in text.split("\x1e"):
+            return named
+        if await self.client.hexists(self.keys.live_records(parent.queue), parent.jid):
+            return named
+        key = self.keys.watchers(parent.queue, parent.jid)
+        try:
+            members = [as_bytes(m).decode("utf-8", "replace")
+                       async for m in self.client.sscan_iter(key, count=1000)]
+        except ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            log.error("job %s: its watchers set %s is not a set: its end is told only to "
+                      "the jobs its note names", parent.jid, key)
+            return named
+        return [*named, *(w for w in map(Watcher.parse, sorted(set(members))) if w)]
+
+    async def told(self, parent: Parent, watchers: Sequence[Watcher]) -> None:
+        """``watchers`` have heard ``parent``'s end: off its watchers set (a member that
+        was never there costs nothing), so that its next end (retried from dead) is told
+        only to whoever watches it then."""
+        key = self.keys.watchers(parent.queue, parent.jid)
+        texts = [w.text() for w in watchers]
+        for start in range(0, len(texts), 1000):
+            try:
+                await self.client.srem(key, *texts[start:start + 1000])
+            except ResponseError as exc:
+                if not wrong_type(exc):
+                    raise
+                return
+
     async def apply(self, queue: str, jid: str,
-                    ends: Sequence[tuple[Parent, str, str]], *, armed: bool = False) -> Became:
+                    ends: Sequence[tuple[Parent, str, str]], *, armed: bool = False,
+                    max_bytes: int = 0) -> Became:
         """Parents' (parent, end, result) reach waiting job ``jid`` of ``queue``; what
-        became of it (``dep_apply.lua``)."""
+        became of it (``dep_apply.lua``). ``max_bytes``: the largest job a worker reads
+        (0: not checked), which a parent's result must not take it over."""
         limits = self.shared.dead_limits
         args: list[object] = [jid, repr(time.time()), self.keys.wake_channel, queue, LIVE_TTL,
                               self.keep_status, limits.max_jobs, repr(float(limits.max_age)),
-                              "1" if armed else "0"]
+                              "1" if armed else "0", int(max_bytes)]
         for parent, end, result in ends:
             args += [parent.member, end, result]
         keys = [*self._dep_keys(queue, jid), self.keys.queue(queue), self.keys.dead(queue)]
@@ -126,7 +171,7 @@ class Dependencies(Part):
         return became.decode()  # type: ignore[return-value]
 
     async def arm(self, queue: str, jid: str, parents: Sequence[Parent],
-                  takes_result_of: Parent | None = None) -> Became:
+                  takes_result_of: Parent | None = None, *, max_bytes: int = 0) -> Became:
         """Watch each of waiting job ``jid``'s ``parents``, then apply the ends of those
         that ended already (an unknown parent counts as dead: nothing will ever end it
         for the job). Safe to run again, by the enqueuer or by the relay."""
@@ -136,7 +181,7 @@ class Dependencies(Part):
             state, result = await self.watch(parent, watcher)
             if state != "watching":
                 ends.append((parent, "dead" if state == "unknown" else state, result))
-        return await self.apply(queue, jid, ends, armed=True)
+        return await self.apply(queue, jid, ends, armed=True, max_bytes=max_bytes)
 
     async def clock(self) -> float:
         """Redis' clock (epoch s): the one ``dep_wait`` scores ``arming`` by."""

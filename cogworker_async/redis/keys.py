@@ -297,6 +297,12 @@ class Keys:
         end of; bounded as its ``dep`` hash."""
         return self._queue(queue, f"dep_pending:{jid}")
 
+    def watchers(self, queue: str, jid: str) -> str:
+        """Set of the jobs waiting for job ``jid`` of ``queue`` (``after=``), as
+        ``[+]<queue>/<jid>`` (``lua/dep_watch.lua``); its members are removed once told
+        of its end (``dependencies.py``); no TTL: emptied, it is no key."""
+        return self._queue(queue, f"watchers:{jid}")
+
     def waiting(self, queue: str) -> str:
         """Zset jid -> since: ``queue``'s jobs waiting for their parents (the dashboard's
         and the gauge's count); bounded by the jobs waiting."""

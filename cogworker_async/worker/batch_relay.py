@@ -45,11 +45,11 @@ from cogworker_async import job
 from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import why
 from cogworker_async.redis.batches import NOTES_PER_READ, Note, parse_note
-from cogworker_async.redis.dependencies import Parent, parse_watchers
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.part import wrong_type
 from cogworker_async.redis.store import Store
 from cogworker_async.signature import callback_payload
+from cogworker_async.worker import dependents_relay
 from cogworker_async.worker.batch_reaper import BatchReaper
 from cogworker_async.worker.streak import Streak
 
@@ -79,6 +79,7 @@ class BatchRelay:
         self.registry = registry
         self.queues = list(dict.fromkeys(queues))
         self.max_payload_bytes = max(max_payload_bytes, MAX_CALLBACK_BYTES)
+        self.job_bytes = max_payload_bytes  # what a worker reads: a released dependent's
         self.interval = interval
         self.identity = identity
         self.streak = Streak("batch relay")
@@ -184,28 +185,8 @@ class BatchRelay:
         await batches.drop_notes(queue, raws)
 
     async def _tell_dependents(self, queue: str, note: Note) -> None:
-        """A parent's end, to each job waiting for it (``redis/dependencies.py``)."""
-        parent = Parent(queue, note.jid)
-        result: str | None = None
-        for watcher in parse_watchers(note.watchers):
-            if watcher.takes_result and note.end == "succeeded" and result is None:
-                result = await self._result_of(parent)
-            try:
-                await self.store.dependencies.apply(
-                    watcher.queue, watcher.jid,
-                    [(parent, note.end, result if watcher.takes_result and result else "")])
-            except Exception as exc:
-                if not bad_data(exc):
-                    raise  # the note is kept: told again next pass (an end counts once)
-                log.error("batch relay: job %s cannot hear that its parent %s %s (%s)",
-                          watcher.jid, note.jid, note.end, exc)
-
-    async def _result_of(self, parent: Parent) -> str:
-        """The parent's result as JSON, as its record keeps it ("" if it keeps none)."""
-        status = await self.store.job_status(parent.jid, [parent.queue])
-        if status is None or not status.has_result:
-            return ""
-        return json.dumps(status.result, separators=(",", ":"))
+        """A parent's end, to each job waiting for it (``dependents_relay.py``)."""
+        await dependents_relay.tell(self.store, queue, note, self.job_bytes)
 
     async def fire_due(self) -> None:
         """Each batch due, on its own: one that fails is put off and the others go on;

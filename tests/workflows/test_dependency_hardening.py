@@ -159,3 +159,81 @@ async def test_a_chain_on_an_untracked_app_is_refused_before_any_step(
         app.chain(step.s(1), step.s(2))
     store = app.store()
     assert await store.client.llen(store.keys.queue("default")) == 0
+
+
+# -- defect 4: a parent queued longer than the records' bound ------------------------
+
+
+async def test_a_parent_queued_past_the_records_bound_still_releases_its_dependents(
+    make_app: Callable[..., App],
+) -> None:
+    """A queue paused longer than a live record's bound (14 days, shortened here by
+    ageing the record): the sweep must not drop what notes the parent's end."""
+    app, jobs = shop(make_app)
+    store = app.store()
+    parent = await jobs["step"].options(queue="later").enqueue(1)  # nobody serves it yet
+    child = await jobs["collect"].options(after=[parent], pass_result=True).enqueue()
+    live = store.keys.live_records("later")
+    parts = (await store.client.hget(live, parent)).decode().split("\t")
+    parts[3] = "1000"  # its bound long passed
+    await store.client.hset(live, parent, "\t".join(parts))
+    await store.sweep_records("later")
+    async with app.worker(queues=["later", "default"]):
+        await wait_until(lambda: _state_is(app, child, "succeeded"), timeout=WAIT)
+
+
+# -- defect 15: pass_result with no result to pass -----------------------------------
+
+
+async def test_a_parent_that_kept_no_result_is_refused_at_the_call_or_fails_the_child(
+    make_app: Callable[..., App],
+) -> None:
+    app, jobs = shop(make_app)
+
+    @app.job(name="forgetful", retry=0)
+    async def forgetful() -> int:
+        return 41
+
+    async with app.worker():
+        done = await forgetful.enqueue()
+        await wait_until(lambda: _state_is(app, done, "succeeded"), timeout=WAIT)
+        with pytest.raises(ValueError, match=rf"{done}.*no result"):
+            await jobs["collect"].options(after=[done], pass_result=True).enqueue()
+        late = await forgetful.options(queue="later").enqueue()
+        child = await jobs["collect"].options(after=[late], pass_result=True).enqueue()
+    async with app.worker(queues=["later", "default"]):
+        await wait_until(lambda: _state_is(app, child, "dead"), timeout=WAIT)
+    status = await app.status(child)
+    assert status.error is not None
+    assert "ParentResultMissing" in status.error
+    assert child in status.error
+    assert late in status.error
+    store = app.store()
+    [entry] = await store.client.zrange(store.keys.dead("default"), 0, -1)
+    assert json.loads(entry)["args"] == [None]  # readable, not "?"
+
+
+async def test_a_result_too_large_for_the_child_fails_it_saying_so(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(track_jobs=True, max_payload_bytes=4000)
+
+    @app.job(name="big", retry=0, keep_result=600)
+    async def big() -> str:
+        return "y" * 3000
+
+    @app.job(name="take", retry=0)
+    async def take(value: str, extra: str) -> None:
+        return None
+
+    async with app.worker():
+        parent = await big.enqueue()
+        child = await take.options(after=[parent], pass_result=True).enqueue("z" * 1500)
+        await wait_until(lambda: _state_is(app, child, "dead"), timeout=WAIT)
+    status = await app.status(child)
+    assert status.error is not None
+    assert "ParentResultTooLarge" in status.error
+    store = app.store()
+    [entry] = await store.client.zrange(store.keys.dead("default"), 0, -1)
+    payload = json.loads(entry)
+    assert (payload["class"], payload["args"][0]) == ("take", None)

@@ -8,10 +8,15 @@
 -- ARGV[5] a live record's bound (s)   ARGV[6] a finished record's (keep_status, s)
 -- ARGV[7] dead_max_jobs   ARGV[8] dead_max_age (s)
 -- ARGV[9] "1": every parent is watched now (it leaves ``arming``)
--- ARGV[10..] parent ("<queue>/<jid>"), end, result triples (result: the parent's as JSON,
+-- ARGV[10] the largest job a worker reads (max_payload_bytes; "0": no check)
+-- ARGV[11..] parent ("<queue>/<jid>"), end, result triples (result: the parent's as JSON,
 -- "" when it kept none; end: succeeded, dead, cancelled)
 -- Returns what became of it: "waiting", "released", "cancelled", "dead", or "gone" (no
 -- such job waits: released or ended before, or never; nothing done).
+-- A job that takes its parent's result (``pass``) is filed dead, never run with None in
+-- its place, when the parent succeeded keeping none (or it expired before this step:
+-- ``ParentResultMissing``), or when the result makes it larger than a worker reads
+-- (``ParentResultTooLarge``); its dead entry holds null there, readable.
 -- Safe to run twice and in any order: a parent counts once (SREM), and the copy, the
 -- dep hash, is deleted in the step that releases or ends the job, so a repeated call
 -- finds it gone. Destination first: pushed or filed, then the copy deleted.
@@ -39,34 +44,55 @@ if fields and (fields.cancel == "1" or fields.state == "cancelled") then
 end
 if ARGV[9] == "1" then redis.call("ZREM", KEYS[5], jid) end
 local failed, failed_end = nil, nil
-for i = 10, #ARGV - 2, 3 do
+local missing = nil -- the parent whose result it takes, succeeded without one
+for i = 11, #ARGV - 2, 3 do
   local parent, ended = ARGV[i], ARGV[i + 1]
   if redis.call("SREM", KEYS[2], parent) == 1 then
     if ended ~= "succeeded" and not failed then failed, failed_end = parent, ended end
     if ended == "succeeded" and parent == pass then
       result = ARGV[i + 2] ~= "" and ARGV[i + 2] or "null"
+      if ARGV[i + 2] == "" then missing = parent end
       redis.call("HSET", KEYS[1], "result", result)
     end
   end
 end
 fields = fields or {name = string.match(raw, '"class":"([^"\\]*)"')}
-if failed and policy ~= "run" then
-  local why = "parent " .. string.gsub(failed, "^[^/]*/", "") .. " " .. failed_end
-  if policy == "dead" then
+-- end: the job ends unrun, ``state`` (dead: filed, with null for a result it takes)
+local function finish(state, class, why)
+  if state == "dead" then
     local whole = tail ~= "" and table.concat({raw, "null", tail}) or raw
-    local entry = string.sub(whole, 1, -2) .. ',"error_class":"ParentFailed","error_message":"' .. why ..
-            '","failed_at":' .. string.format("%.6f", now) .. "}"
+    local entry = string.sub(whole, 1, -2) .. ',"error_class":"' .. class ..
+            '","error_message":' .. cjson.encode(why) .. ',"failed_at":' ..
+            string.format("%.6f", now) .. "}"
     redis.call("ZADD", KEYS[7], now, entry)
     trim_dead(KEYS[7], now, ARGV[7], ARGV[8])
   end
   forget()
-  local state = policy == "dead" and "dead" or "cancelled"
   write_record(KEYS[3], set_fields(fields, "state", state, "finished_at", now, "error",
-                                   "ParentFailed: " .. why), tonumber(ARGV[6]), origin)
+                                   class .. ": " .. why), tonumber(ARGV[6]), origin)
   return state
 end
+local function jid_of(member) return (string.gsub(member, "^[^/]*/", "")) end
+if failed and policy ~= "run" then
+  return finish(policy == "dead" and "dead" or "cancelled", "ParentFailed",
+                "parent " .. jid_of(failed) .. " " .. failed_end)
+end
 if redis.call("SCARD", KEYS[2]) > 0 then return "waiting" end
-if tail ~= "" then raw = raw .. (result or "null") .. tail end
+if missing then
+  return finish("dead", "ParentResultMissing", "job " .. jid .. " takes the result of " ..
+                "parent " .. jid_of(missing) .. ", which succeeded keeping none (its " ..
+                "keep_result), or kept it too short to reach this job")
+end
+if tail ~= "" then
+  local max = tonumber(ARGV[10]) or 0
+  local size = #raw + #(result or "null") + #tail
+  if max > 0 and size > max then
+    return finish("dead", "ParentResultTooLarge", "job " .. jid .. " with the result of " ..
+                  "parent " .. jid_of(pass) .. " would be " .. size .. " bytes, over " ..
+                  "max_payload_bytes (" .. max .. ")")
+  end
+  raw = raw .. (result or "null") .. tail
+end
 queue_library().push(KEYS[6], raw, false, redis.call) -- at its priority (_queue.lua)
 forget()
 write_record(KEYS[3], set_fields(fields, "state", "queued"), tonumber(ARGV[5]), origin)

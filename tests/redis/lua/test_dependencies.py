@@ -9,10 +9,11 @@ import json
 import pytest
 
 from cogworker_async.redis.batches import parse_note
-from cogworker_async.redis.dependencies import Parent, Watcher, parse_watchers
+from cogworker_async.redis.dependencies import Parent, Watcher
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Failure, Store
 from cogworker_async.status import Ended
+from cogworker_async.worker import dependents_relay
 from tests.redis.lua.helpers import jid_of, make_job
 
 IDENTITY = "host:1:abc"
@@ -67,18 +68,12 @@ async def queued(store: Store, queue: str = CHILDREN) -> list[bytes]:
     return list(await store.client.lrange(store.keys.queue(queue), 0, -1))
 
 
-async def relay(store: Store) -> None:
+async def relay(store: Store, max_bytes: int = 0) -> None:
     """What the batch relay does with a parent queue's notes (batch_relay.py)."""
     for raw in await store.batches.notes(PARENTS):
         note = parse_note(raw)
         assert note is not None
-        for watcher in parse_watchers(note.watchers):
-            result = ""
-            if watcher.takes_result and note.end == "succeeded":
-                status = await store.job_status(note.jid, [PARENTS])
-                result = json.dumps(status.result) if status and status.has_result else ""
-            await store.dependencies.apply(watcher.queue, watcher.jid,
-                                           [(Parent(PARENTS, note.jid), note.end, result)])
+        await dependents_relay.tell(store, PARENTS, note, max_bytes)
     await store.batches.drop_notes(PARENTS, await store.batches.notes(PARENTS))
 
 
@@ -126,7 +121,8 @@ async def test_watching_twice_names_the_watcher_once(store: Store, keys: Keys) -
     [note] = await store.batches.notes(PARENTS)
     parsed = parse_note(note)
     assert parsed is not None
-    assert parse_watchers(parsed.watchers) == [Watcher(CHILDREN, "kid")]
+    assert await store.dependencies.watchers(who, parsed.watchers) == [
+        Watcher(CHILDREN, "kid")]
     assert parsed.bid == ""
 
 
@@ -177,9 +173,7 @@ async def test_a_cancelled_child_cascades_to_its_own_dependents(store: Store) ->
     parsed = parse_note(note)
     assert parsed is not None
     assert (parsed.jid, parsed.end) == ("middle", "cancelled")
-    for watcher in parse_watchers(parsed.watchers):
-        await store.dependencies.apply(watcher.queue, watcher.jid,
-                                       [(Parent(CHILDREN, "middle"), "cancelled", "")])
+    await dependents_relay.tell(store, CHILDREN, parsed, 0)
     assert await state(store, "bottom") == "cancelled"
     assert await queued(store) == []
 
