@@ -121,16 +121,22 @@ class FakeDependencies:
             self.dependents.pop(key, None)
             return
         failed: tuple[Key, str] | None = None
+        missing: Key | None = None
         for parent, status in ends:
             if parent not in dependent.pending:
                 continue  # heard already: a parent counts once
             dependent.pending.discard(parent)
             if status.state != "succeeded":
                 failed = failed or (parent, status.state)
-            elif parent == dependent.takes and status.has_result:
-                dependent.result = json.dumps(status.result, separators=(",", ":")).encode()
+            elif parent == dependent.takes:
+                missing = _take_result(dependent, parent, status)
         if failed is not None and dependent.policy != "run":
             self._fail(key, dependent.policy, *failed)
+        elif missing is not None and not dependent.pending:
+            # dep_apply.lua: never run with None for a result it was promised
+            self._fail(key, "dead", missing, "", error=error_text(
+                "ParentResultMissing", f"job {key[1]} takes the result of parent "
+                f"{missing[1]}, which succeeded keeping none (its keep_result)"))
         elif not dependent.pending:
             del self.dependents[key]
             raw = dependent.head if dependent.takes is None else \
@@ -139,9 +145,10 @@ class FakeDependencies:
             if self.released is not None:
                 self.released.append(entry)
 
-    def _fail(self, key: Key, policy: str, parent: Key, end: str) -> None:
+    def _fail(self, key: Key, policy: str, parent: Key, end: str,
+              error: str | None = None) -> None:
         """A parent that did not succeed: the job ends cancelled or dead, unrun, saying
-        which parent and how — an end its own dependents hear in turn."""
+        which parent and how (or ``error``) — an end its own dependents hear in turn."""
         del self.dependents[key]
         payload = self._world.held.pop(key).payload()
         queue, jid = key
@@ -149,7 +156,15 @@ class FakeDependencies:
             jid=jid, state="dead" if policy == "dead" else "cancelled", queue=queue,
             name=job.name(payload), attempt=attempt_of(payload),
             enqueued_at=job.number(payload, "enqueued_at"), finished_at=time.time(),
-            error=error_text("ParentFailed", f"parent {parent[1]} {end}")))
+            error=error or error_text("ParentFailed", f"parent {parent[1]} {end}")))
+
+
+def _take_result(dependent: Dependent, parent: Key, status: JobStatus) -> Key | None:
+    """The succeeded parent's result, kept for ``dependent``; the parent if it kept none."""
+    if not status.has_result:
+        return parent
+    dependent.result = json.dumps(status.result, separators=(",", ":")).encode()
+    return None
 
 
 class _Lookup:

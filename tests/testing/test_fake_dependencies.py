@@ -160,15 +160,21 @@ async def test_a_parent_that_ended_before_the_child_was_enqueued_releases_it(
     assert names(seen, "collect") == [(2, "", child)]
 
 
-async def test_a_parent_that_kept_no_result_passes_none(
+async def test_a_parent_that_kept_no_result_files_the_child_dead(
         offline_app: Callable[..., App]) -> None:
+    """As dep_apply.lua: never run with None for a result it was promised (issue 40,
+    defect 15)."""
     app, seen, jobs = shop(offline_app)
     collect = jobs["collect"]
     with app.testing.fake() as testing:
         parent = await collect.enqueue("p")  # keeps no result
         child = await collect.options(after=[parent], pass_result=True).enqueue(tag="c")
         await testing.drain()
-    assert names(seen, "collect") == [("p", "", parent), (None, "c", child)]
+        status = await app.status(child)
+    assert names(seen, "collect") == [("p", "", parent)]
+    assert status.state == "dead"
+    assert status.error is not None
+    assert "ParentResultMissing" in status.error
 
 
 async def test_bad_after_is_refused_at_the_call(offline_app: Callable[..., App]) -> None:

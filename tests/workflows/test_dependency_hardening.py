@@ -237,3 +237,23 @@ async def test_a_result_too_large_for_the_child_fails_it_saying_so(
     [entry] = await store.client.zrange(store.keys.dead("default"), 0, -1)
     payload = json.loads(entry)
     assert (payload["class"], payload["args"][0]) == ("take", None)
+
+
+async def test_the_fake_fails_a_child_whose_parent_kept_no_result_too(
+    make_app: Callable[..., App],
+) -> None:
+    app, jobs = shop(make_app)
+
+    @app.job(name="forgetful", retry=0)
+    async def forgetful() -> int:
+        return 41
+
+    with app.testing.fake() as fake:
+        parent = await forgetful.enqueue()
+        child = await jobs["collect"].options(after=[parent], pass_result=True).enqueue()
+        await fake.drain()
+        status = await app.status(child)
+    assert status.state == "dead"
+    assert status.error is not None
+    assert "ParentResultMissing" in status.error
+
