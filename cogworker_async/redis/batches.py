@@ -25,6 +25,10 @@ DONE_TTL: Final = 7 * 86400.0
 """Seconds an ended batch is kept, for its status."""
 NOTES_PER_READ: Final = 200
 """Notes the relay reads from a queue's outbox per round."""
+CLOCK_MARGIN: Final = 60.0
+"""Seconds the firing set is read past this process's clock: its scores are the clocks
+of the processes that decided (another host's may run ahead); a batch put off is put
+past it (``later``)."""
 MEMBER_SCAN_ROUNDS: Final = 10
 """SSCAN calls ``sample`` makes at most for one set (each asks for the jids still
 wanted): a set of a million members costs a few bounded reads, never an SMEMBERS."""
@@ -229,14 +233,15 @@ class Batches(Part):
         """Batches with callbacks to enqueue or an end to tell their parent, due by
         ``now`` (one that failed is put off: ``later``), oldest first."""
         found = await self.client.zrangebyscore(
-            self.keys.batches_firing, "-inf", now if now is not None else self._now(),
-            start=0, num=count)
+            self.keys.batches_firing, "-inf",
+            (now if now is not None else self._now()) + CLOCK_MARGIN, start=0, num=count)
         return [as_bytes(cast("bytes | str", bid)).decode("utf-8", "replace") for bid in found]
 
     async def later(self, bid: str, delay: float) -> None:
         """Put off ``bid``'s firing by ``delay`` seconds (it failed: its keys damaged,
         or its callback's node away), behind the others; nothing if it left the set."""
-        await self.client.zadd(self.keys.batches_firing, {bid: self._now() + delay}, xx=True)
+        await self.client.zadd(self.keys.batches_firing,
+                               {bid: self._now() + CLOCK_MARGIN + delay}, xx=True)
 
     async def read(self, bid: str) -> BatchRecord | None:
         """Batch ``bid`` as held (None: unknown, or expired)."""
