@@ -22,6 +22,14 @@ the worker of a dev loop leaves the API enqueueing. It runs until
 - **nothing joined blindly**: something listening on our socket that answers neither PONG
   nor LOADING (not a server we started: a password, another program) is an error, never
   replaced under its feet, and never signalled by a pid read from a file;
+- **no server but ours**: a server that answers is used only if it proves to be the one
+  cogworker started for this data dir (``_not_ours``): its socket owned by this user and
+  closed to others (the 0700 we start it with), and the pid it reports the one in the
+  data dir's ``server.pid`` (which it wrote as it started). Anything else — a server
+  someone else put on a ``/tmp`` socket's predictable name, one started by hand — is
+  refused, sent nothing but PING and INFO (no job, no SHUTDOWN), and the error says
+  why. A running process's client looks at the socket's owner and mode before each
+  connection (``check_socket``): one put there after our server was stopped is refused;
 - **no TCP port**: a unix socket only, so no port races and nothing on the network. The
   socket is in the data dir, or ``/tmp/cogworker-<hash of the data dir>.sock`` if that
   path is too long for ``sun_path``: the same path in every process.
@@ -37,6 +45,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -150,6 +159,19 @@ def _running(pid: int) -> bool:
     return True
 
 
+def _not_our_socket(path: str, found: os.stat_result) -> str | None:
+    """Why the file at ``path`` is not a socket our server made, or None: ours is a
+    socket owned by this user and closed to others (``--unixsocketperm 700``)."""
+    if not stat.S_ISSOCK(found.st_mode):
+        return f"{path} is not a socket"
+    if found.st_uid != os.geteuid():
+        return f"its socket belongs to uid {found.st_uid}, not to this user ({os.geteuid()})"
+    if found.st_mode & 0o077:
+        return (f"its socket is open to other users (mode {stat.S_IMODE(found.st_mode):o}; "
+                "cogworker's is 700)")
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ServerStatus:
     """What ``cogworker-async embedded status`` prints."""
@@ -207,12 +229,61 @@ class EmbeddedServer:
 
     def start(self) -> str:
         """Find the running server, or start it; return its URL. Safe from any number of
-        threads and processes at once: they end with one server."""
+        threads and processes at once: they end with one server. A server on the socket
+        that cogworker did not start for this data dir is refused (``_refuse_foreign``)."""
         if not ping(self.socket_path):
             with self._threads, self._start_lock():
                 self._start_unless_running()
+        self._refuse_foreign()
         _in_process[self.socket_path] = self
         return self.url
+
+    def check_socket(self) -> None:
+        """Before a connection: an ``EmbeddedServerError`` if the socket is there and not
+        ours (another user's, or open to others); nothing if it is ours, or absent (the
+        connection is then refused, and ``start`` runs). Cheap: one ``lstat``."""
+        try:
+            found = os.lstat(self.socket_path)
+        except FileNotFoundError:
+            return
+        why = _not_our_socket(self.socket_path, found)
+        if why is not None:
+            raise self._foreign_error(why)
+
+    def _refuse_foreign(self) -> None:
+        why = self._not_ours()
+        if why is not None:
+            raise self._foreign_error(why)
+
+    def _foreign_error(self, why: str) -> EmbeddedServerError:
+        return EmbeddedServerError(
+            f"the server on {self.socket_path} was not started by cogworker for "
+            f"{self.data_dir}: {why}. Refusing to use it (it was sent no job). Stop it or "
+            f"remove the socket, or, to use that server on purpose, set "
+            f"COGWORKER_REDIS_URL=unix://{self.socket_path}")
+
+    def _not_ours(self) -> str | None:
+        """Why the server answering on the socket is not the one cogworker started for
+        this data dir, or None if it is (see the module docstring)."""
+        try:
+            found = os.lstat(self.socket_path)
+        except FileNotFoundError:
+            return "its socket is gone"
+        why = _not_our_socket(self.socket_path, found)
+        if why is not None:
+            return why
+        try:
+            recorded = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return (f"{self.pid_file}, which a server cogworker starts writes, is missing "
+                    "or unreadable")
+        try:
+            serving = int(_info(self.socket_path)["process_id"])
+        except (OSError, KeyError, ValueError):
+            return "it does not say its pid (INFO process_id)"
+        if serving != recorded:
+            return f"its pid {serving} is not the one in {self.pid_file} ({recorded})"
+        return None
 
     @contextlib.contextmanager
     def _start_lock(self) -> Any:
@@ -314,11 +385,14 @@ class EmbeddedServer:
     def stop(self) -> bool:
         """Shut the server down (a SHUTDOWN: the AOF is written out first) and wait until
         it has exited. False if none was running. A client of this process started after
-        this would start it again: ``stop`` is for the end of a dev session."""
+        this would start it again: ``stop`` is for the end of a dev session. A server
+        cogworker did not start for this data dir is refused, not shut down."""
         with self._threads, self._start_lock():
             answer = _answer(self.socket_path)
             if answer is None:
                 return False
+            if answer.startswith(b"+PONG"):
+                self._refuse_foreign()
             pid: int | None = None
             with contextlib.suppress(OSError, ValueError, KeyError):
                 pid = int(_info(self.socket_path)["process_id"])

@@ -102,6 +102,7 @@ class RestartingConnection(redis.asyncio.connection.UnixDomainSocketConnection):
         return bool(readable)
 
     async def _connect(self) -> None:
+        self.embedded.check_socket()  # not another's, put there since (embedded.py)
         try:
             await super()._connect()  # type: ignore[no-untyped-call]
         except (FileNotFoundError, ConnectionRefusedError):

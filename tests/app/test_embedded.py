@@ -487,16 +487,21 @@ def foreign_args(data_dir: Path, socket_path: str, *extra: str) -> list[str]:
     ]
 
 
-def test_a_server_started_by_hand_on_the_socket_is_used(
+def test_a_server_started_by_hand_on_the_socket_is_refused(
     reaper: Reaper, data_dir: Path
 ) -> None:
+    """Not started by cogworker (issue 40, defect 23: its pid is not the one a server we
+    start writes in ``server.pid``): refused, left alone, the way to use it on purpose
+    said (``tests/app/test_embedded_foreign.py`` has the rest)."""
     data_dir.mkdir()
     server = reaper.server(data_dir)
-    by_hand = reaper.popen(foreign_args(data_dir, server.socket_path))
+    by_hand = reaper.popen(foreign_args(data_dir, server.socket_path,
+                                        "--unixsocketperm", "700"))
     wait_for(lambda: ping(server.socket_path), "server up")
     push_jobs(server.socket_path, 0, 10)
 
-    server.start()
+    with pytest.raises(EmbeddedServerError, match="COGWORKER_REDIS_URL=unix://"):
+        server.start()
 
     assert not server.owned
     assert servers_in(data_dir) == [by_hand.pid]
