@@ -36,7 +36,7 @@ async def enqueue(client: Enqueuing, definition: JobDefinition, options: JobOpti
     it (None: a throttled duplicate)."""
     mode, seconds = dedup.mode_of(options) or ("", 0.0)
     dedup.check_call(mode, scheduled=delay is not None or at is not None,
-               tracked=client.settings.tracked)
+                     tracked=client.settings.tracked)
     epoch, later = client._due(delay, at)
     due = epoch if later is None else time.time() + later
     if mode == "debounce":  # it may first start S seconds from now: ``expires_in`` counts

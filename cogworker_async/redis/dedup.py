@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
+from cogworker_async.dedup import placed
 from cogworker_async.redis.part import Part, Shared, as_bytes, as_list
 from cogworker_async.redis.queues import Queues
 from cogworker_async.status import LIVE_TTL
@@ -43,10 +44,13 @@ class Dedup(Part):
         return int((as_list(reply) or [reply])[0]) == 1  # 1, or {1, a refused wake-up}
 
     async def debounce(self, digest: str, jid: str, seconds: float, queue: str, raw: bytes,
-                       *, name: str, jid_at: int = 8) -> tuple[bool, str]:
+                       *, name: str, jid_at: int | None = None) -> tuple[bool, str]:
         """Schedule ``raw`` ``seconds`` from now, or move the key's job that still waits
         there (with ``raw``'s arguments): (whether a new job was made, the jid that
-        runs). ``jid_at``: the bytes of ``raw`` before its jid (``dedup.placed``)."""
+        runs). ``jid_at``: the bytes of ``raw`` before its jid (None: found here,
+        ``dedup.placed``)."""
+        if jid_at is None:
+            raw, jid_at = placed(raw, jid)
         await self.queues.register_queues([queue])
         reply = as_list(await self.scripts.run(
             "debounce", [self.keys.debounce(queue, digest), self.keys.schedule(queue)],
@@ -55,10 +59,12 @@ class Dedup(Part):
         return int(reply[0]) == 1, as_bytes(reply[1]).decode()
 
     async def coalesce(self, digest: str, jid: str, queue: str, raw: bytes, *,
-                       name: str, jid_at: int = 8) -> tuple[str, str]:
+                       name: str, jid_at: int | None = None) -> tuple[str, str]:
         """Push ``raw``, or merge it into the key's job that waits, or make it the one
         follow-up of the key's job that runs: (``new``, ``merged`` or ``following``, the
         jid that runs it). ``jid_at``: as ``debounce``'s."""
+        if jid_at is None:
+            raw, jid_at = placed(raw, jid)
         await self.queues.register_queues([queue])
         reply = as_list(await self.scripts.run(
             "coalesce", [self.keys.coalesce(queue, digest), self.keys.queue(queue)],

@@ -247,8 +247,14 @@ class Keys:
         return self._queue(queue, f"debounce:{digest}")
 
     def coalesce(self, queue: str, digest: str) -> str:
-        """Hash: a coalesced key's latest job (jid, raw); TTL the records' bound."""
+        """Hash: a coalesced key's latest job (jid, raw, merged, era); TTL the records'
+        bound."""
         return self._queue(queue, f"coalesce:{digest}")
+
+    def cleared(self, queue: str) -> str:
+        """String: how many times ``queue`` was cleared (``lua/clear_queue.lua``): a
+        coalesced key's job from before a clear is gone (``lua/coalesce.lua``); no TTL."""
+        return self._queue(queue, "cleared")
 
     def queue_name_of(self, key: str) -> str:
         """The queue whose list ``key`` is (``queue``'s inverse)."""

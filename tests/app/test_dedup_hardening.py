@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from cogworker_async import App, current_job
+from cogworker_async import App, ConfigurationError, current_job
 from cogworker_async.middleware import Enqueue, EnqueueNext
 from tests.conftest import url_of_topology
 from tests.waiting import wait_until
@@ -105,3 +105,14 @@ async def test_a_debounced_jobs_expiry_counts_from_when_it_may_first_start(
     async with app.worker():
         await wait_until(lambda: _state(app, jid, "succeeded"), timeout=WAIT)
     assert ran == [("e", 1, jid)]
+
+
+async def test_coalesce_under_basic_fetch_is_refused_at_the_call(
+    make_app: Callable[..., App],
+) -> None:
+    """Basic fetch (BRPOP) keeps no records, which a merge waiting for the job's fetch
+    needs (its record names the key)."""
+    app = make_app(track_jobs=True, fetch="basic")
+    note = recording(app, [])
+    with pytest.raises(ConfigurationError, match="coalesce needs status records"):
+        await note.options(coalesce=True).enqueue("k", 1)

@@ -23,7 +23,8 @@
 -- unrun, by the next script that moves it), cancel_at, batch (the batch it is a member
 -- of), watchers (the jobs waiting for it, ``after=``: "[+]<queue>/<jid>" joined by
 -- "\30", "+" where the dependent takes its result), noted (the end last noted for
--- those); and, live only, until (epoch s: after it, ``sweep_records`` drops a record
+-- those), merged_by (the digest of a coalesced key: its merges wait for the job's
+-- fetch, coalesce.lua); and, live only, until (epoch s: after it, ``sweep_records`` drops a record
 -- whose job vanished without a move).
 -- States: queued, scheduled, running, retrying, waiting (for its parents: dep_wait.lua),
 -- and for good succeeded, dead, cancelled.
@@ -324,15 +325,21 @@ end
 -- cancel waits for the job, that its copy was dropped (kept ``cancelled_ttl`` seconds):
 -- returns true then, and the caller drops it. No record (it expired, or the job predates
 -- records): one is made, bounded ``live_ttl`` seconds, with the batch ``raw`` names.
--- The usual record — live, never run, no cancel — is edited as text: its state swapped,
--- the fields of the run appended
+-- The usual record — live, never run, no cancel, no dedup — is edited as text: its state
+-- swapped, the fields of the run appended
 -- (``running_tail``, the same for every job of one fetch: made once, little garbage for
 -- Lua's collector, whose work grows with every string a script makes).
+-- A job of a coalesced key (``merged_by=<digest>``, coalesce.lua) whose key's state says a
+-- merge waits for it (``merged``) runs with the arguments merged: returned second (the
+-- caller puts them where the job now is), the merge spent in the same step.
 local running_tail, running_tail_of = nil, nil
 local function fetch_record(prefix, live, jid, by, now, cancelled_ttl, live_ttl, raw)
   local text = redis.pcall("HGET", live, jid)
+  -- "by=" without its tab: a run's ``by`` and a coalesced job's ``merged_by`` in one look
+  -- (no cost to the jobs of no dedup key); a value holding the text only costs the
+  -- general path, never a wrong one.
   if type(text) == "string" and not string.find(text, "\tcancel=", 1, true)
-      and not string.find(text, "\tby=", 1, true) then
+      and not string.find(text, "by=", 1, true) then
     local tab = string.find(text, "\t", 1, true)
     if tab then
       if running_tail_of ~= now then
@@ -353,7 +360,14 @@ local function fetch_record(prefix, live, jid, by, now, cancelled_ttl, live_ttl,
   end
   lib.write(key, lib.set(fields or {batch = payload_bid(raw)}, "state", "running", "by", by,
                          "started_at", now), (not fields) and live_ttl or nil, origin)
-  return false
+  if not (fields and fields.merged_by) then return false end
+  local state = string.sub(prefix, 1, -5) .. "coalesce:" .. fields.merged_by
+  local held = redis.pcall("HMGET", state, "jid", "raw", "merged")
+  if type(held) ~= "table" or held.err or held[1] ~= jid or held[3] ~= "1" then
+    return false
+  end
+  redis.pcall("HDEL", state, "merged")
+  return false, held[2] or nil
 end
 
 -- finish_record: the record of a job that ran says how it ended (``state``, at ``now``,

@@ -7,6 +7,8 @@
 -- Returns {jobs deleted, how many of KEYS[2..] exist}. The lists are UNLINKed: a huge one
 -- is freed in the background, never blocking Redis (and the beats) meanwhile. A key of the
 -- wrong type among them counts no job and goes too (it held none). Safe to run twice.
+-- The slot's ``cleared`` counts the clears: a coalesced key's job pushed before one is
+-- gone, and its next enqueue pushes a new one (coalesce.lua) instead of merging into it.
 local slot = string.sub(KEYS[1], 1, -6)
 local doomed = {KEYS[1], slot .. "prios", slot .. "groups"}
 for level = -10, 10 do
@@ -18,6 +20,7 @@ if type(ring) == "table" and not ring.err then
     if group ~= "" then table.insert(doomed, slot .. "group:" .. group) end
   end
 end
+redis.pcall("INCR", slot .. "cleared") -- first: a push after the clear is never undone
 local count = 0
 for _, key in ipairs(doomed) do
   local length = redis.pcall("LLEN", key)

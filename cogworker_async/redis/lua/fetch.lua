@@ -32,7 +32,10 @@
 -- counts one level higher and none waits forever; without, the highest priority's.
 -- Within a priority, first in, first out. A level found empty leaves the set.
 -- Each job is moved by LMOVE, so it is always on exactly one of the two lists (or, if
--- cancelled, dropped in the same step).
+-- cancelled, dropped in the same step). A job of a coalesced key into which enqueues
+-- merged while it waited (coalesce.lua) is then rewritten there with the merged
+-- arguments (LSET of the list's head, where LMOVE put it): what it runs is what recovery
+-- finds.
 -- An in-progress key of the wrong type is an error (nothing moved): reported as what it
 -- is, rather than as every queue being unreadable. So is Redis refusing the move itself
 -- (OOM, READONLY, NOPERM): no fault of the queue, it is raised as what Redis said —
@@ -121,12 +124,20 @@ for i = 1, #KEYS - 1, 2 do
     if not job then break end
     now = now or redis_now(ARGV[3])
     local jid = prefix ~= "" and jid_in(job)
-    if jid and fetch_record(prefix, live, jid, ARGV[2], now, ARGV[4], ARGV[5], job) then
+    local drop, merged = false, nil
+    if jid then
+      drop, merged = fetch_record(prefix, live, jid, ARGV[2], now, ARGV[4], ARGV[5], job)
+    end
+    if drop then
       redis.call("LPOP", KEYS[i + 1])
       table.insert(dropped, index)
       table.insert(dropped, jid)
       drops_left = drops_left - 1
     else
+      if merged then -- a coalesced job runs with the arguments merged since its push
+        redis.call("LSET", KEYS[i + 1], 0, merged)
+        job = merged
+      end
       table.insert(jobs, index)
       table.insert(jobs, job)
       got = got + 1

@@ -1,7 +1,10 @@
 """debounce.lua and coalesce.lua merge a new job into the key's waiting one by writing the
 waiting job's jid where the new payload has its own (``dedup.placed``'s offset), whatever
 fields come before it; an offset that does not point at the new jid is refused, nothing
-written."""
+written. A merge into a waiting job is found by the job's record (``merged_by``) and
+handed over at its fetch: after a retry or a retry from dead as well, never by scanning
+its list (issue 40, 12 and 21); a clear of the queue turns the next enqueue into a new
+job."""
 
 from __future__ import annotations
 
@@ -14,7 +17,9 @@ from redis.exceptions import ResponseError
 
 from cogworker_async import dedup
 from cogworker_async import job as job_module
+from cogworker_async.redis.admin import Admin
 from cogworker_async.redis.keys import Keys
+from cogworker_async.redis.moves import Failure
 from cogworker_async.redis.store import Store
 from tests.redis.lua.helpers import items, scored
 
@@ -94,3 +99,94 @@ def test_placed_finds_the_top_level_jid_not_a_nested_one() -> None:
     assert dedup.placed(plain, json.loads(plain)["jid"]) == (plain, 8)
     with pytest.raises(ValueError, match="plain text"):
         dedup.placed(b'{"jid":"a\\"b"}', 'a"b')
+
+
+# -- issue 40, 12 and 21: merges found by the job's record, never by scanning its list ----
+
+ME = "host:1:me"
+
+
+def plain(value: Any) -> bytes:
+    payload = job_module.build("note", ["k", value], {}, queue=QUEUE, retry=True,
+                               now=time.time())
+    return job_module.encode_new(payload, job_module.NO_SIZE_LIMIT)
+
+
+def jid_of(raw: bytes) -> str:
+    return str(json.loads(raw)["jid"])
+
+
+async def coalesce(store: Store, value: Any) -> tuple[str, str]:
+    raw = plain(value)
+    return await store.dedup.coalesce("c", jid_of(raw), QUEUE, raw, name="note")
+
+
+async def fail_once(store: Store, target: str) -> bytes:
+    """The oldest job runs and fails: filed in ``target`` ("retry" or "dead"), then put
+    back on its queue (a retry due, or a retry from dead by hand). Its raw there now."""
+    [(_, raw)] = (await store.fetch(ME, [QUEUE], 1)).jobs
+    payload = json.loads(raw)
+    entry = json.dumps({**payload, "retry_count": 1}, separators=(",", ":")).encode()
+    await store.file_failure(ME, QUEUE, raw, target, entry, 0.0,  # type: ignore[arg-type]
+                             failure=Failure(payload["jid"], "Boom: once", 2))
+    assert await store.promote(QUEUE, target, [(entry, entry)]) == 1  # type: ignore[arg-type]
+    return entry
+
+
+@pytest.mark.parametrize("target", ["retry", "dead"])
+async def test_a_merge_reaches_the_job_waiting_again_after_a_retry_or_from_dead(
+    store: Store, keys: Keys, target: str
+) -> None:
+    _, first = await coalesce(store, 1)
+    waiting = await fail_once(store, target)
+
+    assert await coalesce(store, 2) == ("merged", first)
+    assert await coalesce(store, 3) == ("merged", first)
+
+    assert await items(store, keys.queue(QUEUE)) == [waiting]  # one job of the key waits
+    [(_, fetched)] = (await store.fetch(ME, [QUEUE], 1)).jobs
+    assert (jid_of(fetched), json.loads(fetched)["args"][1]) == (first, 3)
+
+
+async def test_the_fetch_spends_the_merge_and_a_given_back_job_keeps_its_arguments(
+    store: Store, keys: Keys
+) -> None:
+    await coalesce(store, 1)
+    await coalesce(store, 2)
+    [(_, fetched)] = (await store.fetch(ME, [QUEUE], 1)).jobs
+    assert await store.client.hget(keys.coalesce(QUEUE, "c"), "merged") is None
+    assert await store.give_back(ME, QUEUE, fetched)
+
+    [(_, again)] = (await store.fetch(ME, [QUEUE], 1)).jobs
+
+    assert again == fetched
+    assert json.loads(again)["args"][1] == 2
+
+
+async def test_a_merge_never_scans_the_backlog(store: Store, keys: Keys) -> None:
+    """The job of the key is the oldest of 50,000: merging into it reads no list (the
+    merge is handed over at its fetch), which SLOWLOG would show as a long LPOS."""
+    _, first = await coalesce(store, 1)
+    filler = plain("filler")
+    for _ in range(5):
+        await store.client.lpush(keys.queue(QUEUE), *([filler] * 10_000))
+    await store.client.config_set("slowlog-log-slower-than", 0)
+    try:
+        await store.client.slowlog_reset()
+        assert await coalesce(store, 2) == ("merged", first)
+        commands = {entry["command"].split()[0].upper() for entry in
+                    await store.client.slowlog_get(128)}
+    finally:
+        await store.client.config_set("slowlog-log-slower-than", 10_000)
+    assert commands.isdisjoint({b"LPOS", b"LSET", b"LREM", b"LRANGE"}), commands
+
+
+async def test_a_job_cleared_from_its_queue_takes_no_merge(store: Store, keys: Keys) -> None:
+    await coalesce(store, 1)
+    await Admin(store).queue_clear(QUEUE)
+
+    how, runs = await coalesce(store, 2)
+
+    assert how == "new"
+    [listed] = await items(store, keys.queue(QUEUE))
+    assert jid_of(listed) == runs

@@ -79,7 +79,7 @@ async def test_debounce_makes_a_new_job_once_the_waiting_one_is_gone_or_cancelle
     assert (made, runs) == (True, jid(third))
 
 
-async def test_coalesce_merges_into_the_job_on_its_list_in_place(
+async def test_coalesce_merges_into_the_job_on_its_list_at_its_fetch_keeping_its_place(
     store: Store, keys: Keys
 ) -> None:
     before = raw_of("before", group="acme")
@@ -94,8 +94,12 @@ async def test_coalesce_merges_into_the_job_on_its_list_in_place(
 
     assert (how, runs) == ("merged", jid(first))
     listed = await items(store, keys.group(QUEUE, "acme"))
-    assert [value(raw) for raw in listed] == ["after", 2, "before"]  # its place kept
-    assert jid(listed[1]) == jid(first)
+    assert listed == [after, first, before]  # not scanned for, not moved: its place kept
+    fetched = [raw for _, raw in (await store.fetch(ME, [QUEUE], 3)).jobs]
+    assert [(jid(raw), value(raw)) for raw in fetched] == [
+        (jid(before), "before"), (jid(first), 2), (jid(after), "after")]
+    # where it now is (what recovery would find) holds the merged arguments too
+    assert fetched[1] in await items(store, keys.in_progress(QUEUE, ME))
 
 
 async def test_coalesce_keeps_one_follow_up_of_a_running_job_watched_in_the_same_step(
@@ -135,16 +139,18 @@ async def test_coalesce_makes_a_new_job_after_its_latest_ended(
     assert await items(store, keys.queue(QUEUE)) == [second]
 
 
-async def test_a_merge_into_another_group_moves_the_job_to_that_groups_list(
+async def test_new_arguments_of_another_group_follow_the_waiting_job(
     store: Store, keys: Keys
 ) -> None:
+    """A list never holds a job of another's: the job keeps its group, the new arguments
+    run after it as its follow-up."""
     first, second = raw_of(1, group="acme"), raw_of(2, group="zeta")
     await store.dedup.coalesce("c", jid(first), QUEUE, first, name="note")
 
     assert await store.dedup.coalesce("c", jid(second), QUEUE, second, name="note") == (
-        "merged", jid(first))
-    assert await items(store, keys.group(QUEUE, "acme")) == []
-    [moved] = await items(store, keys.group(QUEUE, "zeta"))
-    assert (jid(moved), value(moved)) == (jid(first), 2)
-    assert {m.decode() for m in await store.client.zrange(keys.groups(QUEUE), 0, -1)} >= {
-        "zeta"}
+        "following", jid(second))
+    [waiting] = await items(store, keys.group(QUEUE, "acme"))
+    assert (jid(waiting), value(waiting)) == (jid(first), 1)
+    assert await items(store, keys.group(QUEUE, "zeta")) == []
+    copy = await store.client.hgetall(keys.dep(QUEUE, jid(second)))
+    assert value(copy[b"raw"]) == 2
