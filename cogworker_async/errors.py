@@ -80,6 +80,11 @@ class InvalidArguments(CogworkerError):
     """A payload's arguments do not fit the job function's signature (filed in dead)."""
 
 
+class ParentResultMissing(CogworkerError):
+    """A job that takes its parent's result (``pass_result``) does not hold it: filed dead
+    without it, then retried by hand, it is filed dead again, never run with None."""
+
+
 class UnparseablePayload(CogworkerError):
     """A payload is not a JSON object describing a job (filed in dead, raw bytes kept)."""
 

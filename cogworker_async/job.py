@@ -68,6 +68,10 @@ Payload = TypedDict("Payload", {
     # worker/outcome.py's (``after_over_limit``): reschedules by limiters, and the last:
     "limited_count": int,
     "limited_at": float,
+    # dependents.py's: the parent whose result a job takes, absent from its first
+    # argument (null there): written in its dead entry by dep_apply.lua, refused by the
+    # worker (worker/admission.py, ``BadArguments``) should the entry be retried:
+    "missing_result_of": str,
     # tracing.py's: the enqueue's trace context (W3C ``traceparent``, ``tracestate``),
     # written by the client (``JobTracer.inject``), read by the run's span (``_parent``):
     "trace": dict[str, str],
@@ -100,7 +104,7 @@ Field = Literal[
     "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
     "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
     "periodic", "periodic_tick", "keep_result", "timeout", "expires_at", "dead_on_expiry",
-    "limited_count", "limited_at", "trace", "bid", "batch_callback",
+    "limited_count", "limited_at", "missing_result_of", "trace", "bid", "batch_callback",
     "raw_payload_base64", "raw_payload_preview", "orphaned_from", "orphaned_process",
 ]
 """The name of a ``Payload`` field: what the accessors take, so that mypy checks it

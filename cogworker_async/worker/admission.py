@@ -8,7 +8,8 @@ that verdict (``Processor._settle``), exactly as it settles a run's outcome.
 
     read            Unreadable     the bytes are no job: dead, the bytes kept
     BEFORE_START    Unregistered   no job of that name here: dead (UnknownJob)
-                    BadArguments   its arguments fit no call of it: dead (InvalidArguments)
+                    BadArguments   its arguments fit no call of it: dead (InvalidArguments),
+                                   or lack its parent's result: dead (ParentResultMissing)
                     Expired        past its deadline: dead (Expired) or dropped
                     Overlapping    its periodic predecessor still runs: acked, unreported
     (the run is registered with the canceller: ``Ticket.control``)
@@ -48,7 +49,12 @@ from typing import Final, Protocol, cast
 from cogworker_async import job
 from cogworker_async.context import RunControl
 from cogworker_async.definition import JobDefinition
-from cogworker_async.errors import InvalidArguments, UnknownJob, UnparseablePayload
+from cogworker_async.errors import (
+    InvalidArguments,
+    ParentResultMissing,
+    UnknownJob,
+    UnparseablePayload,
+)
 from cogworker_async.retries import attempt_of
 from cogworker_async.status import Ended
 from cogworker_async.worker import outcome
@@ -163,17 +169,33 @@ def unregistered(payload: job.Payload) -> Verdict:
 
 
 class BadArguments:
-    """Its arguments fit no call of its function: dead (``InvalidArguments``)."""
+    """Its arguments fit no call of its function: dead (``InvalidArguments``); or its
+    first argument is a parent's result it does not hold (``missing_result_of``: filed
+    dead without it, then retried by hand): dead (``ParentResultMissing``), never run
+    with None in its place."""
 
     def check(self, ticket: Ticket) -> Verdict | None:
         definition, payload = ticket.definition, ticket.payload
         if definition is None:
             return None
+        if "missing_result_of" in payload:  # the one cost to every job: a key lookup
+            return dead(missing_result(payload))
         try:
             definition.check_arguments(payload["args"], payload["kwargs"])
         except TypeError as exc:
             return dead(InvalidArguments(str(exc)))
         return None
+
+
+def missing_result(payload: job.Payload) -> ParentResultMissing:
+    """Why a job retried without its parent's result is filed dead again: which job,
+    which parent, and what it was first filed for."""
+    parent = job.text(payload, "missing_result_of") or "?"
+    cause = job.text(payload, "error_class") or "?"
+    return ParentResultMissing(
+        f"job {payload['jid']} takes the result of parent {parent}, which it does not "
+        f"hold: it was filed dead without it ({cause}) and retried; it is not run with "
+        "None in its place (enqueue it again after a parent that keeps its result)")
 
 
 class Expired:

@@ -16,7 +16,8 @@
 -- A job that takes its parent's result (``pass``) is filed dead, never run with None in
 -- its place, when the parent succeeded keeping none (or it expired before this step:
 -- ``ParentResultMissing``), or when the result makes it larger than a worker reads
--- (``ParentResultTooLarge``); its dead entry holds null there, readable.
+-- (``ParentResultTooLarge``); its dead entry holds null there, readable, and names that
+-- parent (``missing_result_of``), as when a parent it waits for failed (policy "dead").
 -- Safe to run twice and in any order: a parent counts once (SREM), and the copy, the
 -- dep hash, is deleted in the step that releases or ends the job, so a repeated call
 -- finds it gone. Destination first: pushed or filed, then the copy deleted.
@@ -57,11 +58,14 @@ for i = 11, #ARGV - 2, 3 do
   end
 end
 fields = fields or {name = string.match(raw, '"class":"([^"\\]*)"')}
--- end: the job ends unrun, ``state`` (dead: filed, with null for a result it takes)
+local function jid_of(member) return (string.gsub(member, "^[^/]*/", "")) end
+-- end: the job ends unrun, ``state`` (dead: filed, with null for a result it takes, and
+-- ``missing_result_of`` naming that parent: a worker refuses to run the entry retried)
 local function finish(state, class, why)
   if state == "dead" then
     local whole = tail ~= "" and table.concat({raw, "null", tail}) or raw
-    local entry = string.sub(whole, 1, -2) .. ',"error_class":"' .. class ..
+    local marker = tail ~= "" and ',"missing_result_of":' .. cjson.encode(jid_of(pass)) or ""
+    local entry = string.sub(whole, 1, -2) .. marker .. ',"error_class":"' .. class ..
             '","error_message":' .. cjson.encode(why) .. ',"failed_at":' ..
             string.format("%.6f", now) .. "}"
     redis.call("ZADD", KEYS[7], now, entry)
@@ -72,7 +76,6 @@ local function finish(state, class, why)
                                    class .. ": " .. why), tonumber(ARGV[6]), origin)
   return state
 end
-local function jid_of(member) return (string.gsub(member, "^[^/]*/", "")) end
 if failed and policy ~= "run" then
   return finish(policy == "dead" and "dead" or "cancelled", "ParentFailed",
                 "parent " .. jid_of(failed) .. " " .. failed_end)

@@ -149,6 +149,7 @@ async def test_a_dead_parent_does_what_on_parent_failure_says(
         assert entry["error_class"] == "ParentFailed"
         assert bad.jid in entry["error_message"]
         assert entry["args"] == ["a@example.com"]  # the job itself, to retry by hand
+        assert "missing_result_of" not in entry  # it takes no result: retried, it runs
     if policy != "run":
         status = await store.job_status("kid", [CHILDREN])
         assert status is not None

@@ -163,6 +163,8 @@ async def test_a_parent_that_kept_no_result_files_the_child_dead_saying_so(
     assert "kid" in str(entry["error_message"])
     assert who.jid in str(entry["error_message"])
     assert entry["args"] == [None, "x"]  # readable
+    # and saying whose result the null stands for: retried, a worker refuses it
+    assert entry["missing_result_of"] == who.jid
 
 
 async def test_a_result_that_takes_the_child_over_the_limit_files_it_dead_saying_so(
@@ -177,6 +179,7 @@ async def test_a_result_that_takes_the_child_over_the_limit_files_it_dead_saying
     assert entry["error_class"] == "ParentResultTooLarge"
     assert "max_payload_bytes (2000)" in str(entry["error_message"])
     assert entry["args"] == [None, "x"]
+    assert entry["missing_result_of"] == who.jid
 
 
 async def test_a_parent_that_ended_before_the_watch_without_a_result_is_said_too(
