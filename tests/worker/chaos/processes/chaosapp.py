@@ -19,7 +19,7 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -152,6 +152,44 @@ async def chained(value: int, tag: str) -> int:
     return value + 1
 
 
+def inside_key(namespace: str) -> str:
+    """"<tag> <pid>" of each run of ``nest`` inside its child batch's block."""
+    return f"{namespace}:chaos:inside"
+
+
+def _nest(app: App, work_job: JobFunction[[str, float], Awaitable[None]],
+          callback_job: JobFunction[[str], Awaitable[None]]
+          ) -> Callable[[str, int, float], Awaitable[None]]:
+    async def nest(tag: str, members: int, hold: float) -> None:
+        """A batch member that opens a child batch (its parent: this job's batch),
+        records that it is inside the block (``inside_key``: a test kills it there),
+        holds it ``hold`` s, then adds ``members`` jobs and exits the block."""
+        await recorder.started(tag)
+        async with app.batch(f"child of {tag}", on_complete=callback_job.s("child")):
+            await recorder.client().rpush(inside_key(recorder.namespace),
+                                          f"{tag} {os.getpid()}")
+            await anyio.sleep(hold)
+            for m in range(members):
+                await work_job.enqueue(f"{tag}k{m}", 0.05)
+        await recorder.finished(tag)
+
+    return nest
+
+
+async def hold_open(url: str, namespace: str, members: int) -> None:
+    """An enqueuer (not a worker): opens a batch, enqueues ``members`` jobs in it, says
+    so ("<bid> <pid>" at ``inside_key``) and hangs inside the block: a test SIGKILLs it
+    there (``python -c``, tests/.../test_liveness_storm.py)."""
+    jobs = build(url, namespace)
+    client = async_client(url)
+    async with jobs.app.batch("held by an enqueuer",
+                              on_complete=jobs.callback.s("complete")) as batch:
+        for m in range(members):
+            await jobs.work.enqueue(f"e{m}", 0.05)
+        await client.rpush(inside_key(namespace), f"{batch.bid} {os.getpid()}")
+        await anyio.sleep(3600)  # killed here
+
+
 @dataclass(frozen=True)
 class Jobs:
     app: App
@@ -162,19 +200,23 @@ class Jobs:
     callback: JobFunction[[str], Awaitable[None]]
     node: JobFunction[[str, float], Awaitable[None]]
     chained: JobFunction[[int, str], Awaitable[int]]
+    nest: JobFunction[[str, int, float], Awaitable[None]]
 
 
 def build(redis_url: str, namespace: str, **overrides: Any) -> Jobs:
     app = App(redis_url, namespace=namespace, **{**SETTINGS, **overrides})
+    work_job: JobFunction[[str, float], Awaitable[None]] = app.job(name="work")(work)
+    callback_job: JobFunction[[str], Awaitable[None]] = app.job(name="callback")(callback)
     return Jobs(
         app,
-        work=app.job(name="work")(work),
+        work=work_job,
         poison=app.job(name="poison")(poison),
         blocker=app.job(name="blocker", queue="blocking")(blocker),
         fail=app.job(name="fail", retry=False)(fail),
-        callback=app.job(name="callback")(callback),
+        callback=callback_job,
         node=app.job(name="node")(node),
         chained=app.job(name="chained", keep_result=3600)(chained),
+        nest=app.job(name="nest")(_nest(app, work_job, callback_job)),
     )
 
 
