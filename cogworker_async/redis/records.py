@@ -28,7 +28,7 @@ from cogworker_async.status import (
 )
 
 _FOREIGN = re.compile(r"WRONGTYPE (cancel set|waiting set|arming set|unique lock) "
-                      r"(.+?) is a (\w+), not a")
+                      r"(.+?) is not a (\w+)")
 """How ``lua/cancel.lua`` refuses a key of another type (the key is not ours)."""
 
 SWEEP_COUNT = 500
@@ -127,8 +127,8 @@ class Records(Part):
             if refused is None:
                 raise
             what, key, kind = refused.groups()
-            raise WrongTypeKey(f"cannot cancel job {jid}: its {what} {key} is a {kind}, not "
-                               "a key of cogworker's (a co-tenant's, or damaged): nothing "
+            raise WrongTypeKey(f"cannot cancel job {jid}: its {what} {key} is not a {kind}: "
+                               "not a key of cogworker's (a co-tenant's, or damaged): nothing "
                                "was written; delete the key, then cancel again",
                                key) from None
         return cast(CancelOutcome, _text(reply))

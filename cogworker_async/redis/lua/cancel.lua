@@ -17,15 +17,20 @@
 --   "stopping"  it is running: its process finds the jid in its cancel set (it polls
 --               it) and stops the job; should the process die first, recovery drops the
 --               job instead of requeueing it (the record's ``cancel`` again).
--- Errors (nothing written): "WRONGTYPE <what> <key> is a <type>, not a <type> ..." when
+-- Errors (nothing written): "WRONGTYPE <what> <key> is not a <type> ..." when
 -- a key it would write holds another type (a co-tenant's): the running job's process's
 -- cancel set, a waiting job's waiting or arming set, a unique job's lock. Each is looked
 -- at before anything is written (a script's writes before an error are kept).
+-- (Asked with a read of the wanted type, not TYPE, which the enqueuer's documented ACL
+-- does not grant: a WRONGTYPE reply means another type, whichever it is.)
 local function foreign(what, key, want)
-  local kind = redis.call("TYPE", key).ok
-  if kind ~= want and kind ~= "none" then
-    return redis.error_reply("WRONGTYPE " .. what .. " " .. key .. " is a " .. kind ..
-                             ", not a " .. want .. " (not written by cogworker: delete it)")
+  local reply
+  if want == "zset" then reply = redis.pcall("ZSCORE", key, "-")
+  elseif want == "set" then reply = redis.pcall("SCARD", key)
+  else reply = redis.pcall("GET", key) end
+  if type(reply) == "table" and reply.err then
+    return redis.error_reply("WRONGTYPE " .. what .. " " .. key .. " is not a " .. want ..
+                             " (not written by cogworker: delete it)")
   end
   return nil
 end
