@@ -81,6 +81,7 @@ class Signature:
                 "keep_result": options.keep_result,
                 **({"priority": options.priority} if options.priority else {}),
                 **({"group": options.group} if options.group else {}),
+                **({"timeout": options.timeout} if options.timeout is not None else {}),
                 # the deadline counts from the callback's own enqueue, as an enqueue's
                 **({"expires_in": options.expires_in} if options.expires_in else {}),
                 **({"expires_at": options.expires_at} if options.expires_at else {}),
@@ -105,6 +106,7 @@ def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: 
     priority = stored.get("priority", options.priority)
     group = stored.get("group", options.group)
     expires_in, expires_at = _seconds(stored.get("expires_in")), _seconds(stored.get("expires_at"))
+    timeout = _seconds(stored.get("timeout"))
     deadline = expires_at or (now + expires_in if expires_in else None)
     payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
                         queue=stored.get("queue") or options.queue,
@@ -114,6 +116,7 @@ def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: 
                         priority=priority if type(priority) is int
                         and MIN_PRIORITY <= priority <= MAX_PRIORITY else options.priority,
                         group=group if isinstance(group, str) and group else options.group,
+                        timeout=timeout if timeout is not None else options.timeout,
                 expires_at=deadline, dead_on_expiry=stored.get("dead_on_expiry") is not False)
     payload["batch_callback"] = kind
     return payload
