@@ -372,6 +372,14 @@ async def batch_seal(s: Setup) -> None:
     assert await s.store.batches.seal("b-1") == "success"
 
 
+async def batch_release(s: Setup) -> None:
+    dead_block = f"f00.n@{OWNER}"  # the block of a process that died inside it
+    await s.store.batches.open("b-1", token="f01.n@" + IDENTITY)
+    await s.store.batches.open("b-2", parent="b-1", token=dead_block)
+    assert await s.store.batches.release("b-2", [dead_block], "b-1") == "abandoned"
+    assert await s.store.batches.release("b-1", None, None) is not None  # cancel_batch's
+
+
 async def batch_apply(s: Setup) -> None:
     await s.store.batches.open("b-1")
     await s.store.batches.add("b-1", ["j1"])
@@ -418,7 +426,7 @@ async def dep_apply(s: Setup) -> None:
 SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
         ack, add_stats, batch_abandon, batch_add, batch_apply, batch_fired, batch_open,
-        batch_seal, beat,
+        batch_release, batch_seal, beat,
         bury_orphan, cancel, clear_queue, close_record, coalesce, cron_claim, debounce,
         dep_apply, dep_wait, dep_watch,
         drop_notes, due, enqueue,
