@@ -338,18 +338,21 @@ class App:
 
     def batch(self, description: str | None = None, *, on_success: Signature | None = None,
               on_complete: Signature | None = None, on_death: Signature | None = None,
-              bid: str | None = None, parent: str | None = None) -> Batch:
+              bid: str | None = None, parent: str | None = None,
+              hold: float | None = None) -> Batch:
         """A batch: every job enqueued inside ``async with jobs.batch(...) as batch:``
         joins it; once the block has exited, ``on_complete`` (every member ended),
         ``on_success`` (every member succeeded) and ``on_death`` (a member died) are
         enqueued, each once (signatures: ``report.s(*args)``). ``bid=`` opens again a
         batch not ended; ``parent=`` (or opening it inside a batch's job) makes it a
-        child batch, which its parent waits for."""
+        child batch, which its parent waits for. ``hold``: outside a worker, seconds the
+        block holds the batch without an add (``batch.HOLD``): killed, it is let go of."""
         if not self.settings.tracked:
             raise ConfigurationError("batches need job records: this App has "
                                      "track_jobs=False")
         return Batch(self, description=description, on_success=on_success,
-                     on_complete=on_complete, on_death=on_death, bid=bid, parent=parent)
+                     on_complete=on_complete, on_death=on_death, bid=bid, parent=parent,
+                     hold=hold)
 
     def chain(self, *signatures: Signature, pass_result: bool = False) -> Chain:
         """Jobs that run one after another: ``await jobs.chain(a.s(1), b.s()).enqueue()``

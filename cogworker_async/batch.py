@@ -8,6 +8,9 @@ siblings are added cannot end the batch early). An exception inside the block se
 nothing and cancels the members already enqueued. A batch not ended can be opened again
 (``jobs.batch(bid=...)``) to add members. Opened inside a job that is a member of a
 batch (or with ``parent=``), a batch is that batch's child: the parent ends only after it.
+A block in a process that is not a worker holds its batch on a lease (``hold``, renewed
+by its open and each member it adds): killed inside it, it is let go of once the lease
+lapses (``worker/batch_reaper.py``); alive, it hears so (``HoldLapsed``).
 
 Where its members' ends are counted and how its callbacks fire exactly once:
 ``redis/lua/_batch.lua``, ``worker/batch_relay.py``, and docs/design.md.
@@ -16,6 +19,7 @@ Where its members' ends are counted and how its callbacks fire exactly once:
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import time
 from collections.abc import Sequence
@@ -27,7 +31,7 @@ from typing import Final, Literal, Protocol
 import anyio
 
 from cogworker_async import context, signature
-from cogworker_async.redis.batches import BatchDamaged, BatchRecord
+from cogworker_async.redis.batches import OPEN_TTL, BatchDamaged, BatchRecord, HoldLapsed
 from cogworker_async.signature import Signature
 from cogworker_async.status import CancelOutcome, JobStatus, check_jid
 
@@ -39,9 +43,9 @@ class BatchBackend(Protocol):
                    parent: str | None = None, now: float | None = None, token: str = "",
                    reopen: bool = False) -> str: ...
 
-    async def add(self, bid: str, jids: Sequence[str]) -> list[str]: ...
+    async def add(self, bid: str, jids: Sequence[str], token: str = "") -> list[str]: ...
 
-    async def leave(self, bid: str, jids: Sequence[str]) -> int: ...
+    async def leave(self, bid: str, jids: Sequence[str], token: str = "") -> int: ...
 
     async def seal(self, bid: str, now: float | None = None, token: str = "") -> str | None: ...
 
@@ -80,6 +84,12 @@ OWNER: Final[ContextVar[str | None]] = ContextVar("cogworker_batch_owner", defau
 jobs): a block's holder token names it, so that a block whose process dies inside it is
 let go once that process is gone (``worker/batch_reaper.py``), never holding its batch
 — and the batch's parent — open for good."""
+HOLD: Final = 600.0
+"""Seconds a batch block in a process that is not a worker holds its batch without an
+open or an add (``jobs.batch(..., hold=)``): killed inside its block, its batch (and the
+batch's parent) is let go of that long after its last add and a relay pass; alive but
+silent longer, it is let go of all the same and told at its next add or its exit
+(``HoldLapsed``). A worker's blocks are judged by their process instead (``OWNER``)."""
 LIVE_HOLDERS: Final[set[str]] = set()
 """The tokens of this process's blocks not exited yet: the relay of a process lets go
 of a token naming its own identity that is not here (an earlier process of the same
@@ -125,7 +135,7 @@ class Batch:
     def __init__(self, app: App, *, description: str | None = None,
                  on_success: Signature | None = None, on_complete: Signature | None = None,
                  on_death: Signature | None = None, bid: str | None = None,
-                 parent: str | None = None) -> None:
+                 parent: str | None = None, hold: float | None = None) -> None:
         if description is not None and (not isinstance(description, str)
                                         or len(description) > MAX_DESCRIPTION):
             raise TypeError(f"description must be a str of at most {MAX_DESCRIPTION} "
@@ -141,6 +151,7 @@ class Batch:
         if len(self.bid) > MAX_BID_CHARS:  # a callback's jid is the bid and its kind
             raise ValueError(f"a bid must be at most {MAX_BID_CHARS} characters")
         self.parent = check_jid(parent) if parent is not None else None
+        self.hold = check_hold(hold)
         self._holder = ""
         """This block's token: it holds the batch open until this block exits
         (``holder_token``)."""
@@ -158,7 +169,7 @@ class Batch:
             # A member's job opens a child; a callback's batch has ended: no parent.
             elif running is not None and "batch_callback" not in running.payload:
                 parent = running.batch_id
-        self._holder = holder_token(self._reopen)
+        self._holder = holder_token(self._reopen, self.hold)
         LIVE_HOLDERS.add(self._holder)  # before the open: Redis never has it alone
         try:
             await self._app.batch_backend().open(
@@ -173,7 +184,7 @@ class Batch:
         return self
 
     async def joining(self, jids: Sequence[str]) -> list[str]:
-        joined = await self._app.batch_backend().add(self.bid, jids)
+        joined = await self._app.batch_backend().add(self.bid, jids, token=self._holder)
         self._joined += joined
         return joined
 
@@ -181,7 +192,7 @@ class Batch:
         """Jids that joined at a push refused as a duplicate: they leave (the client
         passes only those its own ``joining`` added, never a member already there)."""
         if jids:
-            await self._app.batch_backend().leave(self.bid, jids)
+            await self._app.batch_backend().leave(self.bid, jids, token=self._holder)
             self._joined = [jid for jid in self._joined if jid not in jids]
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -200,22 +211,38 @@ class Batch:
                 for jid in self._joined:  # what this block added will not run
                     await self._app.cancel(jid)
                 if self._reopen:  # a batch that existed: let go, its other members go on
-                    await backend.seal(self.bid, token=self._holder)
+                    try:
+                        await backend.seal(self.bid, token=self._holder)
+                    except HoldLapsed:  # let go of already: the block's own error says more
+                        pass
                 else:
                     await backend.abandon(self.bid, self.parent, token=self._holder)
             finally:  # a seal that failed: this process's relay lets go of the token
                 LIVE_HOLDERS.discard(self._holder)
 
 
-def holder_token(reopen: bool) -> str:
-    """A block's token: random, and in a worker process "<nonce>.<n|r>@<identity>" —
-    whether the block opened the batch (n) or reopened it (r), and which process runs
-    it, so that the relay can let go of it once that process is gone."""
-    nonce = secrets.token_hex(8)
+def check_hold(hold: object) -> float:
+    """``hold``: None (``HOLD``) or seconds > 0, at most the bound of an open batch."""
+    if hold is None:
+        return HOLD
+    if isinstance(hold, bool) or not isinstance(hold, int | float):
+        raise TypeError(f"hold must be a number of seconds, not {type(hold).__name__}")
+    if not (math.isfinite(hold) and 0 < hold <= OPEN_TTL):
+        raise ValueError(f"hold must be seconds > 0 and <= {OPEN_TTL:.0f} (30 days), "
+                         f"got {hold!r}")
+    return float(hold)
+
+
+def holder_token(reopen: bool, hold: float = HOLD) -> str:
+    """A block's token: whether the block opened the batch (n) or reopened it (r), and
+    how the relay lets go of it if it never exits: in a worker process
+    "<nonce>.<n|r>@<identity>" (once that process is gone), elsewhere
+    "<nonce>.<n|r>~<ms>" (once its lease of ``hold`` lapses: renewed by each add)."""
+    nonce, kind = secrets.token_hex(8), "r" if reopen else "n"
     owner = OWNER.get()
     if not owner or any(c.isspace() for c in owner):
-        return nonce
-    return f"{nonce}.{'r' if reopen else 'n'}@{owner}"
+        return f"{nonce}.{kind}~{max(1, round(hold * 1000))}"
+    return f"{nonce}.{kind}@{owner}"
 
 
 async def status_of(app: App, bid: str) -> BatchStatus:

@@ -19,8 +19,8 @@ from cogworker_async.redis.errors import NoPermissionError, ResponseError
 from cogworker_async.redis.part import Part, as_bytes, wrong_type
 
 OPEN_TTL: Final = 30 * 86400.0
-"""Seconds an open batch's keys live without a member added (an enqueuer that died
-inside its ``async with`` block leaves an open batch nobody will seal)."""
+"""Seconds an open batch's keys live without a member added: the last bound of a batch
+nobody seals (a block's hold is let go of well before: ``batch.HOLD``, the reaper)."""
 DONE_TTL: Final = 7 * 86400.0
 """Seconds an ended batch is kept, for its status."""
 NOTES_PER_READ: Final = 200
@@ -76,6 +76,23 @@ class BatchEnded(Exception):
     """The batch cannot take members any more (it ended), or is not open."""
 
 
+class HoldLapsed(BatchEnded):
+    """A batch block outside a worker was not heard of (no open, no add) for longer than
+    its ``hold``: the relay let go of it as of a dead block's (its batch abandoned, or
+    sealed if it reopened it). Raised at that block's next add or exit: the block is
+    alive after all, and its members must not join silently."""
+
+
+def _ended(exc: ResponseError) -> BatchEnded | None:
+    """The batch error a script's refusal means, if it is one."""
+    text = str(exc)
+    if text.startswith("LAPSED"):
+        return HoldLapsed(text)
+    if text.startswith(("ENDED", "NOPARENT", "NOBATCH", "SEALED")):
+        return BatchEnded(text)
+    return None
+
+
 class BatchDamaged(Exception):
     """A batch's keys are not what the batch scripts write (a key of another type, a
     field that is not a number, callbacks that are not JSON): written by hand, or by
@@ -98,39 +115,47 @@ class Batches(Part):
                 bid, now if now is not None else self._now(), description, callbacks,
                 parent or "", int(OPEN_TTL), token or "-", "reopen" if reopen else "new"])
         except ResponseError as exc:
-            if str(exc).startswith(("ENDED", "NOPARENT", "NOBATCH")):
-                raise BatchEnded(str(exc)) from exc
+            if (ended := _ended(exc)) is not None:
+                raise ended from exc
             raise
         return as_bytes(done).decode()
 
-    async def add(self, bid: str, jids: Sequence[str]) -> list[str]:
-        """``jids`` join open batch ``bid`` (before they are enqueued); those that joined
-        (not the ones already members)."""
-        joined = await self._members(bid, "join", jids)
+    async def add(self, bid: str, jids: Sequence[str], token: str = "") -> list[str]:
+        """``jids`` join open batch ``bid`` (before they are enqueued), added by the block
+        of ``token`` (its lease renewed); those that joined (not the ones already
+        members). ``HoldLapsed``: that block's lease lapsed."""
+        joined = await self._members(bid, "join", jids, token)
         return [as_bytes(jid).decode() for jid in joined] if isinstance(joined, list) else []
 
-    async def leave(self, bid: str, jids: Sequence[str]) -> int:
+    async def leave(self, bid: str, jids: Sequence[str], token: str = "") -> int:
         """``jids``, never pushed, leave open batch ``bid``; how many left."""
-        left = await self._members(bid, "leave", jids)
+        left = await self._members(bid, "leave", jids, token)
         return left if isinstance(left, int) else 0
 
-    async def _members(self, bid: str, how: str, jids: Sequence[str]) -> object:
+    async def _members(self, bid: str, how: str, jids: Sequence[str], token: str) -> object:
         try:
             reply: object = await self.scripts.run(
-                "batch_add", self.keys.batch_keys(bid), [int(OPEN_TTL), how, *jids])
+                "batch_add", self.keys.batch_keys(bid),
+                [int(OPEN_TTL), how, token or "-", self._now(), *jids])
         except ResponseError as exc:
-            if str(exc).startswith(("NOBATCH", "SEALED")):
-                raise BatchEnded(str(exc)) from exc
+            if (ended := _ended(exc)) is not None:
+                raise ended from exc
             raise
         return reply
 
     async def seal(self, bid: str, now: float | None = None, token: str = "") -> str | None:
         """The block of ``token`` lets go of ``bid``: sealed once none holds it; its
-        state (None: no such batch)."""
-        state = await self.scripts.run(
-            "batch_seal", [*self.keys.batch_keys(bid), self.keys.batches_firing,
-                           self.keys.batches_open, self.keys.batches_held],
-            [bid, now if now is not None else self._now(), int(DONE_TTL), token or "-"])
+        state (None: no such batch). ``HoldLapsed``: that block's lease lapsed (the
+        relay let go of it already)."""
+        try:
+            state = await self.scripts.run(
+                "batch_seal", [*self.keys.batch_keys(bid), self.keys.batches_firing,
+                               self.keys.batches_open, self.keys.batches_held],
+                [bid, now if now is not None else self._now(), int(DONE_TTL), token or "-"])
+        except ResponseError as exc:
+            if (ended := _ended(exc)) is not None:
+                raise ended from exc
+            raise
         return as_bytes(state).decode() if state else None
 
     async def abandon(self, bid: str, parent: str | None, now: float | None = None,
@@ -158,7 +183,8 @@ class Batches(Part):
         return as_bytes(state).decode() if state else None
 
     async def held_page(self, start: int, count: int) -> list[tuple[str, str, str | None]]:
-        """Batches held open by a block of a worker process, oldest first, from
+        """Batches held open by a block of a worker process, or by one on a lease (outside
+        a worker), oldest first, from
         ``start``: (bid, its holder tokens, its parent); a hash that cannot be read
         shows no holder."""
         found = [as_bytes(cast("bytes | str", bid)).decode("utf-8", "replace") for bid in
@@ -177,6 +203,30 @@ class Batches(Part):
             held.append((bid, as_bytes(holders).decode("utf-8", "replace") if holders else "",
                          as_bytes(parent).decode("utf-8", "replace") if parent else None))
         return held
+
+    async def leases(self, bids: Sequence[str]) -> dict[str, dict[str, float]]:
+        """The lease deadlines (epoch s, Redis' clock) of the blocks outside a worker that
+        hold ``bids``: bid -> token -> deadline. A hash that cannot be read, or a
+        deadline that is not a number, shows none (the release script judges again)."""
+        if not bids:
+            return {}
+        async with self.client.pipeline(transaction=False) as pipe:
+            for bid in bids:
+                pipe.hget(self.keys.batch(bid), "leases")
+            replies = await pipe.execute(raise_on_error=False)
+        found: dict[str, dict[str, float]] = {}
+        for bid, reply in zip(bids, replies, strict=True):
+            if isinstance(reply, NoPermissionError):
+                raise reply
+            found[bid] = {}
+            if reply and not isinstance(reply, Exception):
+                for entry in as_bytes(reply).decode("utf-8", "replace").split():
+                    token, _, deadline = entry.partition("=")
+                    try:
+                        found[bid][token] = float(deadline)
+                    except ValueError:
+                        continue
+        return found
 
     async def gone(self, identities: Sequence[str]) -> set[str]:
         """Of ``identities``, the processes that are gone: no alive marker, and no

@@ -91,7 +91,8 @@ class FakeBatches:
             raise BatchEnded(f"SEALED batch is not open ({found.state}): {bid}")
         return found
 
-    async def add(self, bid: str, jids: Sequence[str]) -> list[str]:
+    async def add(self, bid: str, jids: Sequence[str], token: str = "") -> list[str]:
+        """``batch_add``; a block's lease (``hold``) never lapses here: no relay runs."""
         found = self._open(bid)
         joined = []
         for jid in jids:
@@ -102,7 +103,7 @@ class FakeBatches:
                 joined.append(jid)
         return joined
 
-    async def leave(self, bid: str, jids: Sequence[str]) -> int:
+    async def leave(self, bid: str, jids: Sequence[str], token: str = "") -> int:
         found = self._open(bid)
         left = 0
         for jid in jids:
@@ -152,7 +153,7 @@ class FakeBatches:
         found.holders = [t for t in found.holders if t not in dropped]
         if found.holders or (not dropped and tokens is not None):
             return found.state
-        if tokens is not None and any(".n@" in token for token in dropped):
+        if tokens is not None and any(".n@" in token or ".n~" in token for token in dropped):
             return await self.abandon(bid, found.parent, now)
         return await self.seal(bid, now)
 

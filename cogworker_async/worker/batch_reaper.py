@@ -1,4 +1,5 @@
-"""Reaper: lets go of the batch blocks of worker processes that died inside them.
+"""Reaper: lets go of the batch blocks of worker processes that died inside them, and of
+the blocks outside workers whose lease lapsed.
 
 A block that opens a batch (or reopens one) holds it open until it exits; a job's block
 killed with its process (SIGKILL, OOM) never exits, and its batch — and the batch's
@@ -12,6 +13,13 @@ block of it holds (an earlier process of the same configured identity, or a seal
 failed). A batch left with no holder is sealed, as at its block's exit; one opened by a
 block that died ends abandoned, as if that block had raised, and its pending members
 are cancelled (the recovered run enqueues its own).
+
+A block in a process that is not a worker (a web process, a script) names no process
+whose end can be judged: its token carries a lease instead ("<nonce>.<n|r>~<ms>",
+``batch.HOLD`` or the block's ``hold``), renewed by its open and each member it adds.
+Each pass lets go of the leases lapsed on Redis' clock, as of a dead process's blocks
+(``batch_release.lua`` checks again: a block that renewed since is kept); the block, if
+alive after all, is refused at its next add or exit (``HoldLapsed``).
 """
 
 from __future__ import annotations
@@ -26,8 +34,16 @@ from cogworker_async.redis.store import Store
 
 log = logging.getLogger(__name__)
 
+HEX: Final = frozenset("0123456789abcdefABCDEF")
 HELD_PER_PASS: Final = 200
 """Held batches one pass looks at (the next pass goes on from there)."""
+
+
+def leased(token: str) -> bool:
+    """Whether a holder token is a block outside a worker, on a lease."""
+    nonce, dot, rest = token.partition(".")  # as _batch.lua's batch_lease_ms reads it
+    return (bool(nonce) and all(c in HEX for c in nonce) and dot == "."
+            and rest[:2] in ("n~", "r~") and rest[2:].isascii() and rest[2:].isdigit())
 
 
 def owner_of(token: str) -> str | None:
@@ -51,15 +67,20 @@ class BatchReaper:
         owners = {owner for _, holders, _ in held for token in holders.split()
                   if (owner := owner_of(token)) is not None and owner != self.identity}
         gone = await batches.gone(sorted(owners)) if owners else set()
+        on_lease = [bid for bid, holders, _ in held if any(map(leased, holders.split()))]
+        leases = await batches.leases(on_lease) if on_lease else {}
+        clock = await self.store.dependencies.clock() if on_lease else 0.0
         released, failure = 0, None
         for bid, holders, parent in held:
-            tokens = [token for token in holders.split() if self._gone(token, gone)]
+            lapsed = [token for token in holders.split() if leased(token)
+                      and leases.get(bid, {}).get(token, 0.0) <= clock]
+            tokens = [token for token in holders.split() if self._gone(token, gone)] + lapsed
             if not tokens:
                 continue
             try:
                 state = await batches.release(bid, tokens, parent)
                 log.warning("batch %s: let go of %d block(s) whose process died inside "
-                            "them (now %s)", bid, len(tokens), state)
+                            "them or whose hold lapsed (now %s)", bid, len(tokens), state)
                 released += len(tokens)
                 if state == "abandoned":
                     await self._cancel_pending(bid)

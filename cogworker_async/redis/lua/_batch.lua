@@ -42,16 +42,69 @@ local function batch_holders(k, add, drop)
 end
 
 -- batch_held: batch ``bid`` (keys ``k``) is in ``held_index`` while a block of a worker
--- process holds it (a token "<nonce>.<n|r>@<identity>": batch.py), so that the relay can
--- let go of a block whose process died inside it (worker/batch_reaper.py); it leaves
--- once none does.
+-- process holds it (a token "<nonce>.<n|r>@<identity>": batch.py), or a block outside a
+-- worker on a lease ("<nonce>.<n|r>~<ms>"), so that the relay can let go of a block
+-- whose process died inside it, or whose lease lapsed (worker/batch_reaper.py); it
+-- leaves once none does.
 local function batch_held(k, held_index, bid, now)
   local holders = redis.call("HGET", k[1], "holders") or ""
-  if string.find(holders, "@", 1, true) then
+  if string.find(holders, "@", 1, true) or string.find(holders, "~", 1, true) then
     redis.call("ZADD", held_index, "NX", now, bid)
   else
     redis.call("ZREM", held_index, bid)
   end
+end
+
+-- batch_lease_ms: the lease (ms) a holder token carries: "<nonce>.<n|r>~<ms>", a block
+-- in a process that is not a worker (batch.py); nil for any other token.
+local function batch_lease_ms(token)
+  local ms = token and string.match(token, "^%x+%.[nr]~(%d+)$")
+  return ms and tonumber(ms)
+end
+
+-- batch_clock: Redis' clock (TIME), or the caller's ``fallback`` if TIME is refused:
+-- _clock.lua's ``redis_now``, which a helper of this file cannot call (the helper files
+-- are put before a script in name order: _batch before _clock).
+local function batch_clock(fallback)
+  local ok, time = pcall(redis.call, "TIME")
+  if ok then return tonumber(time[1]) + tonumber(time[2]) / 1000000 end
+  return tonumber(fallback)
+end
+
+-- batch_leases: the lease deadlines of batch ``k``'s holders ("leases": "<token>=<epoch
+-- s>" each, Redis' clock), written back with only the holders' kept, and the block of
+-- ``renew`` (if it holds the batch on a lease) holding it its lease from now: its open
+-- and each add renew it in the same step. Returns token -> deadline.
+local function batch_leases(k, renew, fallback)
+  local holders = " " .. (redis.call("HGET", k[1], "holders") or "") .. " "
+  local raw = redis.call("HGET", k[1], "leases") or ""
+  local found, parts = {}, {}
+  for token, deadline in string.gmatch(raw, "(%S+)=(%S+)") do
+    if token ~= renew and string.find(holders, " " .. token .. " ", 1, true) then
+      found[token] = tonumber(deadline)
+      parts[#parts + 1] = token .. "=" .. deadline
+    end
+  end
+  local ms = batch_lease_ms(renew)
+  if ms and string.find(holders, " " .. renew .. " ", 1, true) then
+    found[renew] = batch_clock(fallback) + ms / 1000
+    parts[#parts + 1] = renew .. "=" .. string.format("%.3f", found[renew])
+  end
+  if #parts > 0 or raw ~= "" then redis.call("HSET", k[1], "leases", table.concat(parts, " ")) end
+  return found
+end
+
+-- batch_lapsed: an error reply if the block of ``token`` was let go of because its lease
+-- lapsed (batch_release wrote it in "lapsed"): that block is alive after all, and must
+-- hear it — its members would otherwise join a batch that ended, or that another block
+-- seals. nil otherwise.
+local function batch_lapsed(k, token)
+  if not batch_lease_ms(token) then return nil end
+  local lapsed = " " .. (redis.call("HGET", k[1], "lapsed") or "") .. " "
+  if not string.find(lapsed, " " .. token .. " ", 1, true) then return nil end
+  return redis.error_reply("LAPSED this block's hold on batch " .. k[1] .. " lapsed (" ..
+    (batch_lease_ms(token) / 1000) .. " s without an open or an add): the batch was let " ..
+    "go of (now " .. (redis.call("HGET", k[1], "state") or "gone") .. ")")
 end
 
 -- batch_bound: every key of batch ``k`` expires ``ttl`` seconds from now.

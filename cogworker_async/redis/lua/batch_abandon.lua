@@ -16,6 +16,7 @@ if not state then
 end
 if batch_final(state) then return state end
 local held = batch_holders(k, nil, ARGV[4])
+batch_leases(k, nil, ARGV[2])
 batch_held(k, KEYS[10], ARGV[1], tonumber(ARGV[2]))
 if held then return state end
 batch_end_abandoned(k, parent, KEYS[8], KEYS[9], ARGV[1], ARGV[5], tonumber(ARGV[2]),

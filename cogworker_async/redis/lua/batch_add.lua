@@ -3,19 +3,25 @@
 -- enqueue refused as a duplicate).
 -- KEYS[1..7] the batch's keys (_batch.lua)
 -- ARGV[1] the bound of an open batch's keys (s)   ARGV[2] "join" or "leave"
--- ARGV[3..] the members' jids
+-- ARGV[3] the adding block's holder token ("-": none)   ARGV[4] now (epoch s, used only
+-- if TIME is refused)   ARGV[5..] the members' jids
+-- A block on a lease (token "<nonce>.<n|r>~<ms>") is held ``ms`` from now again, in the
+-- same step (_batch.lua ``batch_leases``).
 -- Returns the jids that joined (not those already members: a duplicate enqueue of one
 -- must not take the first one out when it leaves), or how many left. Errors (nothing written): "NOBATCH ..." for a
--- batch that does not exist; "SEALED ..." for one not open (reopen it first).
+-- batch that does not exist; "SEALED ..." for one not open (reopen it first); "LAPSED ..."
+-- for a block whose lease lapsed (the relay let go of it: it must not add silently).
 -- Safe to run twice: a jid already pending is one member; one gone leaves once.
 local k = batch_keys(1)
 local got = redis.call("HMGET", k[1], "state", "sealed")
 if not got[1] then return redis.error_reply("NOBATCH batch does not exist: " .. k[1]) end
+local lapsed = batch_lapsed(k, ARGV[3])
+if lapsed then return lapsed end
 if got[2] == "1" or batch_final(got[1]) then
   return redis.error_reply("SEALED batch is not open (" .. got[1] .. "): " .. k[1])
 end
 local changed, joined = 0, {}
-for i = 3, #ARGV do
+for i = 5, #ARGV do
   if ARGV[2] == "leave" then
     changed = changed - redis.call("SREM", k[2], ARGV[i])
   elseif redis.call("SISMEMBER", k[3], ARGV[i]) == 0 and redis.call("SISMEMBER", k[4], ARGV[i]) == 0
@@ -25,6 +31,7 @@ for i = 3, #ARGV do
   end
 end
 redis.call("HINCRBY", k[1], "total", changed)
+batch_leases(k, ARGV[3], ARGV[4])
 batch_bound(k, tonumber(ARGV[1]))
 if ARGV[2] == "leave" then return -changed end
 return joined

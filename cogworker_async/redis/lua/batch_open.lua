@@ -2,15 +2,19 @@
 -- again one not yet ended (``jobs.batch(bid=...)``): nothing fires until it is sealed.
 -- KEYS[1..7] the batch's keys (_batch.lua)   KEYS[8] the namespace's batch index (zset
 -- bid -> created_at)   KEYS[9] its index of batches not ended
--- KEYS[10] its index of batches held by a worker process's block (``batches_held``)
+-- KEYS[10] its index of batches held by a worker process's block, or on a lease
+-- (``batches_held``)
 -- KEYS[11..17] (optional) the parent batch's keys
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] description   ARGV[4] callbacks (JSON,
 -- stored as given)   ARGV[5] parent bid ("": none)   ARGV[6] the bound of an open batch's
 -- keys (s, renewed by each add)   ARGV[7] the block's holder token   ARGV[8] "reopen"
 -- (it must exist) or "new"
+-- A token "<nonce>.<n|r>~<ms>" (a block outside a worker) holds the batch on a lease:
+-- ``ms`` from now (Redis' clock), renewed by each add (_batch.lua ``batch_leases``).
 -- Errors (nothing written): "ENDED batch <bid> has ended" (it cannot take members any
 -- more); "NOBATCH ..." reopening one that does not exist (or expired); "NOPARENT ..."
 -- for a parent that does not exist or has ended.
+-- "LAPSED ..." for a token whose lease lapsed (the relay let go of it).
 -- Safe to run twice: a second call reopens what the first opened.
 local k, parent = batch_keys(1), batch_keys(11)
 local state = redis.call("HGET", k[1], "state")
@@ -18,8 +22,11 @@ if state then
   if batch_final(state) then
     return redis.error_reply("ENDED batch " .. ARGV[1] .. " has ended (" .. state .. ")")
   end
+  local lapsed = batch_lapsed(k, ARGV[7])
+  if lapsed then return lapsed end
   redis.call("HSET", k[1], "sealed", "0")
   batch_holders(k, ARGV[7], nil)
+  batch_leases(k, ARGV[7], ARGV[2])
   batch_held(k, KEYS[10], ARGV[1], tonumber(ARGV[2]))
   batch_bound(k, tonumber(ARGV[6]))
   return "reopened"
@@ -38,6 +45,7 @@ local now = tonumber(ARGV[2])
 redis.call("HSET", k[1], "state", "open", "sealed", "0", "created_at", ARGV[2],
            "description", ARGV[3], "callbacks", ARGV[4], "parent", ARGV[5], "total", 0,
            "holders", ARGV[7])
+batch_leases(k, ARGV[7], ARGV[2])
 batch_held(k, KEYS[10], ARGV[1], now)
 batch_bound(k, tonumber(ARGV[6]))
 redis.call("ZADD", KEYS[8], now, ARGV[1])

@@ -1,6 +1,9 @@
 -- batch_release: let go of blocks that hold a batch open and will never exit: those of a
--- worker process that is gone (the relay judged it: worker/batch_reaper.py), or every
--- block (``cancel_batch``: a batch cancelled ends whoever holds it). Once none holds it,
+-- worker process that is gone (the relay judged it: worker/batch_reaper.py), those on a
+-- lease that lapsed (checked here, on Redis' clock: a block that renewed it since the
+-- relay read it is kept), or every block (``cancel_batch``: a batch cancelled ends
+-- whoever holds it). A lapsed block is written in "lapsed": its next add or seal is
+-- refused (LAPSED), never taken silently. Once none holds it,
 -- the batch is sealed and what it has come to decided, as at a block's exit — but one
 -- opened by a block that died inside it ends abandoned, as if that block had raised (its
 -- caller cancels the members left pending).
@@ -20,16 +23,29 @@ if not state or batch_final(state) then
 end
 local gone = {}
 for i = 6, #ARGV do gone[ARGV[i]] = true end
-local kept, opener, dropped = {}, false, 0
+local leases, clock = batch_leases(k, nil, ARGV[2]), batch_clock(ARGV[2])
+local kept, opener, dropped, lapsed = {}, false, 0, {}
 for token in string.gmatch(redis.call("HGET", k[1], "holders") or "", "%S+") do
-  if ARGV[5] == "all" or gone[token] then
+  local leased = ARGV[5] ~= "all" and gone[token] and batch_lease_ms(token)
+  if leased and leases[token] and leases[token] > clock then
+    kept[#kept + 1] = token -- renewed since the relay read it: alive
+  elseif ARGV[5] == "all" or gone[token] then
     dropped = dropped + 1
-    if string.find(token, ".n@", 1, true) then opener = true end
+    if leased then lapsed[#lapsed + 1] = token end
+    if string.find(token, ".n@", 1, true) or string.find(token, ".n~", 1, true) then
+      opener = true
+    end
   else
     kept[#kept + 1] = token
   end
 end
 redis.call("HSET", k[1], "holders", table.concat(kept, " "))
+batch_leases(k, nil, ARGV[2])
+if #lapsed > 0 then
+  local before = redis.call("HGET", k[1], "lapsed")
+  redis.call("HSET", k[1], "lapsed", (before and before ~= "" and (before .. " ") or "") ..
+             table.concat(lapsed, " "))
+end
 batch_held(k, KEYS[10], ARGV[1], tonumber(ARGV[2]))
 if #kept > 0 or (dropped == 0 and ARGV[5] ~= "all") then return state end
 local now, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])

@@ -5,13 +5,18 @@
 -- KEYS[9] its index of batches not ended   KEYS[10] its index of held batches
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] the bound of an ended batch's keys (s)
 -- ARGV[4] the token of the block that exits (it lets go: sealed once no block holds it)
--- Returns the batch's state (false: no such batch). Safe to run twice.
+-- Returns the batch's state (false: no such batch). Error (nothing written): "LAPSED ..."
+-- for a block whose lease lapsed: the relay let go of it, sealed or abandoned the batch
+-- already (that block must hear it). Safe to run twice.
 local k = batch_keys(1)
 if not redis.call("HGET", k[1], "state") then
   redis.call("ZREM", KEYS[10], ARGV[1])
   return false
 end
+local lapsed = batch_lapsed(k, ARGV[4])
+if lapsed then return lapsed end
 local held = batch_holders(k, nil, ARGV[4])
+batch_leases(k, nil, ARGV[2])
 batch_held(k, KEYS[10], ARGV[1], tonumber(ARGV[2]))
 if held then -- another block holds it open: nothing fires yet
   return redis.call("HGET", k[1], "state")
