@@ -36,6 +36,8 @@ ARM_GRACE: Final = 30.0
 for one whose enqueuer died between the steps, and armed by the relay."""
 ARMING_PER_PASS: Final = 100
 
+_MAY_RUN: Final = frozenset({b"queued", b"scheduled", b"running", b"retrying", b"waiting"})
+"""The states of a live record whose job may still run (``_record.lua``'s LIVE_STATES)."""
 Policy = Literal["cancel", "run", "dead"]
 POLICIES: Final[tuple[Policy, ...]] = ("cancel", "run", "dead")
 Became = Literal["waiting", "released", "cancelled", "dead", "gone"]
@@ -126,7 +128,7 @@ class Dependencies(Part):
         named = parse_watchers(text)
         if "*" not in text.split("\x1e"):
             return named
-        if await self.client.hexists(self.keys.live_records(parent.queue), parent.jid):
+        if await self._alive_again(parent):
             return named
         key = self.keys.watchers(parent.queue, parent.jid)
         try:
@@ -139,6 +141,17 @@ class Dependencies(Part):
                       "the jobs its note names", parent.jid, key)
             return named
         return [*named, *(w for w in map(Watcher.parse, sorted(set(members))) if w)]
+
+    async def _alive_again(self, parent: Parent) -> bool:
+        """Whether ``parent``'s live record says it may run again. Its state, not the
+        record's place: a job cancelled while queued stays in the live hash (``cancel``
+        "1", until a move drops its copy) with its end already noted — read as alive, its
+        dependents on a paused or unserved queue were never told and waited for good."""
+        text = await self.client.hget(self.keys.live_records(parent.queue), parent.jid)
+        if text is None:
+            return False
+        state = as_bytes(text).split(b"\t", 1)[0]
+        return state in _MAY_RUN
 
     async def told(self, parent: Parent, watchers: Sequence[Watcher]) -> None:
         """``watchers`` have heard ``parent``'s end: off its watchers set (a member that
