@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from cogworker_async.redis.keys import Keys
+from cogworker_async import unique
+from cogworker_async.redis.dependencies import Parent, Watcher
+from cogworker_async.redis.keys import BATCH_SETS, Keys
 from cogworker_async.redis.store import Store
 from cogworker_async.run_metrics import minute_of
 from tests.redis.lua.helpers import fetched, make_job
@@ -35,6 +37,19 @@ HUGE: Final = 200_000
 """Characters of a huge (but parseable) value."""
 HUGE_INT: Final = "9" * 400
 """An integer no float holds (``float()`` of it raises OverflowError)."""
+
+
+BID: Final = "cotenant-batch"
+"""A batch beside the garbage: one member, ended by a note not yet relayed."""
+MEMBER: Final = "cotenant-member"
+PARENT: Final = "cotenant-parent"
+WAITER: Final = "cotenant-waiter"
+"""A job waiting for ``PARENT`` (both queued on ``QUEUE``)."""
+GROUP: Final = "cotenant-group"
+PRIORITY: Final = 5
+DEDUP_KEY: Final = "cotenant"
+DIGEST: Final = unique.digest("ok", QUEUE, [], {}, lambda *_a, **_k: DEDUP_KEY)
+"""The digest of ``ok``'s dedup keys on ``QUEUE`` with ``key=DEDUP_KEY`` (any mode)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +132,42 @@ SPECS: Final[tuple[Spec, ...]] = (
 )
 
 
+def _batch_set(which: str) -> Spec:
+    return Spec(f"batch {which} set", "set", lambda k: k.batch_set(BID, which))
+
+
+WORKFLOW_SPECS: Final[tuple[Spec, ...]] = (
+    Spec("batch hash", "hash", lambda k: k.batch(BID),
+         ("state", "sealed", "total", "callbacks", "fire", "fired", "holders", "parent",
+          "created_at", "finished_at", "description")),
+    *(_batch_set(which) for which in BATCH_SETS),
+    Spec("batch index", "zset", lambda k: k.batches),
+    Spec("open batch index", "zset", lambda k: k.batches_open),
+    Spec("firing set", "zset", lambda k: k.batches_firing),
+    Spec("held batch index", "zset", lambda k: k.batches_held),
+    Spec("notes lock", "string", lambda k: k.notes_lock),
+    Spec("notes", "list", lambda k: k.batch_notes(QUEUE)),
+    Spec("watchers", "set", lambda k: k.watchers(QUEUE, PARENT)),
+    Spec("waiting copy", "hash", lambda k: k.dep(QUEUE, WAITER),
+         ("raw", "tail", "policy", "pass", "parents", "created_at")),
+    Spec("waiting's parents", "set", lambda k: k.dep_pending(QUEUE, WAITER)),
+    Spec("waiting set", "zset", lambda k: k.waiting(QUEUE)),
+    Spec("arming set", "zset", lambda k: k.arming(QUEUE)),
+    Spec("group list", "list", lambda k: k.group(QUEUE, GROUP)),
+    Spec("group ring", "zset", lambda k: k.groups(QUEUE)),
+    Spec("priority list", "list", lambda k: k.priority_level(QUEUE, PRIORITY)),
+    Spec("priority levels", "set", lambda k: k.priority_levels(QUEUE)),
+    Spec("throttle key", "string", lambda k: k.throttle(QUEUE, DIGEST)),
+    Spec("debounce key", "hash", lambda k: k.debounce(QUEUE, DIGEST), ("jid", "raw", "due")),
+    Spec("coalesce key", "hash", lambda k: k.coalesce(QUEUE, DIGEST),
+         ("jid", "raw", "merged", "era")),
+    Spec("clear count", "string", lambda k: k.cleared(QUEUE)),
+)
+"""The keys of workflows and who-runs-next (issue 40): batches, dependencies, groups,
+priorities, dedup keys, notes. ``workflow_base`` gives each something to read."""
+WORKFLOW_LABELS: Final = frozenset(spec.label for spec in WORKFLOW_SPECS)
+
+
 @dataclass(frozen=True, slots=True)
 class Planting:
     spec: Spec
@@ -167,6 +218,36 @@ async def base(store: Store, good_job: bytes) -> None:
         for name, kind in LIMITERS.items()})
 
 
+def ok_job(jid: str, tag: str, **front: object) -> bytes:
+    """A raw ``ok`` job (tests/cli/adminapp.py); ``front``: priority, group — written
+    right after the jid, where job.build puts them and the scripts look."""
+    return json.dumps({"jid": jid, **front, "class": "ok", "args": [tag], "kwargs": {},
+                       "queue": QUEUE, "retry": True, "created_at": time.time(),
+                       "enqueued_at": time.time()}).encode()
+
+
+async def workflow_base(store: Store) -> None:
+    """What the workflow keys' garbage sits beside, each key written as the project
+    writes it: batch ``BID`` sealed with one member whose end is a note not relayed yet;
+    ``WAITER`` waiting for ``PARENT`` (queued, watched: still in the arming set, as if
+    its enqueuer died before the last step); a job of priority ``PRIORITY`` and one of
+    group ``GROUP``; ``ok``'s throttle window open for ``DEDUP_KEY``."""
+    keys = store.keys
+    callbacks = json.dumps({"complete": {"name": "ok", "args": ["callback"], "kwargs": {}}})
+    await store.batches.open(BID, description="a neighbour", callbacks=callbacks,
+                             token="cotenant")
+    await store.batches.add(BID, [MEMBER])
+    await store.batches.seal(BID, token="cotenant")
+    await store.client.rpush(keys.batch_notes(QUEUE), f"{BID}\t{MEMBER}\tsucceeded")
+    await store.enqueue(QUEUE, [ok_job(PARENT, "parent")], name="ok")
+    parent = Parent(QUEUE, PARENT)
+    await store.dependencies.wait(QUEUE, WAITER, ok_job(WAITER, "waiter"), [parent], name="ok")
+    await store.dependencies.watch(parent, Watcher(QUEUE, WAITER))
+    await store.enqueue(QUEUE, [ok_job("cotenant-prio", "prio", priority=PRIORITY),
+                                ok_job("cotenant-grouped", "grouped", group=GROUP)], name="ok")
+    await store.client.set(keys.throttle(QUEUE, DIGEST), "cotenant-throttled", ex=3600)
+
+
 def ghost_job(jid: str) -> bytes:
     """The dead process's job: ``ok`` of tests/cli/adminapp.py, which any worker runs."""
     return make_job(QUEUE, jid=jid, **{"class": "ok", "args": ["ghost"], "kwargs": {}})
@@ -174,12 +255,17 @@ def ghost_job(jid: str) -> bytes:
 
 def plantings(full: bool) -> list[Planting]:
     """Every key with every garbage value and with another type (full); else every key
-    with another type and a few values that broke readers (issue 25)."""
+    with another type and a few values that broke readers (issue 25), fewer for the
+    workflow keys (``SHORT_WORKFLOW_GARBAGE``)."""
     chosen = GARBAGE if full else tuple(g for g in GARBAGE if g.name in SHORT_GARBAGE)
+    workflow = GARBAGE if full else tuple(
+        g for g in GARBAGE if g.name in SHORT_WORKFLOW_GARBAGE)
     found = [Planting(spec, garbage) for spec in SPECS for garbage in chosen]
-    found += [Planting(spec, GARBAGE[0], wrong_type=True) for spec in SPECS]
+    found += [Planting(spec, garbage) for spec in WORKFLOW_SPECS for garbage in workflow]
+    found += [Planting(spec, GARBAGE[0], wrong_type=True) for spec in (*SPECS, *WORKFLOW_SPECS)]
     return found
 
 
 SHORT_GARBAGE: Final = frozenset({"deep JSON list", "not UTF-8", "infinite fields",
                                   "huge integer fields", "infinity"})
+SHORT_WORKFLOW_GARBAGE: Final = frozenset({"deep JSON list", "not UTF-8"})

@@ -13,10 +13,11 @@ Each check walks its table and reports every planting that failed, not the first
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 from collections.abc import AsyncIterator, Iterator
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import httpx
@@ -24,16 +25,24 @@ import pytest
 import redis
 
 from cogworker_async import App
+from cogworker_async.errors import CogworkerError
 from cogworker_async.redis.store import Store
+from cogworker_async.signature import callback_jid
 from cogworker_async.web import create_dashboard
 from tests.admin.cotenant import (
+    BID,
+    DEDUP_KEY,
     GHOST,
+    PARENT,
     QUEUE,
+    WAITER,
+    WORKFLOW_LABELS,
     Planting,
     base,
     ghost_job,
     plant,
     plantings,
+    workflow_base,
 )
 from tests.cli import adminapp
 from tests.cli.conftest import invoke
@@ -66,12 +75,16 @@ JID: Final = "ghost-job"
 """The dead process's job (its record says running): what ``job`` and the job page show."""
 PAGES: Final = ("/", "/stats.json", "/queues", f"/queues/{QUEUE}", "/busy", "/scheduled",
                 "/retries", "/dead", "/periodic", "/limits", "/jobs?jid=" + JID,
-                f"/jobs/{JID}", "/metrics/jobs", "/metrics/jobs/ok", "/metrics")
+                f"/jobs/{JID}", "/metrics/jobs", "/metrics/jobs/ok", "/metrics", "/batches",
+                f"/batches/{BID}", f"/queues/{QUEUE}/waiting")
 COMMANDS: Final = (("stats",), ("queues",), ("queues", QUEUE), ("scheduled",), ("retries",),
                    ("dead",), ("processes",), ("periodic",), ("limits",),
                    ("metrics-summary",), ("metrics-summary", "--job", "ok"),
                    ("job", JID), ("stats", "--json"), ("processes", "--json"),
-                   ("limits", "--json"), ("metrics-summary", "--json"))
+                   ("limits", "--json"), ("metrics-summary", "--json"), ("batch", BID),
+                   ("batch", BID, "--json"))
+BATCH_EXITS: Final = frozenset({0, 1, 4})
+"""``batch``'s answers: found, damaged (one line, exit 1), unknown (4)."""
 
 
 def chosen(short: frozenset[str], full_garbage: frozenset[str] | None = None
@@ -98,6 +111,7 @@ async def fresh(store: Store) -> None:
     if names:
         await store.client.delete(*names)
     await base(store, ghost_job(JID))
+    await workflow_base(store)
 
 
 @pytest.fixture
@@ -154,17 +168,16 @@ def test_every_command_exits_0_whatever_a_key_holds(jobs: adminapp.Jobs,
         finally:
             await store.aclose()
 
-    cases = PLANTINGS if FULL else [p for p in PLANTINGS if p.wrong_type or p.garbage.name in (
-        "deep JSON list", "huge integer fields", "infinite fields")]
+    # Short: the workflow keys (read by the batch command and the stats) with another
+    # type only.
+    cases = PLANTINGS if FULL else [p for p in PLANTINGS if p.wrong_type or (
+        p.spec.label not in WORKFLOW_LABELS and p.garbage.name in (
+            "deep JSON list", "huge integer fields", "infinite fields"))]
     for planting in cases:
         anyio.run(prepare, planting)
         for command in commands:
             result = invoke(*command)
-            # Unknown (4) is the answer when the registry of queue names, where a status
-            # is looked for, no longer names the job's queue.
-            if result.exit_code != 0 and not (
-                    command[0] == "job" and planting.spec.label == "queue names"
-                    and result.exit_code == UNKNOWN_EXIT):
+            if not _answered(command, planting, result.exit_code, result.output):
                 failures.append(f"{planting.id}: {' '.join(command)} -> {result.exit_code}\n"
                                 f"{result.output[-1500:]}")
     report(failures, len(cases) * len(commands))
@@ -226,6 +239,16 @@ async def _finished(app: App, jid: str) -> bool:
     return (await app.status(jid)).state == "succeeded"
 
 
+def _answered(command: tuple[str, ...], planting: Planting, code: int, output: str) -> bool:
+    """Exit 0; or unknown (4) from ``job`` when the registry of queue names, where a
+    status is looked for, no longer names the job's queue; or, from ``batch``, damaged
+    (one line, 1) or unknown (4) — never a traceback."""
+    if command[0] == "batch":
+        return code in BATCH_EXITS and "Traceback" not in output
+    return code == 0 or (command[0] == "job" and planting.spec.label == "queue names"
+                         and code == UNKNOWN_EXIT)
+
+
 @pytest.fixture
 def burst_log() -> Iterator[list[WorkerProcess]]:
     started: list[WorkerProcess] = []
@@ -257,3 +280,77 @@ async def test_burst_exits_whatever_a_key_holds(served: adminapp.Jobs, store: St
         if code != 0:
             failures.append(f"{planting.id}: --burst exited {code}\n{process.log()[-1500:]}")
     report(failures, len(cases))
+
+
+CLEAN: Final = "clean"
+"""A queue no planting touches: the workflows that must go on beside the garbage."""
+WORKFLOW_SHORT_GARBAGE: Final[frozenset[str]] = frozenset()
+"""Short: the workflow keys with another type only (their garbage values are read by
+the pages' and commands' checks); full: every value too."""
+NAMESPACE_WIDE: Final = frozenset({"batch index", "open batch index", "firing set",
+                                   "held batch index"})
+"""Keys every batch's open or end writes: of another type, a new batch is refused at its
+open, naming the key (never half made)."""
+DEDUP_MODES: Final[tuple[dict[str, Any], ...]] = (
+    {"throttle": 60.0}, {"debounce": 0.1}, {"coalesce": True})
+
+
+async def test_workflows_go_on_whatever_a_workflow_key_holds(
+        store: Store, redis_url: str, namespace: str) -> None:
+    """Garbage in a key of workflows and who-runs-next (a batch's hash and sets, the
+    batch indexes, watchers, a waiting copy and its sets, group rings and lists,
+    priority lists and levels, dedup keys, notes): readers answer (``batch_status``,
+    ``status``); a dedup enqueue on the planted key answers or raises the project's own
+    error; a worker goes on — it recovers the dead process's job, and on a clean queue a
+    batch (its callback), a parent and its dependent all end. What cannot be read is
+    skipped (with a log line); nothing beside it is lost."""
+    built = adminapp.build(namespace, redis_url, queues=[QUEUE, CLEAN], track_jobs=True)
+    failures = []
+    cases = [p for p in PLANTINGS if p.spec.label in WORKFLOW_LABELS and (
+        FULL or p.wrong_type or p.garbage.name in WORKFLOW_SHORT_GARBAGE)]
+    try:
+        for planting in cases:
+            await fresh(store)
+            await plant(store, planting)
+            try:
+                await _workflows_go_on(built, store, planting)
+            except Exception as exc:
+                failures.append(f"{planting.id}: {exc!r}\n{traceback.format_exc()[-1200:]}")
+    finally:
+        await built.app.close()
+    report(failures, len(cases))
+
+
+async def _workflows_go_on(jobs: adminapp.Jobs, store: Store, planting: Planting) -> None:
+    app = jobs.app
+    for jid in (PARENT, WAITER, JID):
+        await app.status(jid)
+    await app.batch_status(BID)
+    for mode in DEDUP_MODES:
+        try:
+            await jobs.ok.options(key=DEDUP_KEY, **mode).enqueue("dedup")
+        except CogworkerError:
+            pass  # refused, naming the key: nothing half done
+    async with app.worker(concurrency=4):
+        ghost_list = store.keys.in_progress(QUEUE, GHOST)
+        await wait_until(lambda: _empty(store, ghost_list), timeout=RECOVERY_TIMEOUT)
+        clean = jobs.ok.options(queue=CLEAN)
+        try:
+            async with app.batch("clean", on_complete=clean.s("clean-callback")) as batch:
+                member = await clean.enqueue("clean-member")
+        except Exception as exc:
+            key = planting.spec.name(store.keys)
+            if planting.wrong_type and planting.spec.label in NAMESPACE_WIDE and key in str(exc):
+                batch = None
+            else:
+                raise
+        parent = await clean.enqueue("clean-parent")
+        assert parent is not None
+        dependent = await clean.options(after=[parent]).enqueue("clean-dependent")
+        assert dependent is not None
+        ended = [parent, dependent]
+        if batch is not None:
+            assert member is not None
+            ended += [member, callback_jid(batch.bid, "complete")]
+        for jid in ended:
+            await wait_until(functools.partial(_finished, app, jid), timeout=RECOVERY_TIMEOUT)
