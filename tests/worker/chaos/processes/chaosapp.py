@@ -176,13 +176,18 @@ def _nest(app: App, work_job: JobFunction[[str, float], Awaitable[None]],
     return nest
 
 
+HOLD_OPEN_LEASE: Final = 2.0
+"""Seconds ``hold_open``'s block holds its batch without an add (``jobs.batch(hold=)``):
+killed inside it, the batch is let go of once this lease lapses."""
+
+
 async def hold_open(url: str, namespace: str, members: int) -> None:
-    """An enqueuer (not a worker): opens a batch, enqueues ``members`` jobs in it, says
-    so ("<bid> <pid>" at ``inside_key``) and hangs inside the block: a test SIGKILLs it
-    there (``python -c``, tests/.../test_liveness_storm.py)."""
+    """An enqueuer (not a worker): opens a batch on a ``HOLD_OPEN_LEASE`` lease, enqueues
+    ``members`` jobs in it, says so ("<bid> <pid>" at ``inside_key``) and hangs inside
+    the block: a test SIGKILLs it there (``python -c``, tests/.../test_liveness_storm.py)."""
     jobs = build(url, namespace)
     client = async_client(url)
-    async with jobs.app.batch("held by an enqueuer",
+    async with jobs.app.batch("held by an enqueuer", hold=HOLD_OPEN_LEASE,
                               on_complete=jobs.callback.s("complete")) as batch:
         for m in range(members):
             await jobs.work.enqueue(f"e{m}", 0.05)
