@@ -41,6 +41,7 @@ TracingRemote = Literal["parent", "link"]
 
 MAX_DURABILITY_TIMEOUT: Final = 60.0
 """Longest ``durability_timeout``: each enqueue and settle may wait this long."""
+MAX_DURABILITY_REPLICAS: Final = 100
 
 QueueSpec = str | tuple[str, int]
 
@@ -156,6 +157,11 @@ class Settings:
     or Valkey). Not confirmed in ``durability_timeout``: the enqueue raises
     ``NotDurable``, a settle stays pending."""
     durability_timeout: float = 1.0
+    durability_replicas: int = 1
+    """Replicas that must confirm each write under ``durability="replica"`` (``WAIT
+    n``). 1 survives the master's crash, not a partition that leaves it with one replica
+    while another is promoted; the number of replicas survives that too, but then one
+    replica away fails every enqueue (docs/guides/cluster-sentinel.md)."""
     keep_status: float = KEEP_STATUS
     """Seconds a finished job's status record (succeeded, dead, cancelled) is kept when
     the job keeps no result (``keep_result``): ``status(jid)`` answers that long after
@@ -255,6 +261,7 @@ class Settings:
         _positive("retry_base_delay", self.retry_base_delay, allow_zero=True)
         _positive("keep_status", self.keep_status, allow_zero=True)
         _positive("durability_timeout", self.durability_timeout)
+        _count("durability_replicas", self.durability_replicas, 1, MAX_DURABILITY_REPLICAS)
         if self.priority_aging is not None:
             _positive("priority_aging", self.priority_aging)
             if self.priority_aging > MAX_PRIORITY_AGING:

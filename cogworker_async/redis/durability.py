@@ -4,10 +4,14 @@ Redis replicates asynchronously and fsyncs its append-only file once a second (a
 a master that dies can take with it writes it already acknowledged — an enqueue (the
 job is lost), or an ack (the job runs again) — and Sentinel promotes a replica that
 never saw them. With ``durability="replica"`` the write is followed, on the same
-connection and in the same round trip, by ``WAIT 1 <timeout>``: the call returns only
-once one replica holds it. With ``"aof"``, by ``WAITAOF 1 0 <timeout>``: once the
-master's append-only file holds it on disk (Redis >= 7.2 and Valkey; the server needs
-``appendonly yes``).
+connection and in the same round trip, by ``WAIT <replicas> <timeout>``: the call
+returns only once that many replicas hold it (``durability_replicas``, 1 by default).
+One is not enough against a partition: a master cut off with one replica keeps
+confirming writes to it while Sentinel promotes another replica that never saw them
+(measured: tests/worker/chaos/netns/test_replica_durability.py); waiting for every
+replica closes that case, at the price of failing every write while one is away.
+With ``"aof"``, by ``WAITAOF 1 0 <timeout>``: once the master's append-only file holds
+it on disk (Redis >= 7.2 and Valkey; the server needs ``appendonly yes``).
 
 When the confirmation does not come in time the call fails with ``NotDurable`` rather
 than pretend: an enqueue raises it to the caller, a settle stays pending and is tried
@@ -48,12 +52,15 @@ class Durability:
 
     mode: Mode
     timeout: float = DEFAULT_TIMEOUT
+    replicas: int = 1
+    """Replicas ``WAIT`` asks for (``"replica"`` only)."""
 
     @property
     def command(self) -> tuple[Any, ...]:
         """The command sent right after the write, on its connection."""
         ms = max(1, round(self.timeout * 1000))
-        return (b"WAIT", 1, ms) if self.mode == "replica" else (b"WAITAOF", 1, 0, ms)
+        return ((b"WAIT", self.replicas, ms) if self.mode == "replica"
+                else (b"WAITAOF", 1, 0, ms))
 
     @property
     def probe(self) -> tuple[Any, ...] | None:
@@ -81,9 +88,11 @@ class Durability:
             raise NotDurable(f"durability={self.mode!r}: the server refused "
                              f"{self.command[0].decode()} ({reply})")
         confirmed = _count(reply)
-        if confirmed < 1:
-            what = ("no replica acknowledged it" if self.mode == "replica"
-                    else "the server did not fsync it")
+        wanted = self.replicas if self.mode == "replica" else 1
+        if confirmed < wanted:
+            what = (("no replica acknowledged it" if confirmed == 0
+                     else f"{confirmed} of the {wanted} replicas wanted acknowledged it")
+                    if self.mode == "replica" else "the server did not fsync it")
             raise NotDurable(
                 f"written on the master, but {what} within {self.timeout:g}s "
                 f"(durability={self.mode!r}): it may be lost if the master fails now")

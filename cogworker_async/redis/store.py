@@ -68,7 +68,8 @@ def dead_limits_of(settings: Settings) -> DeadLimits:
 def durability_of(settings: Settings) -> Durability | None:
     if settings.durability is None:
         return None
-    return Durability(settings.durability, settings.durability_timeout)
+    return Durability(settings.durability, settings.durability_timeout,
+                      settings.durability_replicas)
 
 
 class Store:
@@ -174,9 +175,11 @@ class Store:
             replication = await self.client.info("replication")
         except RedisError:
             return  # not allowed to read it (ACL): the first WAIT will say
-        if int(replication.get("connected_slaves", 0) or 0) < 1:
-            log.warning("durability='replica', but the master has no replica connected: "
-                        "enqueues and settles fail with NotDurable until one connects")
+        wanted = self.durability.replicas if self.durability is not None else 1
+        if int(replication.get("connected_slaves", 0) or 0) < wanted:
+            log.warning("durability='replica' waits for %d replica(s), but the master has "
+                        "fewer connected: enqueues and settles fail with NotDurable until "
+                        "they connect", wanted)
 
     # -- every part's operations, as the Store's -------------------------------------
 

@@ -297,3 +297,34 @@ async def test_a_worker_whose_server_cannot_do_aof_stops_before_it_fetches(
     finally:
         await jobs.close()
         server.cleanup()
+
+
+async def test_durability_replicas_waits_for_that_many_replicas(
+    pair: tuple[ServerProcess, ServerProcess], namespace: str,
+) -> None:
+    """``durability_replicas=2`` sends ``WAIT 2``: with the one replica there is, the job
+    is on it, but the enqueue is not confirmed (the partition case:
+    tests/worker/chaos/netns/test_replica_durability.py)."""
+    jobs = App(pair[0].url, namespace=namespace, durability="replica",
+               durability_timeout=TIMEOUT, durability_replicas=2)
+
+    @jobs.job()
+    async def noop() -> None:
+        pass
+
+    try:
+        with pytest.raises(NotDurable, match=r"1 of the 2 replicas wanted acknowledged it"):
+            await noop.enqueue()
+    finally:
+        await jobs.close()
+    with redis.Redis(port=pair[1].port) as on_replica:
+        wait_until_sync(lambda: on_replica.llen(Keys(namespace).queue("default")) == 1)
+
+
+def test_durability_replicas_must_be_a_positive_count() -> None:
+    assert Durability("replica", 0.25, 3).command == (b"WAIT", 3, 250)
+    assert Durability("aof", 0.25, 3).command == (b"WAITAOF", 1, 0, 250)
+    with pytest.raises(ValueError, match="durability_replicas"):
+        App("redis://localhost", durability="replica", durability_replicas=0)
+    with pytest.raises(TypeError, match="durability_replicas"):
+        App("redis://localhost", durability="replica", durability_replicas="all")

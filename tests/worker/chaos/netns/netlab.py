@@ -211,6 +211,13 @@ def drop_all() -> str:
     return "counter drop"
 
 
+def drop_to(addresses: Sequence[str]) -> DropRule:
+    """Drop what is addressed to ``addresses`` (a cut between groups of peers: ``cut``)."""
+    def rule() -> str:
+        return f"ip daddr {{ {', '.join(addresses)} }} counter drop"
+    return rule
+
+
 def drop_percent(percent: int) -> DropRule:
     def rule() -> str:
         return f"numgen random mod 100 < {percent} counter drop"
@@ -379,6 +386,29 @@ class Lab:
                 script += f"add rule netdev {TABLE} {_chain(dev)} counter\n"
                 script += f"add rule netdev {TABLE} {_chain(dev)} {rule()}\n"
             run(*in_ns(ns, "nft", "-f", "-"), stdin=script)
+
+    def route(self) -> None:
+        """Make ``srv`` a router: every peer reaches every other peer through it (each
+        peer's default route), and the test process reaches every peer over the control
+        link (a route to the lab's /24, gone with the control device). For topologies
+        whose servers live in the peers' namespaces (Sentinel, replicas): ``cut``."""
+        assert self.control is not None
+        assert self.subnet is not None
+        run(*in_ns(self.srv, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"))
+        for link in self.links.values():
+            run("ip", "-n", link.ns, "route", "add", "default", "via", link.srv_addr)
+        run("ip", "route", "add", str(self.subnet), "via", self.control.srv_addr,
+            "dev", self.control.peer_dev)
+
+    def cut(self, *sides: Sequence[Link]) -> None:
+        """A partition between groups of peers of a ``route``d lab: what a peer sends to
+        a peer of another side is lost where it enters ``srv``; peers of one side still
+        reach each other, and the control link reaches everyone. ``heal`` each link."""
+        for side in sides:
+            others = [link.peer_addr for other in sides if other is not side
+                      for link in other]
+            for link in side:
+                self.fault(link, to_srv=drop_to(others))
 
     def partition(self, link: Link) -> None:
         """Nothing crosses ``link`` either way."""
