@@ -10,11 +10,13 @@ package's top.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, cast
 
+from cogworker_async.errors import WrongTypeKey
 from cogworker_async.redis.errors import NoPermissionError, ResponseError
 from cogworker_async.redis.part import Part, as_bytes, wrong_type
 
@@ -83,6 +85,22 @@ class HoldLapsed(BatchEnded):
     alive after all, and its members must not join silently."""
 
 
+_FOREIGN: Final = re.compile(r"WRONGTYPE (.+?) (\S+) is not a (\w+) \(not written by cogworker")
+"""How a batch script refuses a key of another type (``_batch.lua``'s batch_foreign)."""
+
+
+def foreign(exc: Exception, doing: str) -> WrongTypeKey | None:
+    """The project's error for a batch script's refusal of a key of another type (a
+    co-tenant's), naming the key; None for any other error."""
+    refused = _FOREIGN.search(str(exc)) if isinstance(exc, ResponseError) else None
+    if refused is None:
+        return None
+    what, key, kind = refused.groups()
+    return WrongTypeKey(f"cannot {doing}: the {what} {key} is not a {kind}: not a key of "
+                        "cogworker's (a co-tenant's, or damaged): nothing was written; "
+                        "delete the key, then try again", key)
+
+
 def _ended(exc: ResponseError) -> BatchEnded | None:
     """The batch error a script's refusal means, if it is one."""
     text = str(exc)
@@ -107,9 +125,12 @@ class Batches(Part):
                    parent: str | None = None, now: float | None = None, token: str = "",
                    reopen: bool = False) -> str:
         """Open ``bid`` (or open it again, ``reopen``: it must exist), held open by the
-        block of ``token`` until that block's ``seal``; "opened" or "reopened"."""
+        block of ``token`` until that block's ``seal``; "opened" or "reopened".
+        ``WrongTypeKey``: a key it writes (or the firing set) holds another type;
+        nothing was written."""
         keys = [*self.keys.batch_keys(bid), self.keys.batches, self.keys.batches_open,
-                self.keys.batches_held, *(self.keys.batch_keys(parent) if parent else [])]
+                self.keys.batches_held, self.keys.batches_firing,
+                *(self.keys.batch_keys(parent) if parent else [])]
         try:
             done = await self.scripts.run("batch_open", keys, [
                 bid, now if now is not None else self._now(), description, callbacks,
@@ -117,6 +138,8 @@ class Batches(Part):
         except ResponseError as exc:
             if (ended := _ended(exc)) is not None:
                 raise ended from exc
+            if (refused := foreign(exc, f"open batch {bid}")) is not None:
+                raise refused from None
             raise
         return as_bytes(done).decode()
 
@@ -244,14 +267,21 @@ class Batches(Part):
 
     async def apply(self, bid: str, ends: Sequence[tuple[str, str]],
                     now: float | None = None) -> str | None:
-        """Members' ``(jid, end)`` applied to ``bid``; its state (None: no such batch)."""
+        """Members' ``(jid, end)`` applied to ``bid``; its state (None: no such batch).
+        ``WrongTypeKey``: the firing set or the open index holds another type (nothing
+        written; not this batch's keys: its notes are to be kept)."""
         args: list[object] = [bid, now if now is not None else self._now(), int(DONE_TTL),
                               int(OPEN_TTL)]
         for jid, end in ends:
             args += [jid, end]
-        state = await self.scripts.run(
-            "batch_apply", [*self.keys.batch_keys(bid), self.keys.batches_firing,
-                            self.keys.batches_open], args)
+        try:
+            state = await self.scripts.run(
+                "batch_apply", [*self.keys.batch_keys(bid), self.keys.batches_firing,
+                                self.keys.batches_open], args)
+        except ResponseError as exc:
+            if (refused := foreign(exc, f"apply its members' ends to batch {bid}")) is not None:
+                raise refused from None
+            raise
         return as_bytes(state).decode() if state else None
 
     async def fired(self, bid: str, kinds: Sequence[str], parent: str | None,
@@ -281,10 +311,19 @@ class Batches(Part):
 
     async def firing(self, count: int = NOTES_PER_READ, now: float | None = None) -> list[str]:
         """Batches with callbacks to enqueue or an end to tell their parent, due by
-        ``now`` (one that failed is put off: ``later``), oldest first."""
-        found = await self.client.zrangebyscore(
-            self.keys.batches_firing, "-inf",
-            (now if now is not None else self._now()) + CLOCK_MARGIN, start=0, num=count)
+        ``now`` (one that failed is put off: ``later``), oldest first. ``WrongTypeKey``:
+        the firing set holds another type (a co-tenant's key): no callback can fire."""
+        key = self.keys.batches_firing
+        try:
+            found = await self.client.zrangebyscore(
+                key, "-inf", (now if now is not None else self._now()) + CLOCK_MARGIN,
+                start=0, num=count)
+        except ResponseError as exc:
+            if not wrong_type(exc):
+                raise
+            raise WrongTypeKey(f"cannot fire any batch's callbacks: the firing set {key} is "
+                               "not a zset: not a key of cogworker's (a co-tenant's, or "
+                               "damaged): delete it", key) from None
         return [as_bytes(cast("bytes | str", bid)).decode("utf-8", "replace") for bid in found]
 
     async def later(self, bid: str, delay: float) -> None:

@@ -21,7 +21,9 @@ hand) are relayed too: every ``UNSERVED_EVERY`` seconds one worker of the namesp
 Each batch stands alone: one whose keys are damaged (a co-tenant's garbage) or whose
 callback's node is away is logged, put off (``batches.later``) and skipped — never
 holding up the others' callbacks; the blocks of processes that died inside them are
-let go (``batch_reaper.py``).
+let go (``batch_reaper.py``). A key every batch needs (the firing set, the open index)
+of another type is no batch's own damage: the relay's log line names it (WrongTypeKey),
+the notes are kept until it is deleted, and no batch is opened meanwhile (batch_open).
 
 Dependents: a note that names watchers (a parent's end, ``redis/dependencies.py``) is
 applied to each of them (``dep_apply``, in the dependent's slot) before it is dropped,
@@ -43,7 +45,7 @@ import anyio
 
 from cogworker_async import job
 from cogworker_async.definition import JobDefinition
-from cogworker_async.errors import why
+from cogworker_async.errors import WrongTypeKey, why
 from cogworker_async.redis.batches import NOTES_PER_READ, Note, parse_note
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.part import wrong_type
@@ -94,8 +96,8 @@ class BatchRelay:
         while True:
             try:
                 await self.relay_once()
-            except Exception as exc:
-                self.streak.failed(exc, trace=not isinstance(exc, Unavailable))
+            except Exception as exc:  # a co-tenant's key (WrongTypeKey) names itself
+                self.streak.failed(exc, trace=not isinstance(exc, (*Unavailable, WrongTypeKey)))
             else:
                 self.streak.succeeded()
             await anyio.sleep(self.interval * random.uniform(0.5, 1.5))
@@ -169,8 +171,8 @@ class BatchRelay:
             try:
                 await batches.apply(bid, members)
             except Exception as exc:
-                if not bad_data(exc):
-                    failure = failure or exc
+                if not bad_data(exc):  # a WrongTypeKey is the namespace's firing set or
+                    failure = failure or exc  # open index: the notes wait for its delete
                     continue
                 # this batch's keys (a wrong type): not the others'
                 log.error("batch relay: batch %s cannot take its members' ends (%s): "

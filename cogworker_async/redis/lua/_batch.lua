@@ -63,8 +63,9 @@ local function batch_lease_ms(token)
 end
 
 -- batch_clock: Redis' clock (TIME), or the caller's ``fallback`` if TIME is refused:
--- _clock.lua's ``redis_now``, which a helper of this file cannot call (the helper files
--- are put before a script in name order: _batch before _clock).
+-- the same as _clock.lua's, which a helper of this file cannot call (the helper files
+-- are put before a script in name order: _batch before _clock; and naming that
+-- function here would put it, uncalled, in every script that takes this one).
 local function batch_clock(fallback)
   local ok, time = pcall(redis.call, "TIME")
   if ok then return tonumber(time[1]) + tonumber(time[2]) / 1000000 end

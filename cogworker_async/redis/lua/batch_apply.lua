@@ -8,11 +8,17 @@
 -- run for weeks is kept while they do   ARGV[5..] jid, end pairs (end: "succeeded",
 -- "dead" or "cancelled")
 -- Returns the batch's state (false: no such batch: its notes are dropped).
+-- Error "WRONGTYPE <what> <key> is not a zset ..." (nothing written): the firing set or
+-- the open index holds another type (a co-tenant's key): not this batch's fault, so the
+-- relay keeps the notes (applied once the key is deleted) and names the key.
 -- Safe to run twice, and in any order with the others: a jid that is no longer where
 -- its end would take it from is left alone. A member dead and then retried by hand that
 -- succeeds moves from dead to succeeded.
 local k = batch_keys(1)
 if not redis.call("HGET", k[1], "state") then return false end
+local refused = key_foreigns({{"firing set", KEYS[8], "zset"},
+                                {"open batch index", KEYS[9], "zset"}})
+if refused then return refused end
 local from = {succeeded = {k[2], k[4]}, dead = {k[2]}, cancelled = {k[2]}}
 local to = {succeeded = k[3], dead = k[4], cancelled = k[5]}
 for i = 5, #ARGV - 1, 2 do

@@ -4,7 +4,8 @@
 -- bid -> created_at)   KEYS[9] its index of batches not ended
 -- KEYS[10] its index of batches held by a worker process's block, or on a lease
 -- (``batches_held``)
--- KEYS[11..17] (optional) the parent batch's keys
+-- KEYS[11] its firing set (only checked: its type)   KEYS[12..18] (optional) the parent
+-- batch's keys
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] description   ARGV[4] callbacks (JSON,
 -- stored as given)   ARGV[5] parent bid ("": none)   ARGV[6] the bound of an open batch's
 -- keys (s, renewed by each add)   ARGV[7] the block's holder token   ARGV[8] "reopen"
@@ -15,8 +16,19 @@
 -- more); "NOBATCH ..." reopening one that does not exist (or expired); "NOPARENT ..."
 -- for a parent that does not exist or has ended.
 -- "LAPSED ..." for a token whose lease lapsed (the relay let go of it).
+-- "WRONGTYPE <what> <key> is not a <type> ..." for a key it writes (or the firing set,
+-- which the batch's end writes) that holds another type: a co-tenant's key; asked
+-- before anything is written, so no batch is half made and none is opened that could
+-- never fire.
 -- Safe to run twice: a second call reopens what the first opened.
-local k, parent = batch_keys(1), batch_keys(11)
+local k, parent = batch_keys(1), batch_keys(12)
+local refused = key_foreigns({
+  {"batch hash", k[1], "hash"}, {"batch index", KEYS[8], "zset"},
+  {"open batch index", KEYS[9], "zset"}, {"held batch index", KEYS[10], "zset"},
+  {"firing set", KEYS[11], "zset"}, {"parent batch hash", parent and parent[1], "hash"},
+  {"parent's children set", parent and parent[6], "set"},
+  {"parent's kids set", parent and parent[7], "set"}})
+if refused then return refused end
 local state = redis.call("HGET", k[1], "state")
 if state then
   if batch_final(state) then

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from cogworker_async.errors import WrongTypeKey
 from cogworker_async.redis.batches import BatchEnded, parse_note
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.liveness import as_bytes
@@ -151,13 +152,47 @@ async def test_an_ended_batch_takes_no_members_and_a_sealed_one_must_be_reopened
         await store.batches.open("c", parent="nobody")
 
 
-async def test_a_batch_of_the_wrong_type_is_refused_before_anything_is_written(
-    store: Store, keys: Keys,
+async def dumps(store: Store, keys: Keys, but: str) -> dict[str, object]:
+    """Every key of the namespace but ``but``, as DUMP gives it."""
+    names = [as_bytes(k).decode() for k in await store.client.keys(f"{keys.namespace}*")]
+    return {k: await store.client.dump(k) for k in names if k != but}
+
+
+FOREIGN_AT_OPEN = {
+    "batch hash": lambda k: k.batch("b"),
+    "batch index": lambda k: k.batches,
+    "open batch index": lambda k: k.batches_open,
+    "held batch index": lambda k: k.batches_held,
+    "firing set": lambda k: k.batches_firing,
+    "parent batch hash": lambda k: k.batch("p"),
+    "parent's children set": lambda k: k.batch_set("p", "children"),
+    "parent's kids set": lambda k: k.batch_set("p", "kids"),
+}
+"""Every key batch_open writes (the parent's when it has one), and the firing set the
+batch's end writes: a co-tenant's key of another type at any of them."""
+
+
+@pytest.mark.parametrize("what", sorted(FOREIGN_AT_OPEN))
+@pytest.mark.parametrize("reopen", [False, True], ids=["open", "reopen"])
+async def test_a_key_of_another_type_is_refused_at_the_open_naming_it_before_any_write(
+    store: Store, keys: Keys, what: str, reopen: bool,
 ) -> None:
-    await store.client.set(keys.batch("b"), "not a hash")
-    with pytest.raises(Exception, match="WRONGTYPE"):
-        await store.batches.open("b")
-    assert await store.client.exists(keys.batches) == 0
+    if reopen and "parent" in what:
+        pytest.skip("a reopen writes nothing of the parent's")
+    parent = "p" if "parent" in what else None
+    if parent:
+        await store.batches.open(parent, token="held")
+    if reopen:
+        await store.batches.open("b", parent=parent, token="first")
+    key = FOREIGN_AT_OPEN[what](keys)
+    before = await dumps(store, keys, but=key)
+    await store.client.delete(key)
+    await store.client.rpush(key, "a co-tenant's")
+    with pytest.raises(WrongTypeKey, match=f"{what} .*is not a") as refused:
+        await store.batches.open("b", parent=parent, token="second", reopen=reopen)
+    assert refused.value.key == key
+    after = await dumps(store, keys, but=key)
+    assert after == before  # nothing written: no batch half made
 
 
 # -- the notes a member's settle script writes -----------------------------------------
