@@ -10,6 +10,8 @@ import time
 from typing import Final
 
 from cogworker_async.dedup import placed
+from cogworker_async.redis.batches import foreign
+from cogworker_async.redis.errors import ResponseError
 from cogworker_async.redis.part import Part, Shared, as_bytes, as_list
 from cogworker_async.redis.queues import Queues
 from cogworker_async.status import LIVE_TTL
@@ -48,26 +50,37 @@ class Dedup(Part):
         """Schedule ``raw`` ``seconds`` from now, or move the key's job that still waits
         there (with ``raw``'s arguments): (whether a new job was made, the jid that
         runs). ``jid_at``: the bytes of ``raw`` before its jid (None: found here,
-        ``dedup.placed``)."""
+        ``dedup.placed``). ``WrongTypeKey``: a key it writes holds another type (a
+        co-tenant's): nothing was written."""
         if jid_at is None:
             raw, jid_at = placed(raw, jid)
         await self.queues.register_queues([queue])
-        reply = as_list(await self.scripts.run(
-            "debounce", [self.keys.debounce(queue, digest), self.keys.schedule(queue)],
-            [jid, raw, repr(float(seconds)), repr(time.time()), self.record_prefix(queue),
-             LIVE_TTL, name, DEBOUNCE_KEPT, jid_at], durable=True))
+        try:
+            reply = as_list(await self.scripts.run(
+                "debounce", [self.keys.debounce(queue, digest), self.keys.schedule(queue)],
+                [jid, raw, repr(float(seconds)), repr(time.time()), self.record_prefix(queue),
+                 LIVE_TTL, name, DEBOUNCE_KEPT, jid_at], durable=True))
+        except ResponseError as exc:
+            if (refused := foreign(exc, f"debounce job {jid}")) is not None:
+                raise refused from None
+            raise
         return int(reply[0]) == 1, as_bytes(reply[1]).decode()
 
     async def coalesce(self, digest: str, jid: str, queue: str, raw: bytes, *,
                        name: str, jid_at: int | None = None) -> tuple[str, str]:
         """Push ``raw``, or merge it into the key's job that waits, or make it the one
         follow-up of the key's job that runs: (``new``, ``merged`` or ``following``, the
-        jid that runs it). ``jid_at``: as ``debounce``'s."""
+        jid that runs it). ``jid_at``, ``WrongTypeKey``: as ``debounce``'s."""
         if jid_at is None:
             raw, jid_at = placed(raw, jid)
         await self.queues.register_queues([queue])
-        reply = as_list(await self.scripts.run(
-            "coalesce", [self.keys.coalesce(queue, digest), self.keys.queue(queue)],
-            [jid, raw, repr(time.time()), self.record_prefix(queue), LIVE_TTL, name, queue,
-             self.keys.wake_channel, LIVE_TTL, jid_at], durable=True))
+        try:
+            reply = as_list(await self.scripts.run(
+                "coalesce", [self.keys.coalesce(queue, digest), self.keys.queue(queue)],
+                [jid, raw, repr(time.time()), self.record_prefix(queue), LIVE_TTL, name,
+                 queue, self.keys.wake_channel, LIVE_TTL, jid_at], durable=True))
+        except ResponseError as exc:
+            if (refused := foreign(exc, f"coalesce job {jid}")) is not None:
+                raise refused from None
+            raise
         return as_bytes(reply[0]).decode(), as_bytes(reply[1]).decode()

@@ -29,6 +29,10 @@
 -- ARGV[10] the bytes of ARGV[2] before its own jid (absent: 8; as debounce.lua's): a
 --   merge writes the latest job's jid there
 -- Returns {how, jid}: how is "merged" (jid: L), "following" or "new" (jid: N).
+-- Error "WRONGTYPE <what> <key> is not a <type> ..." (nothing written): the key's state,
+-- the queue's list, its ``cleared`` count, or a key a follow-up or a merge into a
+-- waiting copy writes, holds another type (a co-tenant's key; redis/dedup.py:
+-- WrongTypeKey).
 local jid_at = tonumber(ARGV[10] or "8")
 if string.sub(ARGV[2], jid_at + 1, jid_at + #ARGV[1]) ~= ARGV[1] then
   return redis.error_reply("ERR coalesce: the new job's jid is not at byte " .. jid_at)
@@ -36,6 +40,9 @@ end
 local prefix, queue = ARGV[4], ARGV[7]
 local slot = string.sub(KEYS[2], 1, -6)
 local digest = string.sub(KEYS[1], #slot + #"coalesce:" + 1)
+local refused = key_foreigns({{"coalesce key", KEYS[1], "hash"}, {"queue", KEYS[2], "list"},
+                              {"clear count", slot .. "cleared", "string"}})
+if refused then return refused end
 local era = redis.call("GET", slot .. "cleared") or "0"
 local held = redis.call("HMGET", KEYS[1], "jid", "raw", "era")
 local latest, old = held[1], held[2]
@@ -52,6 +59,10 @@ end
 -- and runs after it, whatever its end; it is the latest.
 local function follow(parent_jid, fields, origin)
   local follower, parent = ARGV[1], queue .. "/" .. parent_jid
+  local refused = key_foreigns({{"waiting copy", slot .. "dep:" .. follower, "hash"},
+                                {"waiting's parents", slot .. "dep_pending:" .. follower, "set"},
+                                {"waiting set", slot .. "waiting", "zset"}})
+  if refused then return refused end
   local now = redis_now(ARGV[3])
   redis.call("HSET", slot .. "dep:" .. follower, "raw", ARGV[2], "tail", "", "policy",
              "run", "pass", "", "parents", parent, "created_at", ARGV[3])
@@ -80,6 +91,8 @@ if latest and old then
     return {"merged", latest}
   elseif state == "waiting" then
     local copy = slot .. "dep:" .. latest
+    local refused = key_foreign("waiting copy", copy, "hash")
+    if refused then return refused end
     if redis.call("HGET", copy, "raw") == old then
       redis.call("HSET", copy, "raw", raw)
       remember(latest, raw)

@@ -17,10 +17,15 @@
 -- Returns {1, jid}: a new job waits; {0, jid}: the waiting job of the key was moved and
 -- took the new arguments (jid: its own).
 -- The waiting job's member is replaced, never removed first: ZADD before ZREM.
+-- Error "WRONGTYPE <what> <key> is not a <type> ..." (nothing written): the key's state
+-- or the schedule holds another type (a co-tenant's key; redis/dedup.py: WrongTypeKey).
 local jid_at = tonumber(ARGV[9] or "8")
 if string.sub(ARGV[2], jid_at + 1, jid_at + #ARGV[1]) ~= ARGV[1] then
   return redis.error_reply("ERR debounce: the new job's jid is not at byte " .. jid_at)
 end
+local refused = key_foreigns({{"debounce key", KEYS[1], "hash"},
+                              {"schedule", KEYS[2], "zset"}})
+if refused then return refused end
 local now = redis_now(ARGV[4])
 local delay = tonumber(ARGV[3])
 local due = now + delay

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from cogworker_async import job as job_module
+from cogworker_async.errors import WrongTypeKey
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
 from tests.redis.lua.helpers import items, redis_now, scored, stored_record
@@ -154,3 +158,65 @@ async def test_new_arguments_of_another_group_follow_the_waiting_job(
     assert await items(store, keys.group(QUEUE, "zeta")) == []
     copy = await store.client.hgetall(keys.dep(QUEUE, jid(second)))
     assert value(copy[b"raw"]) == 2
+
+
+# -- a co-tenant's key of another type: refused naming it, before anything is written --
+
+FOREIGN: dict[str, tuple[str, Callable[[Keys], str]]] = {
+    "debounce key": ("debounce", lambda k: k.debounce(QUEUE, "d")),
+    "schedule": ("debounce", lambda k: k.schedule(QUEUE)),
+    "coalesce key": ("coalesce", lambda k: k.coalesce(QUEUE, "d")),
+    "queue": ("coalesce", lambda k: k.queue(QUEUE)),
+    "clear count": ("coalesce", lambda k: k.cleared(QUEUE)),
+}
+"""Each key a debounce or a coalesce writes (or reads to decide: the clear count)."""
+
+
+async def dumps(store: Store, keys: Keys, but: str) -> dict[str, object]:
+    """Every key of the namespace but ``but`` and the set of queue names (the enqueue
+    registers its queue's name first, as every enqueue does: a name, no job), as DUMP
+    gives it."""
+    names = [k.decode() if isinstance(k, bytes) else k
+             for k in await store.client.keys(f"{keys.namespace}*")]
+    return {k: await store.client.dump(k) for k in names if k not in (but, keys.queues)}
+
+
+async def dedup_call(store: Store, mode: str, raw: bytes) -> object:
+    if mode == "debounce":
+        return await store.dedup.debounce("d", jid(raw), 30, QUEUE, raw, name="note")
+    return await store.dedup.coalesce("d", jid(raw), QUEUE, raw, name="note")
+
+
+@pytest.mark.parametrize("what", sorted(FOREIGN))
+@pytest.mark.parametrize("first", [False, True], ids=["new", "merge"])
+async def test_a_dedup_key_of_another_type_is_refused_naming_it_before_any_write(
+    store: Store, keys: Keys, what: str, first: bool,
+) -> None:
+    mode, name = FOREIGN[what]
+    key = name(keys)
+    if first and what not in ("debounce key", "coalesce key"):
+        await dedup_call(store, mode, raw_of(1))  # a job of the key waits: a merge
+    before = await dumps(store, keys, but=key)
+    await store.client.delete(key)
+    await store.client.sadd(key, "a co-tenant's")
+    with pytest.raises(WrongTypeKey, match=f"{what} .*is not a") as refused:
+        await dedup_call(store, mode, raw_of(2))
+    assert refused.value.key == key
+    assert await dumps(store, keys, but=key) == before
+
+
+@pytest.mark.parametrize("what", ["waiting set", "waiting copy", "waiting's parents"])
+async def test_a_coalesce_follow_up_meeting_a_key_of_another_type_writes_nothing(
+    store: Store, keys: Keys, what: str,
+) -> None:
+    first, second = raw_of(1), raw_of(2)
+    await store.dedup.coalesce("c", jid(first), QUEUE, first, name="note")
+    assert (await store.fetch(ME, [QUEUE], 1)).jobs  # it runs: the next one follows it
+    key = {"waiting set": keys.waiting(QUEUE), "waiting copy": keys.dep(QUEUE, jid(second)),
+           "waiting's parents": keys.dep_pending(QUEUE, jid(second))}[what]
+    before = await dumps(store, keys, but=key)
+    await store.client.set(key, "a co-tenant's")
+    with pytest.raises(WrongTypeKey, match=f"{what} .*is not a") as refused:
+        await store.dedup.coalesce("c", jid(second), QUEUE, second, name="note")
+    assert refused.value.key == key
+    assert await dumps(store, keys, but=key) == before
