@@ -139,7 +139,7 @@ def _batch_set(which: str) -> Spec:
 WORKFLOW_SPECS: Final[tuple[Spec, ...]] = (
     Spec("batch hash", "hash", lambda k: k.batch(BID),
          ("state", "sealed", "total", "callbacks", "fire", "fired", "holders", "parent",
-          "created_at", "finished_at", "description")),
+          "created_at", "finished_at", "description", "leases", "lapsed")),
     *(_batch_set(which) for which in BATCH_SETS),
     Spec("batch index", "zset", lambda k: k.batches),
     Spec("open batch index", "zset", lambda k: k.batches_open),

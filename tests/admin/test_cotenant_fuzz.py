@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from cogworker_async import App
-from cogworker_async.errors import CogworkerError
+from cogworker_async.errors import CogworkerError, WrongTypeKey
 from cogworker_async.redis.store import Store
 from cogworker_async.signature import callback_jid
 from cogworker_async.web import create_dashboard
@@ -290,7 +290,8 @@ the pages' and commands' checks); full: every value too."""
 NAMESPACE_WIDE: Final = frozenset({"batch index", "open batch index", "firing set",
                                    "held batch index"})
 """Keys every batch's open or end writes: of another type, a new batch is refused at its
-open, naming the key (never half made)."""
+open (``WrongTypeKey``, naming the key: never half made, never one whose callbacks could
+not fire)."""
 DEDUP_MODES: Final[tuple[dict[str, Any], ...]] = (
     {"throttle": 60.0}, {"debounce": 0.1}, {"coalesce": True})
 
@@ -338,9 +339,9 @@ async def _workflows_go_on(jobs: adminapp.Jobs, store: Store, planting: Planting
         try:
             async with app.batch("clean", on_complete=clean.s("clean-callback")) as batch:
                 member = await clean.enqueue("clean-member")
-        except Exception as exc:
+        except WrongTypeKey as exc:
             key = planting.spec.name(store.keys)
-            if planting.wrong_type and planting.spec.label in NAMESPACE_WIDE and key in str(exc):
+            if planting.wrong_type and planting.spec.label in NAMESPACE_WIDE and exc.key == key:
                 batch = None
             else:
                 raise
