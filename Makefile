@@ -69,7 +69,8 @@ check: lint typecheck docs test test-matrix
 chaos: $(STAMP)
 	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/worker/chaos tests/redis/cluster/test_cluster_chaos.py \
 		tests/redis/cluster/test_cluster_workflows_chaos.py \
-		tests/redis/sentinel/test_failover.py tests/cli/supervisor tests/admin/test_cotenant_fuzz.py
+		tests/redis/sentinel/test_failover.py tests/cli/supervisor tests/admin/test_cotenant_fuzz.py \
+		tests/outbox/test_outbox_liveness.py
 
 ## Side-by-side benchmark against arq, SAQ, taskiq, streaq and RQ (each in its own venv
 ## under benchmarks/.venvs/, installed on first use); writes benchmarks/RESULTS.md.

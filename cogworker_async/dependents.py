@@ -85,7 +85,8 @@ async def parents_of(lookup: StatusLookup, options: JobOptions) -> list[Parent]:
                              "keep_result, or it expired): there is none to pass")
     if unknown:
         raise ValueError(f"after= names jobs that are not known: {unknown!r} (never "
-                         "enqueued, or ended longer ago than keep_status)")
+                         "enqueued; enqueued through the outbox and not relayed yet: wait until "
+                         "status() knows it; or ended longer ago than keep_status)")
     return parents
 
 
