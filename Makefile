@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-matrix check lint typecheck docs chaos install clean bench
+.PHONY: run test test-fast test-matrix check lint typecheck docs chaos install clean bench model
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,8 +61,13 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-## What CI runs: lint, types, the documentation site, tests, the server matrix.
-check: lint typecheck docs test test-matrix
+## The protocol model-checked (docs/model.md): every property of model/protocol.pml on the
+## fixed model, every mutant and pre-fix variant (which must fail), one table; needs spin, gcc.
+model: $(STAMP)
+	$(BIN)/python model/check.py
+
+## What CI runs: lint, types, the documentation site, the model, tests, the server matrix.
+check: lint typecheck docs model test test-matrix
 
 ## The chaos suite at full size (make test runs a short version of each scenario);
 ## each scenario prints a "CHAOS <name> {figures}" line.

@@ -14,6 +14,7 @@
 -- (every member ended, some cancelled, none dead) or dead (some member dead); or
 -- abandoned (its block raised: its members cancelled, no callback fires). A batch is
 -- sealed once no block holds it open (``holders``: one token per ``async with``).
+-- Model: none — a library of the batch scripts; batch_decide is h_decide inside the steps that call it
 
 -- batch_keys: KEYS[first .. first + 6] as a table (nil if KEYS[first] is absent).
 local function batch_keys(first)

@@ -3,6 +3,7 @@
 -- Sidekiq does: a flood of failures or bad data must not fill Redis (with noeviction,
 -- every enqueue would then fail). ``max_jobs`` "0" means the destination is not the dead
 -- set: nothing is trimmed. Prepended by scripts.py to every script that files in dead.
+-- Model: none — trims the dead set by age and count: a bound on what is kept, no move of a job that may run
 local function trim_dead(key, now, max_jobs, max_age)
   local most, age = tonumber(max_jobs), tonumber(max_age)
   if not most or most <= 0 then return end

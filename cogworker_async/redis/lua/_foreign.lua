@@ -8,6 +8,7 @@
 -- "WRONGTYPE <what> <key> is not a <type> (not written by cogworker: delete it)" is
 -- what the Python side turns into the project's WrongTypeKey (redis/batches.py,
 -- redis/dedup.py). cancel.lua has its own (``foreign``), older, of the same reply.
+-- Model: none — a library: a key of another type refused before any write (co-tenant garbage is outside the model: it is the documented exception of batch_ends)
 
 -- key_foreign: the error reply naming ``key`` (``what``: which key it is to us) if it
 -- holds another type than ``want`` (zset, set, hash, list or string); nil otherwise (an

@@ -16,6 +16,7 @@
 -- exists. A push puts a group that is not in the ring at its back.
 -- Prepended by scripts.py to the scripts that call them; every key here is derived from
 -- the queue list's key, in its slot.
+-- Model: none — a library; its push is h_push inside the steps that call it (priorities and groups only order the queue, which the model takes lowest id first)
 
 -- queue_library: the functions, made on first use: a function defined at the top of a
 -- script costs a closure at each of its calls, and the moves every job makes (enqueue,

@@ -30,6 +30,7 @@
 -- and for good succeeded, dead, cancelled.
 -- Packed: "<state>\t<name>\t<enqueued_at>\t<until>" then "\t<field>=<value>" for each
 -- other field; a tab inside a value is written as a space (``status.unpack`` reads it).
+-- Model: none — a library; the note it writes with a final state is h_endrec, inside each settling step
 
 
 -- jid_in: the jid of a raw job, or nil. Payloads start with it (job.build writes it

@@ -15,6 +15,7 @@
 -- late ack from a process declared dead (fenced after a partition) finds nothing, and
 -- must not reset the count of the copy recovered elsewhere (the poison rule would then
 -- allow one crash more), nor record a result for a run whose job runs again elsewhere.
+-- Model: ack (model/protocol.pml); upholds: no_job_lost, no_rerun, jobs_end, batch_ends
 local removed = 0
 local now = nil
 for i = 1, (#ARGV - 1) / 5 do

@@ -13,6 +13,7 @@
 -- Returns 1 if applied, 0 if this flush (or a later one) was applied already.
 -- A flush number of the wrong type counts as none (SET replaces it): a damaged key must
 -- not stop every flush of this process.
+-- Model: none — counters only
 local seq = tonumber(ARGV[1])
 local got = redis.pcall("GET", KEYS[1])
 local last = (type(got) == "string" and tonumber(got)) or 0

@@ -8,6 +8,7 @@
 -- ARGV[1] bid   ARGV[2] now (epoch s)   ARGV[3] the bound of an ended batch's keys (s)
 -- ARGV[4] the token of the block that raised   ARGV[5] the parent's bid ("": none)
 -- Returns the batch's state (false: no such batch). Safe to run twice.
+-- Model: none — a block that raised; no modelled block raises (its end, abandoned, is one batch_ends accepts)
 local k, parent = batch_keys(1), batch_keys(11)
 local state = redis.call("HGET", k[1], "state")
 if not state then

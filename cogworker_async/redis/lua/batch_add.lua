@@ -12,6 +12,7 @@
 -- batch that does not exist; "SEALED ..." for one not open (reopen it first); "LAPSED ..."
 -- for a block whose lease lapsed (the relay let go of it: it must not add silently).
 -- Safe to run twice: a jid already pending is one member; one gone leaves once.
+-- Model: batch_add (model/protocol.pml); upholds: batch_sealed_unheld, batch_ends
 local k = batch_keys(1)
 local got = redis.call("HMGET", k[1], "state", "sealed")
 if not got[1] then return redis.error_reply("NOBATCH batch does not exist: " .. k[1]) end

@@ -14,6 +14,7 @@
 -- Safe to run twice, and in any order with the others: a jid that is no longer where
 -- its end would take it from is left alone. A member dead and then retried by hand that
 -- succeeds moves from dead to succeeded.
+-- Model: batch_apply (model/protocol.pml); upholds: batch_ends
 local k = batch_keys(1)
 if not redis.call("HGET", k[1], "state") then return false end
 local refused = key_foreigns({{"firing set", KEYS[8], "zset"},

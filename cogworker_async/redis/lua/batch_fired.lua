@@ -9,6 +9,7 @@
 -- ARGV[4] the kinds enqueued, space-separated   ARGV[5] the parent's bid ("": none)
 -- Returns the batch's state (false: no such batch: it leaves the firing set).
 -- Safe to run twice: a kind already fired is not due again.
+-- Model: batch_fired (model/protocol.pml); upholds: callback_once, batch_ends
 local k, parent = batch_keys(1), batch_keys(10)
 local got = redis.call("HMGET", k[1], "state", "fire", "fired")
 if not got[1] then

@@ -21,6 +21,7 @@
 -- before anything is written, so no batch is half made and none is opened that could
 -- never fire.
 -- Safe to run twice: a second call reopens what the first opened.
+-- Model: batch_open (model/protocol.pml); upholds: batch_sealed_unheld, batch_ends
 local k, parent = batch_keys(1), batch_keys(12)
 local refused = key_foreigns({
   {"batch hash", k[1], "hash"}, {"batch index", KEYS[8], "zset"},

@@ -15,6 +15,7 @@
 -- ARGV[6..] the tokens to let go of ("some")
 -- Returns the batch's state (false: no such batch). Safe to run twice: a token gone is
 -- not let go of again, and a batch ended stays as it ended.
+-- Model: batch_release (model/protocol.pml); upholds: batch_ends
 local k, parent = batch_keys(1), batch_keys(11)
 local state = redis.call("HGET", k[1], "state")
 if not state or batch_final(state) then

@@ -8,6 +8,7 @@
 -- Returns the batch's state (false: no such batch). Error (nothing written): "LAPSED ..."
 -- for a block whose lease lapsed: the relay let go of it, sealed or abandoned the batch
 -- already (that block must hear it). Safe to run twice.
+-- Model: batch_seal (model/protocol.pml); upholds: batch_sealed_unheld, batch_ends
 local k = batch_keys(1)
 if not redis.call("HGET", k[1], "state") then
   redis.call("ZREM", KEYS[10], ARGV[1])

@@ -23,6 +23,7 @@
 -- The stamp comes from Redis TIME: recovery compares it with the same clock.
 -- declared_dead and beats are best effort: one of the wrong type must not stop the beat
 -- (the process would look dead and its running jobs be recovered and run twice).
+-- Model: beat (model/protocol.pml); upholds: no_rerun
 local now = redis_now(ARGV[4])
 local status = 1
 local declared = false

@@ -9,6 +9,7 @@
 -- KEYS[4] the job's status record (optional)   ARGV[6] its TTL (s)   ARGV[7] the error
 -- Returns 1 if buried, 0 if the head is another job (someone else buried it first).
 -- Head only: the caller walks the list in order. Written before removed.
+-- Model: none — the poison rule (max_orphanings); the model bounds crashes instead
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
   return 0
 end

@@ -23,6 +23,7 @@
 -- at before anything is written (a script's writes before an error are kept).
 -- (Asked with a read of the wanted type, not TYPE, which the enqueuer's documented ACL
 -- does not grant: a WRONGTYPE reply means another type, whichever it is.)
+-- Model: cancel (model/protocol.pml); upholds: cancelled_never_starts, waits_end, batch_ends
 local function foreign(what, key, want)
   local reply
   if want == "zset" then reply = redis.pcall("ZSCORE", key, "-")

@@ -9,6 +9,7 @@
 -- wrong type among them counts no job and goes too (it held none). Safe to run twice.
 -- The slot's ``cleared`` counts the clears: a coalesced key's job pushed before one is
 -- gone, and its next enqueue pushes a new one (coalesce.lua) instead of merging into it.
+-- Model: none — an admin's delete of waiting jobs, not a move of the protocol
 local slot = string.sub(KEYS[1], 1, -6)
 local doomed = {KEYS[1], slot .. "prios", slot .. "groups"}
 for level = -10, 10 do

@@ -8,6 +8,7 @@
 -- (a dead job deleted from the dead set keeps its record, until it expires).
 -- Runs after the removal (another script): a crash between the two leaves the record
 -- saying the job waits, until its TTL; the job is gone either way.
+-- Model: none — the record of a job removed by hand
 local fields, origin = read_record(KEYS[1])
 if not fields or fields.state == "succeeded" or fields.state == "dead"
     or fields.state == "cancelled" then

@@ -33,6 +33,7 @@
 -- the queue's list, its ``cleared`` count, or a key a follow-up or a merge into a
 -- waiting copy writes, holds another type (a co-tenant's key; redis/dedup.py:
 -- WrongTypeKey).
+-- Model: none — dedup (not modelled); the job it pushes is enqueue's
 local jid_at = tonumber(ARGV[10] or "8")
 if string.sub(ARGV[2], jid_at + 1, jid_at + #ARGV[1]) ~= ARGV[1] then
   return redis.error_reply("ERR coalesce: the new job's jid is not at byte " .. jid_at)

@@ -8,6 +8,7 @@
 -- the job (the caller tells the log which ticks in between nobody claimed), 0 if the tick
 -- (or a later one) was already claimed. Claim and push in one step: a claimed tick always
 -- has its job.
+-- Model: none — one enqueue per periodic tick (dedup not modelled)
 local before = redis.call("HGET", KEYS[1], ARGV[1]) or ""
 local last = tonumber(before)
 if last and last >= tonumber(ARGV[2]) then

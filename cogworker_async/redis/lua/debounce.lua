@@ -19,6 +19,7 @@
 -- The waiting job's member is replaced, never removed first: ZADD before ZREM.
 -- Error "WRONGTYPE <what> <key> is not a <type> ..." (nothing written): the key's state
 -- or the schedule holds another type (a co-tenant's key; redis/dedup.py: WrongTypeKey).
+-- Model: none — dedup (not modelled); the job it schedules is enqueue's
 local jid_at = tonumber(ARGV[9] or "8")
 if string.sub(ARGV[2], jid_at + 1, jid_at + #ARGV[1]) ~= ARGV[1] then
   return redis.error_reply("ERR debounce: the new job's jid is not at byte " .. jid_at)

@@ -21,6 +21,7 @@
 -- Safe to run twice and in any order: a parent counts once (SREM), and the copy, the
 -- dep hash, is deleted in the step that releases or ends the job, so a repeated call
 -- finds it gone. Destination first: pushed or filed, then the copy deleted.
+-- Model: dep_apply (model/protocol.pml); upholds: dependent_after_parents, cancelled_never_starts, waits_end
 local jid, now = ARGV[1], tonumber(ARGV[2])
 local function forget()
   redis.call("DEL", KEYS[1], KEYS[2])

@@ -14,6 +14,7 @@
 -- each watch: quadratic). Destination first: the set, then the record's mark.
 -- A watchers key of another type (a co-tenant's) is left alone: the watcher is then
 -- named in the record's own text, as earlier builds did.
+-- Model: dep_watch (model/protocol.pml); upholds: dependent_after_parents, waits_end
 local fields, origin = read_record(KEYS[1])
 if not fields or not fields.state then return {"unknown"} end
 local state = fields.state

@@ -5,6 +5,7 @@
 -- ARGV[1..] the notes, each as read
 -- Returns how many were dropped. Safe to run twice (a note gone is not dropped again;
 -- two copies of one note are one end, and each LREM takes one).
+-- Model: drop_notes (model/protocol.pml); upholds: batch_ends, waits_end
 local dropped = 0
 for i = 1, #ARGV do
   dropped = dropped + redis.call("LREM", KEYS[1], 1, ARGV[i])

@@ -4,5 +4,6 @@
 -- ARGV[2] the most members to return
 -- Returns the due members, earliest first. Reads only; the caller moves them with
 -- promote.lua (a member moved meanwhile by another process is then skipped).
+-- Model: none — a read
 local now = redis_now(ARGV[1])
 return redis.call("ZRANGEBYSCORE", KEYS[1], "-inf", now, "LIMIT", 0, tonumber(ARGV[2]))

@@ -25,6 +25,7 @@
 -- Not idempotent (a second call pushes the jobs twice): callers never retry it blindly.
 -- An error (a key of the wrong type) means nothing was pushed: the queue's type is
 -- checked (LLEN) before the first push.
+-- Model: enqueue (model/protocol.pml); upholds: no_job_lost, callback_once
 local prefix, ttl = ARGV[3], ARGV[4]
 -- Every destination checked before anything is written (a once marker promises the
 -- push: a marker left by a push that then failed would refuse the caller's retry, and

@@ -17,6 +17,7 @@
 -- The record names the lock (``lock``): a cancel of the job, which never runs to release
 -- it, releases it (cancel.lua).
 -- One step: a crash can never leave a lock without its job, nor a job without its lock.
+-- Model: none — a unique lock around enqueue's push (dedup not modelled)
 local member_of = (ARGV[12] and ARGV[12] ~= "") and ARGV[12] or false
 local lock = ARGV[13] ~= "throttle" and KEYS[1] or false
 if ARGV[11] == "1" and KEYS[3] then

@@ -14,6 +14,7 @@
 -- Returns 1 if filed, 0 if the job was not in progress (already settled: a no-op).
 -- Written before removed: an error halfway leaves a duplicate, never a loss. Safe to
 -- run twice (the LPOS guard).
+-- Model: file_failure (model/protocol.pml); upholds: no_job_lost, jobs_end
 if not redis.call("LPOS", KEYS[1], ARGV[1]) then
   return 0
 end

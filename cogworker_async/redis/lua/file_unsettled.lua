@@ -10,6 +10,7 @@
 -- list (NaN is refused by ZADD) nor be filed where it never comes due (inf).
 -- Returns 1 if filed, 0 if the head is another record (filed by someone else first).
 -- Written before removed.
+-- Model: none — the filing of a handed-over failure (park_unsettled; not modelled)
 if redis.call("LINDEX", KEYS[1], 0) ~= ARGV[1] then
   return 0
 end

@@ -12,6 +12,7 @@
 -- fail the call halfway (the registry already left), or every clean stop and every
 -- recovery of a forgotten identity would report a failure
 -- (tests/worker/chaos/redisfaults/test_wrong_types.py).
+-- Model: forget (model/protocol.pml); upholds: batch_ends
 if redis.call("LLEN", KEYS[1]) > 0 or redis.call("EXISTS", KEYS[4]) == 1 then
   return 0
 end

@@ -7,6 +7,7 @@
 -- ARGV[2] the caller's clock (epoch s)   ARGV[3] a cancelled job's record TTL (s)
 -- Returns 1 if given back (or dropped), 0 if it was not in progress (a no-op).
 -- Written before removed; safe to run twice.
+-- Model: give_back (model/protocol.pml); upholds: no_job_lost, cancelled_never_starts
 if not redis.call("LPOS", KEYS[1], ARGV[1]) then
   return 0
 end

@@ -9,6 +9,7 @@
 -- "retrying", "scheduled")   ARGV[8] its TTL (s, after the delay)
 -- Returns 1 if moved, 0 if the member was gone. Written before removed; safe to run twice.
 -- The same entry moved within one zset only gets its new score (never removed).
+-- Model: none — the dashboard's kill and retry by hand
 if not redis.call("ZSCORE", KEYS[1], ARGV[1]) then
   return 0
 end

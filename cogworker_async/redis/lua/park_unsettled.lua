@@ -5,6 +5,7 @@
 -- ARGV[1] raw job as fetched         ARGV[2] its record: JSON {set, delay, payload}
 -- Returns 1 if handed over, 0 if the job was no longer in progress (a no-op).
 -- Written before removed; safe to run twice.
+-- Model: none — a shutdown's hand-over of failures (a file_failure in two moves, each destination first; not modelled)
 if not redis.call("LPOS", KEYS[1], ARGV[1]) then
   return 0
 end

@@ -5,6 +5,7 @@
 -- Returns 1 if written, 0 if the record is not this process's running job any more (it
 -- ended, was recovered elsewhere, or expired): a late write never overwrites the state
 -- of a later run, nor makes a record without a TTL.
+-- Model: none — a record's progress field
 local fields, origin = read_record(KEYS[1])
 if not fields or fields.state ~= "running" or fields.by ~= ARGV[1] then
   return 0

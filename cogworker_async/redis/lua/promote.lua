@@ -17,6 +17,7 @@
 -- Written before removed: a job is always in at least one place. A queue key that cannot
 -- be written (wrong type, or Redis out of memory) leaves the jobs in the zset, not
 -- counted: they are looked at again on the next poll.
+-- Model: promote (model/protocol.pml); upholds: no_job_lost, cancelled_never_starts, jobs_end
 local moved = 0
 local prefix = ARGV[3]
 local from_dead = ARGV[7] == "1"

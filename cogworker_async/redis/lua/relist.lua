@@ -7,6 +7,7 @@
 -- Returns how many were listed again (a job already on the list is left alone: safe to
 -- run twice), or -1 without listing anything while the process is marked declared dead:
 -- its jobs may run elsewhere, and it must fence itself first (fencing clears the mark).
+-- Model: none — Redis losing a process's keys: the separate durability configuration, not modelled
 if redis.pcall("SISMEMBER", KEYS[2], ARGV[1]) == 1 then
   return -1
 end

@@ -29,6 +29,7 @@
 -- so the oldest lands in front and the order is kept. Each job is written where it
 -- goes before it is taken off; one that cannot be written (the queue key of the wrong
 -- type) or that is to be kept goes to the tail and is looked at again on a later call.
+-- Model: requeue (model/protocol.pml); upholds: no_job_lost, no_rerun, jobs_end
 local opts = cjson.decode(ARGV[1])
 local threshold = tonumber(opts.threshold)
 local recovering = threshold >= 0

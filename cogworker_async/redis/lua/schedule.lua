@@ -13,6 +13,7 @@
 -- ARGV[13..] jid, raw job pairs
 -- Returns how many were added; -1 if a chosen jid was refused (nothing written).
 -- Delays count from Redis' clock: the poller compares due times with the same clock.
+-- Model: none — a push onto the schedule zset; promote's move of due members is modelled (with the retry zset)
 local score = tonumber(ARGV[2])
 local now = redis_now(ARGV[3])
 if ARGV[1] == "in" then

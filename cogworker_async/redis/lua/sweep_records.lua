@@ -13,6 +13,7 @@
 -- Returns {next cursor ("0": a whole pass is done), how many were dropped}.
 -- One step per call: a record renewed since the HSCAN cannot be dropped in between.
 -- A live hash of the wrong type is left alone ({"0", 0}).
+-- Model: sweep_records (model/protocol.pml); upholds: waits_end
 local scanned = redis.pcall("HSCAN", KEYS[1], ARGV[1], "COUNT", tonumber(ARGV[2]))
 if type(scanned) ~= "table" or scanned.err then return {"0", 0} end
 local now = redis_now(ARGV[3])

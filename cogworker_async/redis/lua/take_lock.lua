@@ -2,6 +2,7 @@
 -- KEYS[1] the lock key
 -- ARGV[1] owner (identity)   ARGV[2] TTL in ms
 -- Returns 1 if taken (or already ours, TTL renewed), 0 if another owner holds it.
+-- Model: none — recovery one at a time; requeue judges the owner inside its own step, so the lock is not what makes it safe
 local holder = redis.call("GET", KEYS[1])
 if holder and holder ~= ARGV[1] then
   return 0
