@@ -23,7 +23,8 @@ them. The push refuses a jid that was ever enqueued (the ``once`` marker of
 ``lua/enqueue.lua``), so a relay that dies between a push and the row's delete pushes the
 same jid again next time, is refused, and deletes the row: each row becomes exactly one
 job. Several relays may run: each takes rows ``FOR UPDATE SKIP LOCKED`` where the
-database has it (PostgreSQL, MySQL 8); SQLite has one writer anyway.
+database has it (PostgreSQL, MySQL 8); on SQLite (no row locks) two may read one row,
+and the second push is refused by the once marker, kept a while after the delete.
 
 Each row carries its App's namespace and its job's name: a relay takes only the rows
 of its own namespace that name a job its App registers, so that Apps sharing a database

@@ -282,7 +282,7 @@ class Keys:
     def once(self, queue: str, jid: str) -> str:
         """String marking that a batch's callback or an outbox row's ``jid`` was enqueued
         on ``queue`` (``enqueue.lua``'s mode "2", which refuses it again); TTL the
-        records' bound (an outbox row's is dropped once the row is deleted)."""
+        records' bound (an outbox row's is cut to a minute or so once the row is deleted)."""
         return self._queue(queue, f"once:{jid}")
 
     def batch_notes(self, queue: str) -> str:

@@ -13,6 +13,7 @@ byte for byte.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -109,13 +110,18 @@ class Moves(Part):
                                        declared=declared)
         return int(self._woken(reply)[0])
 
-    async def drop_once(self, pushed: Sequence[tuple[str, str]]) -> None:
-        """Drop the once markers of ``(queue, jid)`` pairs enqueued ``chosen="once"`` that
-        no caller will push again (an outbox row whose delete committed): the job's record
-        still refuses a push while it lives, and the marker would outlive it by up to 14
-        days. A DEL per slot (not atomic across slots: each marker on its own)."""
+    async def keep_once(self, pushed: Sequence[tuple[str, str]], seconds: float) -> None:
+        """Keep the once markers of ``(queue, jid)`` pairs enqueued ``chosen="once"`` only
+        ``seconds`` more (an outbox row whose delete committed): long enough to refuse a
+        push by a relay that read the row before that commit (a database without row
+        locks), short so that the job leaves only its record (``keep_status``), not a
+        marker for the records' 14 days. One EXPIRE per marker, pipelined (a round trip
+        per node); a marker gone already stays gone."""
         if pushed:
-            await self.client.delete(*(self.keys.once(queue, jid) for queue, jid in pushed))
+            async with self.client.pipeline(transaction=False) as pipe:
+                for queue, jid in pushed:
+                    pipe.expire(self.keys.once(queue, jid), max(1, math.ceil(seconds)))
+                await pipe.execute()
 
     async def schedule(
         self, queue: str, raws: Sequence[bytes], *, at: float | None = None,

@@ -8,9 +8,12 @@ enqueue (``lua/enqueue.lua``: a jid ever enqueued is refused, the row is then do
 anyway), delete them, commit. Crash windows: dead before the push, the row is taken
 again; dead between the push and the commit of the delete, the row is taken again, its
 push refused as a duplicate, and deleted — one job either way. Once the delete has
-committed no relay can push the jid again: its once marker is dropped then, and what
-the job leaves in Redis is its record, bounded by ``keep_status`` (a relay that dies
-between the commit and the drop leaves that one marker to its TTL, 14 days).
+committed, the jid's once marker is kept only ``ONCE_KEPT`` more seconds (or 10 relay
+intervals): what the job leaves in Redis is then its record, bounded by ``keep_status``
+(a relay that dies between the commit and that EXPIRE leaves the marker to its TTL, 14
+days). Not dropped at once: without ``SKIP LOCKED`` (SQLite) another relay may have
+read the row before the commit and push it after; the marker refuses that push, and a
+relay pushes no row it read longer ago than half that time (left for its next pass).
 
 Whose rows: those of this App's namespace (or of none: rows from before the column)
 that name a job its App registers. A row of its namespace naming another job is left
@@ -49,6 +52,10 @@ MAX_BACKOFF: Final = 60.0
 """Seconds a refused row waits at most before it is pushed again (1, 2, 4, ... s)."""
 UNKNOWN_EVERY: Final = 10.0
 """Seconds between two looks for rows of this namespace naming jobs it does not know."""
+ONCE_KEPT: Final = 60.0
+"""Seconds at least (10 relay intervals if longer) a relayed row's once marker is kept
+after its delete committed: a relay that read the row before (no row locks: SQLite) and
+pushes it now is refused. A pass pushes no row it read longer ago than half of it."""
 AWAY: Final = (*ConnectionLost, ClusterUnreachable, NoMaster)
 """Redis out of reach: the pass ends, and the rows are not held against it."""
 
@@ -114,6 +121,13 @@ class OutboxRelay:
         self._upgraded = False
         self._unknown_at = 0.0
         """``time.monotonic()`` of the last look for unknown rows."""
+        self._read_at = 0.0
+        """``time.monotonic()`` when this pass read its rows."""
+
+    @property
+    def once_kept(self) -> float:
+        """Seconds a relayed row's once marker is kept after its delete committed."""
+        return max(ONCE_KEPT, 10 * self.outbox.interval)
 
     async def run(self) -> None:
         """Relay until cancelled: passes back to back while they find full batches, then
@@ -158,11 +172,12 @@ class OutboxRelay:
                        or_(table.c.retry_at.is_(None), table.c.retry_at <= now))
                 .order_by(table.c.id).limit(self.outbox.batch)
                 .with_for_update(skip_locked=True))).all()
+            self._read_at = time.monotonic()
             pushed, failure = await self._push(conn, rows, now)
             done = [row.id for row in pushed]
             if done:
                 await conn.execute(delete(table).where(table.c.id.in_(done)))
-        await self._drop_markers([(row.queue, row.jid) for row in pushed])
+        await self._keep_markers([(row.queue, row.jid) for row in pushed])
         if failure is not None:
             self._rows.failed(failure)
             if not done:
@@ -175,9 +190,15 @@ class OutboxRelay:
     async def _push(self, conn: Any, rows: Sequence[Any], now: float
                     ) -> tuple[list[Any], BaseException | None]:
         """Push ``rows`` in order: those pushed (or found pushed already), and Redis'
-        error if it went out of reach (the rows after it are not tried)."""
+        error if it went out of reach (the rows after it are not tried). Rows read too
+        long ago (``ONCE_KEPT``) are left for the next pass: their markers, if another
+        relay pushed them, may be about to go."""
         pushed: list[Any] = []
-        for row in rows:
+        for index, row in enumerate(rows):
+            if time.monotonic() - self._read_at > self.once_kept / 2:
+                log.warning("outbox: %d rows were read %.0fs ago: left for the next pass",
+                            len(rows) - index, time.monotonic() - self._read_at)
+                break
             if row.name is None and not await self._named(conn, row):
                 continue
             try:
@@ -230,12 +251,12 @@ class OutboxRelay:
                         "waits %.0fs, the others go on", row.jid, row.queue, attempts,
                         why(exc), wait)
 
-    async def _drop_markers(self, pushed: list[tuple[str, str]]) -> None:
-        """The rows of ``pushed`` are deleted: no relay pushes their jids again, so their
-        once markers go (else each job would leave one for 14 days, whatever its
-        ``keep_status``). Left to their TTL if Redis is away now."""
+    async def _keep_markers(self, pushed: list[tuple[str, str]]) -> None:
+        """The rows of ``pushed`` are deleted: their once markers are kept ``once_kept``
+        more seconds (a relay that read a row before the delete may push it still), not
+        14 days whatever the job's ``keep_status``. Left to their TTL if Redis is away."""
         try:
-            await self.store.moves.drop_once(pushed)
+            await self.store.moves.keep_once(pushed, self.once_kept)
         except Exception as exc:
             log.debug("outbox: %d once markers left to their TTL (%s)", len(pushed), why(exc))
 
