@@ -276,7 +276,6 @@ class Manager:
 
     async def _work(self, *, task_status: TaskStatus[None]) -> None:
         reliable = self.fetcher.reliable
-        BATCH_OWNER.set(self.identity)  # its jobs' batch blocks name it (batch_reaper.py)
         await self.store.check_server(reliable=reliable)
         # Served queues are registered (the dashboard, the poller and recovery find each
         # queue's slot through the registry) before anything is fetched from them.
@@ -294,6 +293,10 @@ class Manager:
             log.warning("%s names queue %r, which this worker does not serve (queues %s): "
                         "a typo? Its limit does nothing here", which, name,
                         self.settings.queue_names)
+        # Its jobs' batch blocks name it (batch_reaper.py), only while it is registered:
+        # reset before the lifespan's exit, whose blocks hold on a lease (the process
+        # has retired by then, and would be judged gone).
+        owner = BATCH_OWNER.set(self.identity)
         try:
             async with anyio.create_task_group() as upkeep:
                 self._upkeep = upkeep
@@ -327,6 +330,7 @@ class Manager:
                     await self.shutdown.drain_hooks(self.hooks)
                 upkeep.cancel_scope.cancel()
         finally:
+            BATCH_OWNER.reset(owner)
             self._upkeep = None
             await self.shutdown.leave()
             log.info("worker %s stopped", self.identity)
