@@ -32,6 +32,7 @@ import anyio
 
 from cogworker_async import context, signature
 from cogworker_async.redis.batches import OPEN_TTL, BatchDamaged, BatchRecord, HoldLapsed
+from cogworker_async.settings import Settings
 from cogworker_async.signature import Signature
 from cogworker_async.status import CancelOutcome, JobStatus, check_jid
 
@@ -66,6 +67,10 @@ class BatchBackend(Protocol):
 class App(Protocol):
     """What a batch needs of its App (``app.App``)."""
 
+    settings: Settings
+
+    def redis_url(self) -> str: ...
+
     def batch_backend(self) -> BatchBackend: ...
 
     async def cancel(self, jid: str, *, queue: str | None = None) -> CancelOutcome: ...
@@ -79,11 +84,14 @@ MAX_BID_CHARS: Final = 64
 """A callback's jid is ``<bid>-<kind>``: within a jid's length."""
 MAX_DESCRIPTION: Final = 1000
 
-OWNER: Final[ContextVar[str | None]] = ContextVar("cogworker_batch_owner", default=None)
-"""The identity of the worker process running this code (the worker sets it for its
-jobs): a block's holder token names it, so that a block whose process dies inside it is
-let go once that process is gone (``worker/batch_reaper.py``), never holding its batch
-— and the batch's parent — open for good."""
+OWNER: Final[ContextVar[tuple[str, str, str] | None]] = ContextVar("cogworker_batch_owner",
+                                                                   default=None)
+"""(Redis URL, namespace, identity) of the worker process running this code (the worker
+sets it for its jobs, ``worker/manager.py``): a block's holder token names the process,
+so that a block whose process dies inside it is let go once that process is gone
+(``worker/batch_reaper.py``), never holding its batch — and the batch's parent — open
+for good. Only for a batch where that process beats (its App's URL and namespace): in
+another App's, nobody knows the process, and the block holds on a lease."""
 HOLD: Final = 600.0
 """Seconds a batch block in a process that is not a worker holds its batch without an
 open or an add (``jobs.batch(..., hold=)``): killed inside its block, its batch (and the
@@ -169,7 +177,7 @@ class Batch:
             # A member's job opens a child; a callback's batch has ended: no parent.
             elif running is not None and "batch_callback" not in running.payload:
                 parent = running.batch_id
-        self._holder = holder_token(self._reopen, self.hold)
+        self._holder = holder_token(self._reopen, self.hold, self._owner())
         LIVE_HOLDERS.add(self._holder)  # before the open: Redis never has it alone
         try:
             await self._app.batch_backend().open(
@@ -182,6 +190,17 @@ class Batch:
         self.parent = parent
         self._token = context.BATCH.set(self)
         return self
+
+    def _owner(self) -> str | None:
+        """The worker process this block's hold names: None outside a worker, and for a
+        batch of another App (another namespace or Redis) than the worker's."""
+        owner = OWNER.get()
+        if owner is None:
+            return None
+        url, namespace, identity = owner
+        app = self._app
+        return identity if (namespace, url) == (app.settings.namespace,
+                                                app.redis_url()) else None
 
     async def joining(self, jids: Sequence[str]) -> list[str]:
         joined = await self._app.batch_backend().add(self.bid, jids, token=self._holder)
@@ -233,13 +252,13 @@ def check_hold(hold: object) -> float:
     return float(hold)
 
 
-def holder_token(reopen: bool, hold: float = HOLD) -> str:
+def holder_token(reopen: bool, hold: float = HOLD, owner: str | None = None) -> str:
     """A block's token: whether the block opened the batch (n) or reopened it (r), and
     how the relay lets go of it if it never exits: in a worker process
     "<nonce>.<n|r>@<identity>" (once that process is gone), elsewhere
-    "<nonce>.<n|r>~<ms>" (once its lease of ``hold`` lapses: renewed by each add)."""
+    "<nonce>.<n|r>~<ms>" (once its lease of ``hold`` lapses: renewed by each add).
+    ``owner``: the worker process's identity (``Batch._owner``)."""
     nonce, kind = secrets.token_hex(8), "r" if reopen else "n"
-    owner = OWNER.get()
     if not owner or any(c.isspace() for c in owner):
         return f"{nonce}.{kind}~{max(1, round(hold * 1000))}"
     return f"{nonce}.{kind}@{owner}"

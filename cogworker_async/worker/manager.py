@@ -111,6 +111,8 @@ class Manager:
         self.limiters = dict(limiters or {})
         """The App's limiters, registered at start (``_register_limiters``)."""
         self.store = store
+        self.url = url
+        """Where it beats: its jobs' blocks on batches there name it (``batch.OWNER``)."""
         self.identity = settings.identity or new_identity()
         reliable = settings.fetch == "reliable"
         # Reliable fetch may hold ``prefetch`` fetched jobs beyond the running ones (safe:
@@ -296,7 +298,7 @@ class Manager:
         # Its jobs' batch blocks name it (batch_reaper.py), only while it is registered:
         # reset before the lifespan's exit, whose blocks hold on a lease (the process
         # has retired by then, and would be judged gone).
-        owner = BATCH_OWNER.set(self.identity)
+        owner = BATCH_OWNER.set((self.url, self.settings.namespace, self.identity))
         try:
             async with anyio.create_task_group() as upkeep:
                 self._upkeep = upkeep

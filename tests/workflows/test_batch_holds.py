@@ -7,6 +7,7 @@ Each test is what a user sees: the block's batch stays open and its next add is 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
@@ -55,3 +56,42 @@ async def test_a_block_in_the_lifespan_exit_is_not_let_go_while_it_runs(
         pass
     assert (seen["released"], seen["state"]) == (0, "open"), seen
     assert "refused" not in seen, seen["refused"]
+
+
+# -- (1) a worker's job opening a batch of another App (another namespace) ---------------
+
+
+async def test_a_workers_block_on_another_apps_batch_is_not_judged_gone(
+    make_app: Callable[..., App], redis_url: str, namespace: str,
+) -> None:
+    """``batch.OWNER`` is one ContextVar for every App: a job of App A's worker opening a
+    batch of App B (another namespace) names A's worker, which B's namespace has never
+    heard of (no alive marker, no last beat there): B's relays let go of it at once."""
+    app = make_app(track_jobs=True)
+    other = App(redis_url, namespace=f"{namespace}-b", track_jobs=True)
+    inside, gate = asyncio.Event(), asyncio.Event()
+    seen: dict[str, Any] = {}
+
+    @other.job(name="work", retry=0)
+    async def work(n: int) -> int:
+        return n
+
+    @app.job(name="opener", retry=0, timeout=60)
+    async def opener() -> None:
+        async with other.batch() as batch:
+            seen["bid"] = batch.bid
+            await work.enqueue_in(3600, 1)
+            inside.set()
+            await gate.wait()
+
+    try:
+        async with app.worker():
+            await opener.enqueue()
+            await asyncio.wait_for(inside.wait(), WAIT)
+            released = await BatchReaper(other.store(), OTHER).reap()  # B's relay's pass
+            state = (await other.batch_status(seen["bid"])).state
+            gate.set()
+        assert (released, state) == (0, "open")
+    finally:
+        gate.set()
+        await other.close()
