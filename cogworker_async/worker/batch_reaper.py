@@ -7,10 +7,11 @@ parent — would wait for good, while the recovered run opens another. In a work
 process a block's token names the process (``batch.holder_token``), and every batch a
 worker's block holds is listed (``Keys.batches_held``). Each relay pass reads that list
 (``HELD_PER_PASS`` at a time, in turns) and lets go of each token whose process is gone
-— no alive marker and no last beat: recovery forgot it once its jobs were back
-(``forget.lua``), or it stopped — and of each token naming this very process that no
-block of it holds (an earlier process of the same configured identity, or a seal that
-failed). A batch left with no holder is sealed, as at its block's exit; one opened by a
+— no alive marker and no last beat, on every pass over ``orphan_threshold`` (``_judge``):
+recovery forgot it once its jobs were back (``forget.lua``), or it stopped — and of
+each token naming this very process that no block of it holds (an earlier process of
+the same configured identity, or a seal that failed). A batch left with no holder is
+sealed, as at its block's exit; one opened by a
 block that died ends abandoned, as if that block had raised, and its pending members
 are cancelled (the recovered run enqueues its own).
 
@@ -25,6 +26,8 @@ alive after all, is refused at its next add or exit (``HoldLapsed``).
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Set
 from typing import Final
 
 from cogworker_async import batch
@@ -53,9 +56,18 @@ def owner_of(token: str) -> str | None:
 
 
 class BatchReaper:
-    def __init__(self, store: Store, identity: str) -> None:
+    def __init__(self, store: Store, identity: str, *, judge_after: float = 0.0) -> None:
         self.store = store
         self.identity = identity
+        self.judge_after = judge_after
+        """Seconds a process must have been found gone, from the first pass that found
+        it so to a later one, before its blocks are let go of (a worker's relay: its
+        ``orphan_threshold``; see ``_judge``)."""
+        self._missing: dict[str, float] = {}
+        """Identity -> when (``time.monotonic()``) a pass first found it gone, since
+        found gone by every pass that looked."""
+        self._looked: set[str] = set()
+        """The identities looked at since the held list's first page (``_judge``)."""
         self._start = 0
 
     async def reap(self) -> int:
@@ -66,7 +78,7 @@ class BatchReaper:
         self._start = self._start + len(held) if len(held) == HELD_PER_PASS else 0
         owners = {owner for _, holders, _ in held for token in holders.split()
                   if (owner := owner_of(token)) is not None and owner != self.identity}
-        gone = await batches.gone(sorted(owners)) if owners else set()
+        gone = await self._judge(owners)
         on_lease = [bid for bid, holders, _ in held if any(map(leased, holders.split()))]
         leases = await batches.leases(on_lease) if on_lease else {}
         clock = await self.store.dependencies.clock() if on_lease else 0.0
@@ -91,6 +103,25 @@ class BatchReaper:
         if failure is not None:
             raise failure
         return released
+
+    async def _judge(self, owners: Set[str]) -> set[str]:
+        """Of ``owners``, the processes gone for good. Found gone (no alive marker, no
+        last beat) is not enough: Redis restarted without persistence (or a failover
+        lost writes) loses both of a live process until its next beat re-registers it
+        (``beat.lua``), and a block it opens meanwhile would be let go of while it runs.
+        A live process beats within ``orphan_threshold`` (its marker's TTL): found gone
+        by every pass over that long, it is dead (recovery forgot it) or stopped."""
+        found = await self.store.batches.gone(sorted(owners)) if owners else set()
+        now = time.monotonic()
+        if self._start == 0:  # the list's last page: forget who was not looked at since
+            self._missing = {owner: since for owner, since in self._missing.items()
+                             if owner in self._looked or owner in owners}
+            self._looked = set()
+        self._looked |= owners
+        for owner in owners - found:  # alive (again): a new run of passes from here
+            self._missing.pop(owner, None)
+        return {owner for owner in found
+                if now - self._missing.setdefault(owner, now) >= self.judge_after}
 
     def _gone(self, token: str, gone: set[str]) -> bool:
         owner = owner_of(token)

@@ -76,7 +76,8 @@ class NodeAway(Exception):
 class BatchRelay:
     def __init__(self, store: Store, registry: Mapping[str, JobDefinition],
                  queues: Sequence[str], max_payload_bytes: int = MAX_CALLBACK_BYTES,
-                 interval: float = 1.0, identity: str = "") -> None:
+                 interval: float = 1.0, identity: str = "", judge_after: float = 0.0,
+                 ) -> None:
         self.store = store
         self.registry = registry
         self.queues = list(dict.fromkeys(queues))
@@ -85,7 +86,7 @@ class BatchRelay:
         self.interval = interval
         self.identity = identity
         self.streak = Streak("batch relay")
-        self.reaper = BatchReaper(store, identity)
+        self.reaper = BatchReaper(store, identity, judge_after=judge_after)
         self._next_unserved = 0.0
         self._away: set[str] = set()
 

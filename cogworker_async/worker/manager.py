@@ -146,7 +146,8 @@ class Manager:
         self.poller = Poller(store, settings)
         self.relay = BatchRelay(store, registry, settings.queue_names,
                                 settings.max_payload_bytes, settings.poll_interval,
-                                identity=self.identity) if settings.tracked else None
+                                identity=self.identity,
+                                judge_after=settings.orphan_threshold) if settings.tracked else None
         """Batch members' ends and callbacks (``batch_relay.py``): its own task."""
         self.lag = LoopLag()
         self.fence = Fence(store, self.identity, self.ledger, queues=settings.queue_names,

@@ -16,12 +16,108 @@ import pytest
 from cogworker_async import App
 from cogworker_async.redis.batches import BatchEnded
 from cogworker_async.worker.batch_reaper import BatchReaper
+from cogworker_async.worker.manager import Manager
+from tests.servers import ServerProcess
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
 WAIT: Final = 15.0
 OTHER: Final = "another-worker:1:abc"
 """The identity of another live worker, whose relay pass judges this one's blocks."""
+
+
+# -- (1) a live worker's block judged gone after Redis lost its alive marker ------------
+
+
+@pytest.fixture
+async def private_server() -> AsyncIterator[ServerProcess]:
+    server = ServerProcess().start()  # no persistence: a restart loses every key
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+async def test_a_live_workers_block_is_not_let_go_after_a_redis_restart(
+    private_server: ServerProcess, namespace: str,
+) -> None:
+    """Redis restarts without persistence; worker B, alive, runs on (beat.lua: "a missing
+    key alone must never cancel" its jobs; recovery waits for its own beats to be steady
+    before judging anyone). Before B's next beat re-registers it, B's job opens a batch
+    block. Another worker's relay pass must not judge B gone: B's block is live."""
+    app = App(private_server.url, namespace=namespace, track_jobs=True, poll_interval=0.05,
+              idle_fetch_interval=0.2, heartbeat_interval=30.0, orphan_threshold=90.0,
+              shutdown_timeout=2.0)
+    inside, gate = asyncio.Event(), asyncio.Event()
+    seen: dict[str, Any] = {}
+
+    @app.job(name="work", retry=0)
+    async def work(n: int) -> int:
+        return n
+
+    @app.job(name="opener", retry=0, timeout=60)
+    async def opener() -> None:
+        async with app.batch() as batch:
+            seen["bid"] = batch.bid
+            await work.enqueue_in(3600, 1)
+            inside.set()
+            await gate.wait()
+            try:
+                await work.enqueue_in(3600, 2)
+            except BatchEnded as exc:
+                seen["refused"] = exc
+        seen["done"] = True
+
+    try:
+        async with app.worker() as worker:
+            assert isinstance(worker, Manager)
+            assert worker.relay is not None
+            judge_after = worker.relay.reaper.judge_after
+            assert judge_after == app.settings.orphan_threshold
+            private_server.kill()  # a restart without persistence: every key lost
+            private_server.start()
+            await opener.enqueue()
+            await asyncio.wait_for(inside.wait(), WAIT)
+            # Another worker's relay (its orphan_threshold, as every worker's relay has).
+            other = BatchReaper(app.store(), OTHER, judge_after=judge_after)
+            released = await other.reap() + await other.reap()
+            state = (await app.batch_status(seen["bid"])).state
+            gate.set()
+            await wait_until(lambda: "done" in seen, timeout=WAIT)
+        assert (released, state) == (0, "open"), (
+            "a live worker's block was let go of on a missing alive marker alone")
+        assert "refused" not in seen
+    finally:
+        gate.set()
+        await app.close()
+
+
+async def test_a_process_found_gone_for_its_threshold_is_let_go_of(
+    make_app: Callable[..., App],
+) -> None:
+    """The other side: a process found gone by every pass over ``judge_after`` is let go
+    of (its batch abandoned); one that beats again in between starts over."""
+    app = make_app(track_jobs=True)
+    store = app.store()
+    dead, back = "n1.n@dead:1:abc", "n2.n@back:2:abc"
+    for bid, token in (("dead-block", dead), ("back-block", back)):
+        await store.batches.open(bid, token=token)
+    reaper = BatchReaper(store, OTHER, judge_after=0.5)
+    assert await reaper.reap() == 0  # found gone once: not yet
+    await asyncio.sleep(0.3)
+    await store.client.hset(store.keys.last_beat, "back:2:abc", "1")  # it beat again
+    assert await reaper.reap() == 0
+    await store.client.hdel(store.keys.last_beat, "back:2:abc")  # then recovery forgot it
+    await asyncio.sleep(0.3)
+    assert await reaper.reap() == 1  # dead's; back's run of passes begins now
+    assert (await app.batch_status("dead-block")).state == "abandoned"
+    assert (await app.batch_status("back-block")).state == "open"
+    await asyncio.sleep(0.3)
+    assert await reaper.reap() == 0
+    await asyncio.sleep(0.3)
+    assert await reaper.reap() == 1
+    assert (await app.batch_status("back-block")).state == "abandoned"
 
 
 # -- (1) a worker's lifespan exit: its blocks name a process that has already retired ---

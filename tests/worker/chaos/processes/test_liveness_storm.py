@@ -90,11 +90,11 @@ RELAY_PASS: Final = SETTINGS["poll_interval"] * 1.5
 MARGIN: Final = 10.0
 """The jobs' own runs after a recovery (a rerun, the dependents and callbacks after it)
 and a loaded 2-core machine."""
-BOUND: Final = (SETTINGS["orphan_threshold"] + SETTINGS["recovery_interval"] + RELAY_PASS
-                + 2 * UNSERVED_EVERY + MARGIN)
+BOUND: Final = (2 * SETTINGS["orphan_threshold"] + SETTINGS["recovery_interval"]
+                + RELAY_PASS + 2 * UNSERVED_EVERY + MARGIN)
 """Seconds from the last kill to every workflow's end: a dead worker is forgotten by
-recovery (orphan threshold, a recovery pass), the reaper lets go of its blocks at the
-next relay pass; an unserved queue's notes wait for one worker's turn (a lock holder
+recovery (orphan threshold, a recovery pass), the reaper lets go of its blocks once it
+has found it gone for the orphan threshold (a relay pass after); an unserved queue's notes wait for one worker's turn (a lock holder
 killed: a second turn); then the margin."""
 ENQUEUER_BOUND: Final = chaosapp.HOLD_OPEN_LEASE + RELAY_PASS + MARGIN
 """The same for a batch whose enqueuer (not a worker) died inside its block: its lease
