@@ -174,7 +174,9 @@ class Records(Part):
     async def sweep_records(self, queue: str, cursor: str = "0",
                             count: int = SWEEP_COUNT) -> tuple[str, int]:
         """One step of the sweep of ``queue``'s live records (``lua/sweep_records.lua``):
-        the next cursor ("0": a pass is done) and how many records were dropped."""
+        the next cursor ("0": a pass is done) and how many records were dropped (or
+        closed: a watched job that vanished, its end noted for its watchers)."""
         reply = await self.scripts.run("sweep_records", [self.keys.live_records(queue)],
-                                       [cursor, count, repr(time.time()), LIVE_TTL])
+                                       [cursor, count, repr(time.time()), LIVE_TTL,
+                                        self.keep_status])
         return _text(reply[0]), int(reply[1])

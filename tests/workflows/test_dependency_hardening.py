@@ -182,6 +182,62 @@ async def test_a_parent_queued_past_the_records_bound_still_releases_its_depende
         await wait_until(lambda: _state_is(app, child, "succeeded"), timeout=WAIT)
 
 
+async def test_a_cleared_parents_record_is_not_kept_for_ever_by_its_watchers(
+    make_app: Callable[..., App],
+) -> None:
+    """A parent queued on an unserved queue, a dependent after it; the queue is cleared:
+    the parent is gone and no move of it will ever come. Past its bound its record must
+    not be renewed at each sweep for as long as its watchers set names someone (14 days,
+    then 14 more, for good): it is closed cancelled, and the dependent hears that end
+    (on_parent_failure: "cancel" by default)."""
+    from cogworker_async.admin import Inspector
+
+    app, jobs = shop(make_app)
+    parent = await jobs["step"].options(queue="parked").enqueue(1)
+    child = await jobs["collect"].options(after=[parent]).enqueue("c")
+    assert await Inspector(app).queue("parked").clear() == 1
+    store = app.store()
+    live = store.keys.live_records("parked")
+    for _ in range(3):  # three sweeps, each past the record's bound
+        text = await store.client.hget(live, parent)
+        assert isinstance(text, bytes)
+        parts = text.decode().split("\t")
+        parts[3] = "1000"  # its ``until`` long passed
+        await store.client.hset(live, parent, "\t".join(parts))
+        await store.sweep_records("parked")
+        if not await store.client.hexists(live, parent):
+            break
+    else:
+        raise AssertionError("the vanished parent's record was renewed at every sweep: "
+                             f"{(await store.client.hget(live, parent))!r}")
+    assert (await app.status(parent)).state == "cancelled"
+    async with app.worker(queues=["parked", "default"]):  # served now: its sweep's queue
+        await wait_until(lambda: _state_is(app, child, "cancelled"), timeout=WAIT)
+
+
+async def test_a_parent_on_a_paused_queue_with_jobs_keeps_its_record_past_its_bound(
+    make_app: Callable[..., App],
+) -> None:
+    """The sweep closes a watched record only when its job can no longer move: a parent
+    still on its (paused) queue's list is kept, and its dependent runs after it."""
+    from cogworker_async.admin import Inspector
+
+    app, jobs = shop(make_app)
+    await Inspector(app).queues.pause("parked")
+    parent = await jobs["step"].options(queue="parked").enqueue(1)
+    child = await jobs["collect"].options(after=[parent], pass_result=True).enqueue()
+    store = app.store()
+    live = store.keys.live_records("parked")
+    parts = (await store.client.hget(live, parent)).decode().split("\t")
+    parts[3] = "1000"
+    await store.client.hset(live, parent, "\t".join(parts))
+    assert await store.sweep_records("parked") == ("0", 0)
+    assert (await app.status(parent)).state == "queued"
+    await Inspector(app).queues.resume("parked")
+    async with app.worker(queues=["parked", "default"]):
+        await wait_until(lambda: _state_is(app, child, "succeeded"), timeout=WAIT)
+
+
 # -- defect 15: pass_result with no result to pass -----------------------------------
 
 

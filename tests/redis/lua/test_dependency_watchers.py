@@ -13,9 +13,10 @@ from cogworker_async.redis.dependencies import Parent, Watcher
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
 from cogworker_async.status import LIVE_TTL, Ended
-from tests.redis.lua.helpers import redis_now
+from tests.redis.lua.helpers import make_job, redis_now
 from tests.redis.lua.test_dependencies import (
     CHILDREN,
+    IDENTITY,
     PARENTS,
     child,
     parent,
@@ -23,6 +24,7 @@ from tests.redis.lua.test_dependencies import (
     relay,
     run,
     state,
+    taken,
 )
 
 
@@ -192,3 +194,51 @@ async def test_a_parent_that_ended_before_the_watch_without_a_result_is_said_too
                                          tail=b'],"kwargs":{}}')
     assert await store.dependencies.arm(CHILDREN, "kid", [who], takes_result_of=who) == "dead"
     assert (await _dead_entry(store))["error_class"] == "ParentResultMissing"
+
+
+async def test_the_sweep_closes_a_watched_parent_that_vanished_and_tells_its_watchers(
+    store: Store, keys: Keys,
+) -> None:
+    """Its queue cleared by hand: nothing will ever move the parent. Its record is not
+    renewed for its watchers but closed cancelled, which notes that end: the child
+    follows on_parent_failure (cancel)."""
+    who = await parent(store)
+    await child(store, [who])
+    await store.dependencies.arm(CHILDREN, "kid", [who])
+    await store.client.delete(keys.queue(PARENTS))  # cleared
+    await _past_bound(store, who)
+
+    assert await store.sweep_records(PARENTS) == ("0", 1)
+    assert await store.client.hexists(keys.live_records(PARENTS), who.jid) == 0
+    assert await state(store, who.jid, PARENTS) == "cancelled"
+    assert 0 < await store.client.ttl(keys.record(PARENTS, who.jid)) <= store.keep_status
+    await relay(store)
+    assert await state(store, "kid") == "cancelled"
+    assert await store.sweep_records(PARENTS) == ("0", 0)  # safe to run twice
+
+
+async def test_the_sweep_keeps_a_watched_parent_while_something_can_move_it(
+    store: Store, keys: Keys,
+) -> None:
+    """Scheduled with the schedule there, running with its process's list there: kept;
+    running with its process's list gone (deleted by hand): closed."""
+    who = await parent(store)
+    await child(store, [who])
+    await store.dependencies.arm(CHILDREN, "kid", [who])
+    await taken(store, who)  # running on IDENTITY's list
+    await _past_bound(store, who)
+    assert await store.sweep_records(PARENTS) == ("0", 0)
+    assert await state(store, who.jid, PARENTS) == "running"
+
+    await store.client.delete(keys.in_progress(PARENTS, IDENTITY))
+    await _past_bound(store, who)
+    assert await store.sweep_records(PARENTS) == ("0", 1)
+    assert await state(store, who.jid, PARENTS) == "cancelled"
+
+    later = Parent(PARENTS, "later")
+    await store.schedule(PARENTS, [make_job(PARENTS, jid="later")], delay=3600,
+                         jids=["later"])
+    await store.dependencies.watch(later, Watcher(CHILDREN, "kid-2"))
+    await _past_bound(store, later)
+    assert await store.sweep_records(PARENTS) == ("0", 0)
+    assert await state(store, "later", PARENTS) == "scheduled"
