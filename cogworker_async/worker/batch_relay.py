@@ -88,6 +88,7 @@ class BatchRelay:
         self.streak = Streak("batch relay")
         self.reaper = BatchReaper(store, identity, judge_after=judge_after)
         self._next_unserved = 0.0
+        self._swept: dict[str, str] = {}  # an unserved queue -> its sweep's cursor
         self._away: set[str] = set()
 
     async def run(self) -> None:
@@ -129,7 +130,9 @@ class BatchRelay:
     async def relay_unserved(self, force: bool = False) -> None:
         """Every ``UNSERVED_EVERY`` seconds, by one worker of the namespace at a time:
         the notes of each registered queue this worker does not serve (a queue no
-        worker serves has ends to relay too: a member or a parent cancelled there)."""
+        worker serves has ends to relay too: a member or a parent cancelled there); and a
+        step of the sweep of their live records, which no worker's upkeep sweeps (a
+        watched parent that vanished there is closed, its end noted: sweep_records.lua)."""
         now = time.monotonic()
         if not force and now < self._next_unserved:
             return
@@ -142,6 +145,8 @@ class BatchRelay:
         for queue in sorted(set(await store.queue_names()) - set(self.queues)):
             try:
                 await self.relay_notes(queue)
+                self._swept[queue], _ = await store.sweep_records(  # its end: next pass
+                    queue, self._swept.get(queue, "0"))
             except Exception as exc:  # that queue's node away, its notes garbage: the rest
                 failure = failure or exc
         if failure is not None:

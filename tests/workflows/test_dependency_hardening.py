@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from cogworker_async import App
+from cogworker_async.worker.batch_relay import UNSERVED_EVERY
 from tests.waiting import wait_until
 
 WAIT = 15.0
@@ -213,6 +214,29 @@ async def test_a_cleared_parents_record_is_not_kept_for_ever_by_its_watchers(
     assert (await app.status(parent)).state == "cancelled"
     async with app.worker(queues=["parked", "default"]):  # served now: its sweep's queue
         await wait_until(lambda: _state_is(app, child, "cancelled"), timeout=WAIT)
+
+
+async def test_a_vanished_parent_on_a_queue_no_worker_serves_still_ends_its_dependents(
+    make_app: Callable[..., App],
+) -> None:
+    """No worker serves "parked" (so no upkeep sweeps it): the relay of unserved queues
+    sweeps it, closes the vanished parent and tells its dependent."""
+    from cogworker_async.admin import Inspector
+
+    app, jobs = shop(make_app)
+    parent = await jobs["step"].options(queue="parked").enqueue(1)
+    await jobs["step"].options(queue="parked").enqueue_in(3600, 2)  # keeps its name
+    child = await jobs["collect"].options(after=[parent]).enqueue("c")
+    assert await Inspector(app).queue("parked").clear() == 1
+    store = app.store()
+    live = store.keys.live_records("parked")
+    parts = (await store.client.hget(live, parent)).decode().split("\t")
+    parts[3] = "1000"  # its bound long passed
+    await store.client.hset(live, parent, "\t".join(parts))
+    async with app.worker(queues=["default"]):  # its sweep, then its note: 2 passes
+        await wait_until(lambda: _state_is(app, child, "cancelled"),
+                         timeout=WAIT + 2 * UNSERVED_EVERY)
+    assert (await app.status(parent)).state == "cancelled"
 
 
 async def test_a_parent_on_a_paused_queue_with_jobs_keeps_its_record_past_its_bound(
