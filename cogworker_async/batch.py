@@ -44,7 +44,8 @@ class BatchBackend(Protocol):
                    parent: str | None = None, now: float | None = None, token: str = "",
                    reopen: bool = False) -> str: ...
 
-    async def add(self, bid: str, jids: Sequence[str], token: str = "") -> list[str]: ...
+    async def add(self, bid: str, jids: Sequence[str], token: str = "",
+                  renew: Sequence[tuple[str, str]] = ()) -> list[str]: ...
 
     async def leave(self, bid: str, jids: Sequence[str], token: str = "") -> int: ...
 
@@ -98,6 +99,8 @@ open or an add (``jobs.batch(..., hold=)``): killed inside its block, its batch 
 batch's parent) is let go of that long after its last add and a relay pass; alive but
 silent longer, it is let go of all the same and told at its next add or its exit
 (``HoldLapsed``). A worker's blocks are judged by their process instead (``OWNER``)."""
+MAX_AROUND: Final = 16
+"""Enclosing blocks whose leases an add renews (the nearest; deeper nesting is rare)."""
 LIVE_HOLDERS: Final[set[str]] = set()
 """The tokens of this process's blocks not exited yet: the relay of a process lets go
 of a token naming its own identity that is not here (an earlier process of the same
@@ -166,9 +169,14 @@ class Batch:
         self._joined: list[str] = []
         """The jids this block added (and pushed, or is pushing): what its failure cancels."""
         self._token: Token[context.OpenBatch | None] | None = None
+        self._around: tuple[tuple[str, str], ...] = ()
+        """(bid, token) of the blocks on a lease enclosing this one in its task, on this
+        App's batches: busy adding to this one (their child), they are alive, and each
+        add renews their leases too (``_leases_around``)."""
 
     async def __aenter__(self) -> Batch:
         parent = self.parent
+        self._around = self._leases_around()
         if parent is None and not self._reopen:
             enclosing = context.BATCH.get()
             running = context.CURRENT.get(None)
@@ -202,8 +210,18 @@ class Batch:
         return identity if (namespace, url) == (app.settings.namespace,
                                                 app.redis_url()) else None
 
+    def _leases_around(self) -> tuple[tuple[str, str], ...]:
+        enclosing = context.BATCH.get()
+        if not isinstance(enclosing, Batch) or enclosing._app is not self._app:
+            return ()  # none, or another App's (another namespace's slot, or Redis)
+        around = enclosing._around
+        if "~" in enclosing._holder and enclosing.bid != self.bid:
+            around = ((enclosing.bid, enclosing._holder), *around)
+        return around[:MAX_AROUND]
+
     async def joining(self, jids: Sequence[str]) -> list[str]:
-        joined = await self._app.batch_backend().add(self.bid, jids, token=self._holder)
+        joined = await self._app.batch_backend().add(self.bid, jids, token=self._holder,
+                                                     renew=self._around)
         self._joined += joined
         return joined
 

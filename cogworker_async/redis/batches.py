@@ -143,11 +143,13 @@ class Batches(Part):
             raise
         return as_bytes(done).decode()
 
-    async def add(self, bid: str, jids: Sequence[str], token: str = "") -> list[str]:
+    async def add(self, bid: str, jids: Sequence[str], token: str = "",
+                  renew: Sequence[tuple[str, str]] = ()) -> list[str]:
         """``jids`` join open batch ``bid`` (before they are enqueued), added by the block
-        of ``token`` (its lease renewed); those that joined (not the ones already
-        members). ``HoldLapsed``: that block's lease lapsed."""
-        joined = await self._members(bid, "join", jids, token)
+        of ``token`` (its lease renewed, and those of ``renew``'s (bid, token): the
+        blocks enclosing it); those that joined (not the ones already members).
+        ``HoldLapsed``: that block's lease lapsed."""
+        joined = await self._members(bid, "join", jids, token, renew)
         return [as_bytes(jid).decode() for jid in joined] if isinstance(joined, list) else []
 
     async def leave(self, bid: str, jids: Sequence[str], token: str = "") -> int:
@@ -155,11 +157,14 @@ class Batches(Part):
         left = await self._members(bid, "leave", jids, token)
         return left if isinstance(left, int) else 0
 
-    async def _members(self, bid: str, how: str, jids: Sequence[str], token: str) -> object:
+    async def _members(self, bid: str, how: str, jids: Sequence[str], token: str,
+                       renew: Sequence[tuple[str, str]] = ()) -> object:
         try:
             reply: object = await self.scripts.run(
-                "batch_add", self.keys.batch_keys(bid),
-                [int(OPEN_TTL), how, token or "-", self._now(), *jids])
+                "batch_add", [*self.keys.batch_keys(bid),
+                              *(self.keys.batch(around) for around, _ in renew)],
+                [int(OPEN_TTL), how, " ".join([token or "-", *(t for _, t in renew)]),
+                 self._now(), *jids])
         except ResponseError as exc:
             if (ended := _ended(exc)) is not None:
                 raise ended from exc

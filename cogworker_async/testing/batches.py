@@ -91,7 +91,8 @@ class FakeBatches:
             raise BatchEnded(f"SEALED batch is not open ({found.state}): {bid}")
         return found
 
-    async def add(self, bid: str, jids: Sequence[str], token: str = "") -> list[str]:
+    async def add(self, bid: str, jids: Sequence[str], token: str = "",
+                  renew: Sequence[tuple[str, str]] = ()) -> list[str]:
         """``batch_add``; a block's lease (``hold``) never lapses here: no relay runs."""
         found = self._open(bid)
         joined = []

@@ -191,3 +191,64 @@ async def test_a_workers_block_on_another_apps_batch_is_not_judged_gone(
     finally:
         gate.set()
         await other.close()
+
+
+# -- (1) a block outside a worker busy in its child block: its own lease lapsed ---------
+
+
+async def test_a_block_busy_adding_to_its_child_batch_keeps_its_own_hold(
+    make_app: Callable[..., App],
+) -> None:
+    """Outside a worker, ``async with jobs.batch(hold=H) as parent: async with
+    jobs.batch() as child:`` adding members for longer than H: the parent block is alive
+    and working (in its child), so each add renews its lease too. Before, only the
+    child's was: the relay abandoned the parent (no callback, ever) and the block heard
+    HoldLapsed at its exit."""
+    app = make_app(track_jobs=True)
+
+    @app.job(name="work", retry=0)
+    async def work(n: int) -> int:
+        return n
+
+    store = app.store()
+    outcome: dict[str, Any] = {}
+    clock = asyncio.get_running_loop().time
+    try:
+        async with app.batch(hold=1.0) as parent:
+            async with app.batch(hold=60.0) as child:
+                assert child.parent == parent.bid
+                n, started = 0, clock()
+                while clock() - started < 2.5:  # members keep coming, into the child
+                    await work.enqueue_in(3600, n)
+                    n += 1
+                    await asyncio.sleep(0.05)
+                outcome["released"] = await BatchReaper(store, OTHER).reap()
+                outcome["state"] = (await app.batch_status(parent.bid)).state
+            await work.enqueue_in(3600, n)  # the parent's own add, after its child
+    except BatchEnded as exc:
+        outcome["refused"] = exc
+    assert (outcome["released"], outcome["state"]) == (0, "open"), outcome
+    assert "refused" not in outcome
+    status = await app.batch_status(parent.bid)
+    assert (status.state, status.total, status.children) == ("running", 1, [child.bid])
+
+
+async def test_a_block_on_a_lease_silent_in_its_child_block_is_still_let_go_of(
+    make_app: Callable[..., App],
+) -> None:
+    """The renewal is the adds': a parent whose child block adds nothing for longer than
+    the parent's hold is let go of as before (its process may be stuck)."""
+    app = make_app(track_jobs=True)
+    store = app.store()
+    parent = app.batch(hold=0.5)
+    released = []
+
+    async def silent() -> None:
+        async with parent, app.batch(hold=60.0):
+            await asyncio.sleep(1.0)
+            released.append(await BatchReaper(store, OTHER).reap())
+
+    with pytest.raises(BatchEnded):
+        await silent()
+    assert released == [1]
+    assert (await app.batch_status(parent.bid)).state == "abandoned"
