@@ -37,6 +37,9 @@ MAX_KEY_LENGTH: Final = 1000
 MODES: Final = ("throttle", "debounce", "coalesce")
 _AT_FRONT: Final = len(b'{"jid":"')
 """Where job.build writes the jid: right after the payload's opening."""
+COALESCED: Final = b'"coalesce":true'
+"""In the payload of a coalesced job (``mark``): a basic-fetch worker, which pops without
+a script, looks for it (worker/fetch.py) to take the job's merge in one more call."""
 
 
 def check(throttle: object, debounce: object, coalesce: object, key: object) -> None:
@@ -137,3 +140,12 @@ def placed(raw: bytes, jid: str) -> tuple[bytes, int]:
         if encoded.count(marker.encode()) == 1:
             head, _, tail = encoded.partition(marker.encode())
             return head + text + tail, len(head)
+
+
+def mark(raw: bytes) -> bytes:
+    """``raw`` with ``"coalesce":true`` last (the jid stays where it is): see
+    ``COALESCED``. A payload that does not end its object with ``}`` is left as it is."""
+    body = raw.rstrip()
+    if not body.endswith(b"}") or body.endswith(b"{}"):
+        return raw
+    return body[:-1] + b"," + COALESCED + b"}"

@@ -45,6 +45,8 @@ async def enqueue(client: Enqueuing, definition: JobDefinition, options: JobOpti
     if push is None:
         return None
     push.raw, jid_at = dedup.placed(push.raw, push.jid)  # where a merge writes its jid
+    if mode == "coalesce":
+        push.raw = dedup.mark(push.raw)
     key, name = dedup.digest(definition.name, options, args, kwargs), definition.name
     if client.sink is not None:  # a test's fake: the same rules, in memory
         jid: str | None = await client.sink.dedup(push, options, mode, seconds, key, due)

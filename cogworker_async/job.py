@@ -75,6 +75,9 @@ Payload = TypedDict("Payload", {
     # tracing.py's: the enqueue's trace context (W3C ``traceparent``, ``tracestate``),
     # written by the client (``JobTracer.inject``), read by the run's span (``_parent``):
     "trace": dict[str, str],
+    # dedup.py's (``mark``): a job of a coalesced key, written last by the client, read by
+    # a basic-fetch worker to take the job's merge (worker/fetch.py):
+    "coalesce": bool,
     # A dead entry's: the bytes of what was not a job (``unparseable_entry``), and the
     # process that kept dying with it (worker/recovery.py, ``process_died_entry``):
     "raw_payload_base64": str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
+from cogworker_async import job
 from cogworker_async.dedup import placed
 from cogworker_async.redis.batches import foreign
 from cogworker_async.redis.errors import ResponseError
@@ -84,3 +85,15 @@ class Dedup(Part):
                 raise refused from None
             raise
         return as_bytes(reply[0]).decode(), as_bytes(reply[1]).decode()
+
+    async def popped(self, queue: str, raw: bytes) -> bytes:
+        """A job of a coalesced key popped by a basic-fetch worker (``coalesce_popped.lua``):
+        the job to run (with the arguments merged into it while it waited); its record no
+        longer takes merges. Whatever this App's ``track_jobs``: the record is the
+        enqueuer's."""
+        jid = job.jid_of(raw)
+        if jid is None:
+            return raw
+        reply = await self.scripts.run("coalesce_popped", [self.keys.record(queue, jid)],
+                                       [raw])
+        return as_bytes(reply) if isinstance(reply, bytes | str) else raw

@@ -17,6 +17,7 @@ from typing import Final, Protocol
 
 import anyio
 
+from cogworker_async.dedup import COALESCED
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings
 
@@ -128,7 +129,23 @@ class BasicFetch:
             await anyio.sleep(BASIC_POP_TIMEOUT)
             return []
         popped = await self._store.pop(ready, BASIC_POP_TIMEOUT)
-        return [Work(*popped)] if popped else []
+        if not popped:
+            return []
+        queue, raw = popped
+        if COALESCED in raw:  # one more call, for a job of a coalesced key only
+            raw = await self._coalesced(queue, raw)
+        return [Work(queue, raw)]
+
+    async def _coalesced(self, queue: str, raw: bytes) -> bytes:
+        """The job to run (a merge waiting for it taken), its record told that it no
+        longer takes merges (``coalesce_popped.lua``). Popped already: a failure here
+        runs it as popped (a merge lost), rather than losing it."""
+        try:
+            return await self._store.dedup.popped(queue, raw)
+        except Exception as exc:  # Redis away, refused: the job is ours, run it
+            log.warning("a coalesced job popped from %r could not take its merge: %r",
+                        queue, exc)
+            return raw
 
     async def wait(self, nudge: anyio.Event, block_for: float) -> list[Work]:
         return []  # fetch itself blocks (BRPOP)

@@ -141,6 +141,17 @@ local function record_library()
   -- Best effort: a record of the wrong type must never stop the move it describes (pcall).
   local function lib_write(key, fields, ttl, origin)
     local live, jid = live_place(key)
+    if fields.merged_by and live then
+      -- A coalesced job (coalesce.lua): ``era`` is its queue's clear count when it was
+      -- last put on its list (a push, a release, a retry due, a give-back...): a clear
+      -- since, and it is gone. Kept while it stays queued, dropped when it leaves.
+      if fields.state ~= "queued" then
+        fields.era = nil
+      elseif not fields.era then
+        local count = redis.pcall("GET", string.sub(live, 1, -5) .. "cleared")
+        fields.era = type(count) == "string" and count or "0"
+      end
+    end
     if (fields.batch or fields.watchers) and FINISHED_STATES[fields.state]
         and fields.noted ~= fields.state and live then
       -- A member of a batch, or a parent other jobs wait for (``after=``), has ended
@@ -222,9 +233,47 @@ local function record_library()
     redis.pcall("DEL", key)
   end
 
+  -- HISTORY: what a job's earlier tries wrote in its payload (retries.py, outcome.py): a
+  -- merge brings new arguments, never a fresh count of retries (a failing job merged into
+  -- at every retry would otherwise retry for ever).
+  local HISTORY = {"retry_count", "error_class", "error_message", "error_backtrace",
+                   "failed_at", "retried_at", "interrupted_count", "limited_count",
+                   "limited_at"}
+
+  -- with_history: ``merged`` (a new enqueue's payload, its jid the job's) with the fields
+  -- of HISTORY that ``job`` (the job as it waited) has and ``merged`` has not, appended
+  -- (no field moves: the jid, priority and group stay where scripts look for them).
+  local function lib_with_history(job, merged)
+    if not string.find(job, '_count":', 1, true) then
+      return merged -- never tried: nothing to keep (no decoding)
+    end
+    local ok, was = pcall(cjson.decode, job)
+    local ok_new, now = pcall(cjson.decode, merged)
+    local body = string.match(merged, "^(.*)}%s*$")
+    if not (ok and ok_new and type(was) == "table" and type(now) == "table" and body) then
+      return merged
+    end
+    local parts = {body}
+    for _, name in ipairs(HISTORY) do
+      local value = was[name]
+      if value ~= nil and now[name] == nil then
+        local text
+        if type(value) == "table" and next(value) == nil then
+          text = "[]" -- cjson reads [] as a table it would write as {}
+        else
+          text = cjson.encode(value)
+        end
+        parts[#parts + 1] = string.format(",%s:%s", cjson.encode(name), text)
+      end
+    end
+    parts[#parts + 1] = "}"
+    return table.concat(parts)
+  end
+
   record_library_made = {pack = lib_pack, unpack = lib_unpack, read = lib_read,
                          write = lib_write, set = lib_set, mark = lib_mark,
-                         alive = lib_alive, drop = lib_drop, live_states = LIVE_STATES}
+                         alive = lib_alive, drop = lib_drop, live_states = LIVE_STATES,
+                         with_history = lib_with_history}
   return record_library_made
 end
 
@@ -330,10 +379,12 @@ end
 -- swapped, the fields of the run appended
 -- (``running_tail``, the same for every job of one fetch: made once, little garbage for
 -- Lua's collector, whose work grows with every string a script makes).
--- A job of a coalesced key (``merged_by=<digest>``, coalesce.lua) whose key's state says a
--- merge waits for it (``merged``) runs with the arguments merged: returned second (the
--- caller puts them where the job now is), the merge spent in the same step.
+-- A job of a coalesced key (``merged_by=<digest>``, coalesce.lua) into which enqueues
+-- merged while it waited (the key's state holds ``merge:<jid>``) runs with the arguments
+-- merged: returned second (the caller puts them where the job now is), with the job's
+-- own history (``lib_with_history``), the merge spent in the same step.
 local running_tail, running_tail_of = nil, nil
+
 local function fetch_record(prefix, live, jid, by, now, cancelled_ttl, live_ttl, raw)
   local text = redis.pcall("HGET", live, jid)
   -- "by=" without its tab: a run's ``by`` and a coalesced job's ``merged_by`` in one look
@@ -354,21 +405,21 @@ local function fetch_record(prefix, live, jid, by, now, cancelled_ttl, live_ttl,
   local key = prefix .. jid
   local lib = record_library()
   local fields, origin = lib.read(key)
+  local state = fields and fields.merged_by and
+                string.sub(prefix, 1, -5) .. "coalesce:" .. fields.merged_by
   if fields and fields.cancel == "1" then
     lib.write(key, lib.set(fields, "cancel", false, "by", false, "state", "cancelled",
                            "finished_at", now), cancelled_ttl, origin)
+    if state then redis.pcall("HDEL", state, "merge:" .. jid) end -- never to run
     return true
   end
   lib.write(key, lib.set(fields or {batch = payload_bid(raw)}, "state", "running", "by", by,
                          "started_at", now), (not fields) and live_ttl or nil, origin)
-  if not (fields and fields.merged_by) then return false end
-  local state = string.sub(prefix, 1, -5) .. "coalesce:" .. fields.merged_by
-  local held = redis.pcall("HMGET", state, "jid", "raw", "merged")
-  if type(held) ~= "table" or held.err or held[1] ~= jid or held[3] ~= "1" then
-    return false
-  end
-  redis.pcall("HDEL", state, "merged")
-  return false, held[2] or nil
+  if not state then return false end
+  local merged = redis.pcall("HGET", state, "merge:" .. jid)
+  if type(merged) ~= "string" then return false end
+  redis.pcall("HDEL", state, "merge:" .. jid)
+  return false, lib.with_history(raw or "", merged)
 end
 
 -- finish_record: the record of a job that ran says how it ended (``state``, at ``now``,

@@ -7,8 +7,9 @@
 -- Returns {jobs deleted, how many of KEYS[2..] exist}. The lists are UNLINKed: a huge one
 -- is freed in the background, never blocking Redis (and the beats) meanwhile. A key of the
 -- wrong type among them counts no job and goes too (it held none). Safe to run twice.
--- The slot's ``cleared`` counts the clears: a coalesced key's job pushed before one is
--- gone, and its next enqueue pushes a new one (coalesce.lua) instead of merging into it.
+-- The slot's ``cleared`` counts the clears: a coalesced key's job last put on its list
+-- before one (its record's ``era``, _record.lua) is gone, and its next enqueue pushes a
+-- new one (coalesce.lua) instead of merging into it.
 -- Model: none — an admin's delete of waiting jobs, not a move of the protocol
 local slot = string.sub(KEYS[1], 1, -6)
 local doomed = {KEYS[1], slot .. "prios", slot .. "groups"}

@@ -2,14 +2,18 @@
 -- The key's state names its latest job L; an enqueue, by what L's record says:
 -- * queued (on its list, not started; again after a retry, a recovery, a give-back or a
 --   retry from dead: its record keeps ``merged_by``): L takes the new arguments at its
---   fetch. The state keeps them (``raw``) and says a merge waits (``merged``); the fetch
---   hands them over in its own step (_record.lua). L keeps its jid and its
---   place, and nothing scans the list: the cost is the same behind any backlog (an
---   element found by LPOS cost 30-60 ms behind 600,000 jobs, and one changed by a retry
---   was not found at all). New arguments that put the job on another list (another
---   group or priority) make a follow-up instead (below): a list never holds a job of
---   another's. The queue cleared since L was pushed (``cleared``, counted by
---   clear_queue.lua, against the state's ``era``): L is gone, a new job is pushed;
+--   fetch. The state keeps them (``raw``) and, for L's fetch, ``merge:<L>``; the fetch
+--   hands them over in its own step (_record.lua), with L's history
+--   (its retry count...). L keeps its jid and its place, and nothing scans the list: the
+--   cost is the same behind any backlog (an element found by LPOS cost 30-60 ms behind
+--   600,000 jobs, and one changed by a retry was not found at all). New arguments that
+--   put the job on another list (another group or priority) make a follow-up instead
+--   (below): a list never holds a job of another's; a merge L already took stays for its
+--   fetch (``merge:<L>`` is its own). The queue cleared since L was last put on its list
+--   (the record's ``era``, the queue's ``cleared`` count then, written by _record.lua
+--   whenever the record of a coalesced job becomes queued: a push, a release, a retry
+--   due, a give-back...; ``cleared`` counted by clear_queue.lua): L is gone, a new job is
+--   pushed;
 -- * waiting (a follow-up, for the job before it): its copy takes the new arguments;
 -- * running, retrying: a follow-up N is made that runs after L, whatever L's end
 --   (a dependent of L, ``on_parent_failure="run"``: dep_wait.lua and dep_watch.lua in one
@@ -18,8 +22,8 @@
 --   whose record has no ``merged_by``): a new job N is pushed and is the latest.
 -- Each job of the key is recorded with ``merged_by=<digest>``, which the fetch reads.
 -- One step: concurrent enqueuers of one key never make two follow-ups.
--- KEYS[1] the key's state (hash: jid, raw: L as it runs or its copy holds it, merged:
---   "1" while a merge waits for L's fetch, era: the queue's ``cleared`` at L's push)
+-- KEYS[1] the key's state (hash: jid, raw: L as it runs or its copy holds it,
+--   merge:<jid>: the arguments merged into that job, waiting for its fetch)
 -- KEYS[2] the queue's list   (the rest is derived in its slot: its other lists, records,
 -- dep copies, the waiting zset, ``cleared``)
 -- ARGV[1] the new job's jid   ARGV[2] the new raw job
@@ -45,14 +49,13 @@ local refused = key_foreigns({{"coalesce key", KEYS[1], "hash"}, {"queue", KEYS[
                               {"clear count", slot .. "cleared", "string"}})
 if refused then return refused end
 local era = redis.call("GET", slot .. "cleared") or "0"
-local held = redis.call("HMGET", KEYS[1], "jid", "raw", "era")
+local held = redis.call("HMGET", KEYS[1], "jid", "raw")
 local latest, old = held[1], held[2]
 
--- remember: ``jid`` is the key's latest job, ``raw`` as it runs; a merge that waited for
--- another job is forgotten (that job ran, ended or is gone).
+-- remember: ``jid`` is the key's latest job, ``raw`` as it runs. A merge an earlier job
+-- took (``merge:<jid>``) stays until that job's fetch.
 local function remember(jid, raw)
-  redis.call("HSET", KEYS[1], "jid", jid, "raw", raw, "era", era)
-  redis.call("HDEL", KEYS[1], "merged")
+  redis.call("HSET", KEYS[1], "jid", jid, "raw", raw)
   redis.call("EXPIRE", KEYS[1], tonumber(ARGV[9]))
 end
 
@@ -84,10 +87,10 @@ if latest and old then
   local state = fields and not fields.cancel and fields.merged_by == digest and fields.state
   local raw = string.sub(ARGV[2], 1, jid_at) .. latest ..
               string.sub(ARGV[2], jid_at + #ARGV[1] + 1)
-  if state == "queued" and held[3] == era then
+  if state == "queued" and fields.era == era then
     local lists = queue_library().list_of
     if lists(KEYS[2], raw) ~= lists(KEYS[2], old) then return follow(latest, fields, origin) end
-    redis.call("HSET", KEYS[1], "raw", raw, "merged", "1")
+    redis.call("HSET", KEYS[1], "raw", raw, "merge:" .. latest, raw)
     redis.call("EXPIRE", KEYS[1], tonumber(ARGV[9]))
     return {"merged", latest}
   elseif state == "waiting" then
@@ -102,6 +105,8 @@ if latest and old then
   elseif state == "running" or state == "retrying" then
     return follow(latest, fields, origin)
   end
+  -- L ran, ended or is gone (cleared, cancelled): a merge it never took goes
+  redis.call("HDEL", KEYS[1], "merge:" .. latest)
 end
 queue_library().push(KEYS[2], ARGV[2], false, redis.call)
 new_record(prefix .. ARGV[1], ARGV[5], "state", "queued", "name", ARGV[6],

@@ -154,7 +154,7 @@ async def test_the_fetch_spends_the_merge_and_a_given_back_job_keeps_its_argumen
     await coalesce(store, 1)
     await coalesce(store, 2)
     [(_, fetched)] = (await store.fetch(ME, [QUEUE], 1)).jobs
-    assert await store.client.hget(keys.coalesce(QUEUE, "c"), "merged") is None
+    assert sorted(await store.client.hkeys(keys.coalesce(QUEUE, "c"))) == [b"jid", b"raw"]
     assert await store.give_back(ME, QUEUE, fetched)
 
     [(_, again)] = (await store.fetch(ME, [QUEUE], 1)).jobs
@@ -190,3 +190,90 @@ async def test_a_job_cleared_from_its_queue_takes_no_merge(store: Store, keys: K
     assert how == "new"
     [listed] = await items(store, keys.queue(QUEUE))
     assert jid_of(listed) == runs
+
+
+async def test_a_merge_keeps_the_retry_count_of_the_job_it_reaches(
+    store: Store, keys: Keys
+) -> None:
+    """A retried job takes the new arguments, never a fresh count of retries: enqueues
+    at every retry would otherwise keep a failing job retrying for ever."""
+    _, first = await coalesce(store, 1)
+    await fail_once(store, "retry")
+    assert await coalesce(store, 2) == ("merged", first)
+
+    [(_, fetched)] = (await store.fetch(ME, [QUEUE], 1)).jobs
+
+    payload = json.loads(fetched)
+    assert (payload["jid"], payload["args"][1], payload["retry_count"]) == (first, 2, 1)
+    assert fetched.startswith(b'{"jid":"')
+    assert await items(store, keys.in_progress(QUEUE, ME)) == [fetched]
+
+
+async def test_a_merge_stays_for_its_job_when_a_later_enqueue_follows_it(
+    store: Store, keys: Keys
+) -> None:
+    _, first = await coalesce(store, 1)
+    assert await coalesce(store, 2) == ("merged", first)
+    grouped = json.loads(plain(3))
+    raw = json.dumps({"jid": grouped.pop("jid"), "group": "b", **grouped},
+                     separators=(",", ":")).encode()
+    how, follow = await store.dedup.coalesce("c", jid_of(raw), QUEUE, raw, name="note")
+    assert (how, follow) == ("following", jid_of(raw))
+
+    [(_, fetched)] = (await store.fetch(ME, [QUEUE], 1)).jobs
+
+    assert (jid_of(fetched), json.loads(fetched)["args"][1]) == (first, 2)
+
+
+async def test_a_job_put_back_on_its_list_after_a_clear_takes_the_merges(
+    store: Store, keys: Keys
+) -> None:
+    """Retrying while the queue is cleared (its retry is not on the list), then due: it
+    is on its list again, after the clear; the next enqueue merges into it."""
+    _, first = await coalesce(store, 1)
+    [(_, raw)] = (await store.fetch(ME, [QUEUE], 1)).jobs
+    payload = json.loads(raw)
+    entry = json.dumps({**payload, "retry_count": 1}, separators=(",", ":")).encode()
+    await store.file_failure(ME, QUEUE, raw, "retry", entry, 0.0,
+                             failure=Failure(first, "Boom: once", 2))
+    await Admin(store).queue_clear(QUEUE)
+    assert await store.promote(QUEUE, "retry", [(entry, entry)]) == 1
+
+    assert await coalesce(store, 2) == ("merged", first)
+    assert await items(store, keys.queue(QUEUE)) == [entry]
+
+
+# -- a basic-fetch worker pops without a script: one more call, for a coalesced job ------
+
+async def test_a_popped_coalesced_job_takes_its_merge_and_its_key_takes_no_more(
+    store: Store, keys: Keys
+) -> None:
+    _, first = await coalesce(store, 1)
+    await fail_once(store, "retry")
+    assert await coalesce(store, 2) == ("merged", first)
+    popped = await store.client.rpop(keys.queue(QUEUE))
+    assert isinstance(popped, bytes)
+
+    runs = await store.dedup.popped(QUEUE, popped)
+
+    payload = json.loads(runs)
+    assert (payload["jid"], payload["args"][1], payload["retry_count"]) == (first, 2, 1)
+    assert await store.dedup.popped(QUEUE, popped) == popped  # twice: nothing more
+    how, runs_next = await coalesce(store, 3)
+    assert how == "new"
+    assert runs_next != first
+    assert [jid_of(raw) for raw in await items(store, keys.queue(QUEUE))] == [runs_next]
+
+
+async def test_a_popped_job_of_no_coalesced_key_is_run_as_popped(store: Store) -> None:
+    raw = plain(1)
+    assert await store.dedup.popped(QUEUE, raw) == raw
+
+
+def test_a_coalesced_payload_is_marked_last_and_its_jid_stays_first() -> None:
+    raw = plain(1)
+    marked = dedup.mark(raw)
+    assert marked.startswith(raw[:-1])
+    assert marked.endswith(b',"coalesce":true}')
+    assert json.loads(marked)["coalesce"] is True
+    assert dedup.mark(b"[1]") == b"[1]"

@@ -263,6 +263,12 @@ async def coalesce(s: Setup) -> None:
                                          name="send_email"))[0] == "new"
 
 
+async def coalesce_popped(s: Setup) -> None:
+    raw = make_job("emails")
+    await s.store.dedup.coalesce("c", jid_of(raw), "emails", raw, name="send_email")
+    assert await s.store.dedup.popped("emails", raw) == raw  # no merge: run as popped
+
+
 async def requeue(s: Setup) -> None:
     await fetched(s.store, IDENTITY, [make_job("emails")], queue="emails")
     assert await s.store.requeue(IDENTITY, "emails") == 1
@@ -427,7 +433,8 @@ SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
         ack, add_stats, batch_abandon, batch_add, batch_apply, batch_fired, batch_open,
         batch_release, batch_seal, beat,
-        bury_orphan, cancel, clear_queue, close_record, coalesce, cron_claim, debounce,
+        bury_orphan, cancel, clear_queue, close_record, coalesce, coalesce_popped,
+        cron_claim, debounce,
         dep_apply, dep_wait, dep_watch,
         drop_notes, due, enqueue,
         enqueue_unique, extend_lock, fetch, file_failure, file_unsettled, forget, give_back,
