@@ -94,8 +94,9 @@ BOUND: Final = (2 * SETTINGS["orphan_threshold"] + SETTINGS["recovery_interval"]
                 + RELAY_PASS + 2 * UNSERVED_EVERY + MARGIN)
 """Seconds from the last kill to every workflow's end: a dead worker is forgotten by
 recovery (orphan threshold, a recovery pass), the reaper lets go of its blocks once it
-has found it gone for the orphan threshold (a relay pass after); an unserved queue's notes wait for one worker's turn (a lock holder
-killed: a second turn); then the margin."""
+has found it gone for the orphan threshold (a relay pass after); an unserved queue's
+notes wait for one worker's turn (a lock holder killed: a second turn); then the
+margin."""
 ENQUEUER_BOUND: Final = chaosapp.HOLD_OPEN_LEASE + RELAY_PASS + MARGIN
 """The same for a batch whose enqueuer (not a worker) died inside its block: its lease
 (``hold``, from its last add) lapses, a relay pass lets go of it; then the margin."""
