@@ -122,6 +122,8 @@ bool sealed;
 byte holders;          /* bit 0: the client's block; bit k: A's run k */
 byte tok_owner[3];
 byte mem[MAXJ];        /* member sets: pending / succeeded / dead / cancelled */
+byte orphans;          /* the hash's "orphans" mark: a dead block let go of, not yet
+                          repaired (0: none); bumped by each such release and each seal */
 bool fire, fired, decided;
 /* dependencies: C waits for P */
 bool dep;              /* C's dep hash (its only copy while it waits) */
@@ -171,6 +173,11 @@ byte runs_a;           /* runs of A (its token) */
 #define A_dependent_after_parents(c) assert(c)
 #else
 #define A_dependent_after_parents(c) skip
+#endif
+#ifdef CHECK_callback_after_members
+#define A_callback_after_members(c) assert(c)
+#else
+#define A_callback_after_members(c) skip
 #endif
 #ifdef CHECK_batch_sealed_unheld
 #define A_batch_sealed_unheld(c) assert(c)
@@ -261,7 +268,15 @@ inline enqueue(j, once) {
     if :: !once || rec[j] == R_NONE ->
 #endif
        inq[j] = 1; rec[j] = R_QUEUED; enq[j] = 1;
-       if :: once -> cb_count++; A_callback_once(cb_count <= 1) :: else -> skip fi
+       if :: once -> cb_count++; A_callback_once(cb_count <= 1) :: else -> skip fi;
+#ifdef CHECK_callback_after_members
+       /* callback_after_members — docs/reliability.md "a batch's callbacks": a batch's
+          callback comes after its members: every member pushed has ended (one counted
+          cancelled by the repair must have had no job behind it) */
+       if :: once -> for (u : 1 .. CB - 1) { A_callback_after_members(!enq[u] || fin[u] != 0) }
+          :: else -> skip fi;
+#endif
+       skip
     :: else -> skip
     fi
   }
@@ -445,10 +460,12 @@ inline batch_add(j, ok) {
     fi
   }
 }
-/* batch_seal.lua: the block exits with its token; sealed once no block holds it */
+/* batch_seal.lua: the block exits with its token; sealed once no block holds it (a
+   marked batch's mark is bumped: a repair read before this seal is refused) */
 inline batch_seal(k) {
   atomic {
     holders = holders & ~(1 << k);
+    if :: orphans != 0 -> orphans++ :: else -> skip fi;
 #ifdef MUTANT_SEAL_ONE_HOLDER
     if :: (holders & 1) == 0 -> sealed = 1; h_decide() :: else -> skip fi
 #else
@@ -457,7 +474,9 @@ inline batch_seal(k) {
   }
 }
 /* batch_release.lua (worker/batch_reaper.py): tokens of worker processes that are gone
-   (forgotten) are let go of; a batch no block holds is sealed and decided */
+   (forgotten) are let go of; a batch no block holds is sealed and decided. The batch is
+   marked (orphans): a dead block may have joined a member it never pushed (add_window);
+   it is repaired by batch_repair once no block holds it. */
 inline batch_release(w) {
   atomic {
     t = 0;
@@ -467,7 +486,57 @@ inline batch_release(w) {
       :: else -> skip
       fi
     };
-    if :: t && holders == 0 && !BFINAL -> sealed = 1; h_decide() :: else -> skip fi
+#ifndef PREFIX_ADD_WINDOW
+    if :: t -> orphans++ :: else -> skip fi;
+#endif
+    if
+    :: t && holders == 0 && !BFINAL -> sealed = 1; h_decide()
+    :: else -> skip
+    fi
+  }
+}
+/* worker/batch_reaper.py _repair, its reads (no script): a marked batch no block holds —
+   its mark and state (om, ost), then the pending members with no record (nv, a bitmask);
+   om = 0: nothing to repair. Two reads, as the code makes them: a block may reopen the
+   batch between them. */
+inline h_repair_read(om, ost, nv) {
+  atomic {
+    om = 0; nv = 0;
+#ifdef MUTANT_REPAIR_WHILE_HELD
+    if :: orphans != 0 -> om = orphans; ost = bstate :: else -> skip fi
+#else
+    if :: holders == 0 && orphans != 0 -> om = orphans; ost = bstate :: else -> skip fi
+#endif
+  };
+  atomic {
+    if
+    :: om != 0 ->
+       for (u : 1 .. NJ) {
+         if :: mem[u] == M_PEND && rec[u] == R_NONE -> nv = nv | (1 << u) :: else -> skip fi
+       }
+    :: else -> skip
+    fi
+  }
+}
+/* batch_repair.lua: if no block holds the batch and its mark and state are as read, the
+   members read with no record count cancelled, the batch is decided, the mark goes;
+   otherwise nothing (the next pass reads again). (An abandoned batch's other pending
+   members are cancelled first by the reaper: no modelled opener dies, see docs.) */
+inline batch_repair(om, ost, nv) {
+  atomic {
+    if
+#ifdef MUTANT_REPAIR_WHILE_HELD
+    :: om != 0 && orphans == om && bstate == ost ->
+#else
+    :: om != 0 && holders == 0 && orphans == om && bstate == ost ->
+#endif
+       for (u : 1 .. NJ) {
+         if :: (nv & (1 << u)) && mem[u] == M_PEND -> mem[u] = E_CANC :: else -> skip fi
+       };
+       orphans = 0;
+       h_decide()
+    :: else -> skip
+    fi
   }
 }
 /* batch_apply.lua: a member's end, relayed from its note, moves it out of pending */
@@ -544,6 +613,9 @@ inline sweep_records() {
 /* ---------------------------------------------------------------- processes */
 proctype worker(byte w) {
   byte j, k, q, e, r, cur;
+#ifdef WORKFLOWS
+  byte om, ost, nv;   /* the repair's reads (h_repair_read) */
+#endif
   byte t, u;   /* scratch of one atomic step */
   bool z, ok;
   do
@@ -581,6 +653,11 @@ proctype worker(byte w) {
 #ifndef PREFIX_HOLDER
      batch_release(w); h_chaos(w);
 #endif
+#ifndef PREFIX_ADD_WINDOW
+     h_repair_read(om, ost, nv); h_chaos(w);
+     if :: om != 0 -> batch_repair(om, ost, nv); h_chaos(w) :: else -> skip fi;
+     atomic { om = 0; ost = 0; nv = 0 };
+#endif
      if
      :: fire -> enqueue(CB, 1); h_chaos(w); batch_fired(); h_chaos(w)
      :: else -> skip
@@ -609,9 +686,7 @@ proctype worker(byte w) {
               batch_open(k, w, ok); h_chaos(w);
               if
               :: ok -> batch_add(2 + k, ok);
-#ifdef ADD_WINDOW  /* open finding (docs/model.md): a crash between the add and the push */
-                 h_chaos(w);
-#endif
+                 h_chaos(w);  /* a crash between the add and the push (add_window) */
                  if :: ok -> rbatch[2 + k] = 1; enqueue(2 + k, 0); h_chaos(w) :: else -> skip fi;
                  batch_seal(k); h_chaos(w)
               :: else -> skip

@@ -210,6 +210,26 @@ class Batches(Part):
             "all" if tokens is None else "some", *(tokens or [])])
         return as_bytes(state).decode() if state else None
 
+    async def marked(self, bid: str) -> tuple[str | None, str, str]:
+        """What the relay's repair reads of ``bid``: its state (None: no such batch), its
+        holders and its ``orphans`` mark ("": none; batch_release.lua)."""
+        got = await self.client.hmget(self.keys.batch(bid), ["state", "holders", "orphans"])
+        state, holders, mark = (as_bytes(v).decode("utf-8", "replace") if v else "" for v in got)
+        return state or None, holders, mark
+
+    async def repair(self, bid: str, mark: str, state: str, never_pushed: Sequence[str],
+                     now: float | None = None) -> str | None:
+        """The relay's repair of ``bid`` as it read it (``mark``, ``state``): the jids of
+        ``never_pushed`` count cancelled, the mark goes and the batch leaves the held
+        index — unless a block holds it again or it changed since ("retry": nothing
+        written). Its state (None: no such batch)."""
+        state_now = await self.scripts.run(
+            "batch_repair", [*self.keys.batch_keys(bid), self.keys.batches_firing,
+                             self.keys.batches_open, self.keys.batches_held],
+            [bid, now if now is not None else self._now(), int(DONE_TTL), mark, state,
+             *never_pushed])
+        return as_bytes(state_now).decode() if state_now else None
+
     async def held_page(self, start: int, count: int) -> list[tuple[str, str, str | None]]:
         """Batches held open by a block of a worker process, or by one on a lease (outside
         a worker), oldest first, from

@@ -12,8 +12,11 @@ recovery forgot it once its jobs were back (``forget.lua``), or it stopped — a
 each token naming this very process that no block of it holds (an earlier process of
 the same configured identity, or a seal that failed). A batch left with no holder is
 sealed, as at its block's exit; one opened by a
-block that died ends abandoned, as if that block had raised, and its pending members
-are cancelled (the recovered run enqueues its own).
+block that died ends abandoned, as if that block had raised. Letting go of a dead block
+marks the batch, which stays listed until it is repaired, once no block holds it: a
+member the dead block joined but never pushed counts cancelled, and an abandoned
+batch's pending members are cancelled (the recovered run enqueues its own) — then the
+mark goes (``_repair``: a relay that dies halfway leaves it to the next pass).
 
 A block in a process that is not a worker (a web process, a script) names no process
 whose end can be judged: its token carries a lease instead ("<nonce>.<n|r>~<ms>",
@@ -33,6 +36,8 @@ from typing import Final
 from cogworker_async import batch
 from cogworker_async.errors import why
 from cogworker_async.lookup import JobLookup
+from cogworker_async.redis.errors import ResponseError
+from cogworker_async.redis.part import wrong_type
 from cogworker_async.redis.store import Store
 
 log = logging.getLogger(__name__)
@@ -82,23 +87,31 @@ class BatchReaper:
         on_lease = [bid for bid, holders, _ in held if any(map(leased, holders.split()))]
         leases = await batches.leases(on_lease) if on_lease else {}
         clock = await self.store.dependencies.clock() if on_lease else 0.0
-        released, failure = 0, None
+        released, failure, marked = 0, None, []
         for bid, holders, parent in held:
             lapsed = [token for token in holders.split() if leased(token)
                       and leases.get(bid, {}).get(token, 0.0) <= clock]
             tokens = [token for token in holders.split() if self._gone(token, gone)] + lapsed
             if not tokens:
+                if not holders.strip():  # held with no holder: marked, to repair
+                    marked.append(bid)
                 continue
             try:
                 state = await batches.release(bid, tokens, parent)
                 log.warning("batch %s: let go of %d block(s) whose process died inside "
                             "them or whose hold lapsed (now %s)", bid, len(tokens), state)
                 released += len(tokens)
-                if state == "abandoned":
-                    await self._cancel_pending(bid)
+                marked.append(bid)
             except Exception as exc:
                 log.error("batch %s: could not let go of the blocks of gone processes: %s",
                           bid, why(exc))
+                failure = failure or exc
+        for bid in marked:
+            try:
+                await self._repair(bid)
+            except Exception as exc:
+                log.error("batch %s: could not repair it after letting go of a dead block "
+                          "(the next pass tries again): %s", bid, why(exc))
                 failure = failure or exc
         if failure is not None:
             raise failure
@@ -131,12 +144,34 @@ class BatchReaper:
             return token not in batch.LIVE_HOLDERS
         return owner in gone
 
-    async def _cancel_pending(self, bid: str) -> None:
-        """The members a dead block left pending will not run (its recovered run
-        enqueues its own); a jid with no job behind it counts cancelled."""
-        lookup = JobLookup(lambda: self.store)
-        never_pushed = [(jid, "cancelled") for jid in
-                        await self.store.batches.members(bid, "pending")
-                        if await lookup.cancel(jid) == "unknown"]
-        if never_pushed:
-            await self.store.batches.apply(bid, never_pushed)
+    async def _repair(self, bid: str) -> None:
+        """A batch let go of a dead block of (``batch_release.lua`` marked it
+        ``orphans``), repaired once no block holds it — no live block can then be between
+        joining a member and pushing it. Abandoned: its pending members will not run
+        (the recovered run enqueues its own): each is cancelled. Otherwise (sealed): a
+        member the dead block joined but never pushed — no record — counts cancelled, or
+        the batch would wait for it for good (found by the model:
+        model/traces/add_window.txt); the members pushed are left to run. Only then
+        does the mark go (``batch_repair.lua``, refused if the batch changed meanwhile):
+        a relay that dies halfway leaves it for the next pass, which does it again."""
+        batches = self.store.batches
+        try:
+            state, holders, mark = await batches.marked(bid)
+        except ResponseError as exc:
+            if wrong_type(exc):
+                return  # a damaged hash: skipped, as held_page shows it (no holder)
+            raise
+        if state is not None and holders.strip():
+            return  # held again: repaired once it is let go of
+        lookup, never_pushed = JobLookup(lambda: self.store), []
+        if state is not None and mark:
+            for jid in await batches.members(bid, "pending"):
+                if state == "abandoned":
+                    if await lookup.cancel(jid) == "unknown":
+                        never_pushed.append(jid)
+                elif (await lookup.status(jid)).state == "unknown":
+                    never_pushed.append(jid)
+        done = await batches.repair(bid, mark, state or "", never_pushed)
+        if never_pushed and done != "retry":
+            log.warning("batch %s: %d member(s) joined by a block that died before "
+                        "pushing them count cancelled", bid, len(never_pushed))

@@ -15,10 +15,13 @@ import pytest
 from cogworker_async import App, context, current_job
 from cogworker_async.admin import Inspector
 from cogworker_async.redis.errors import ResponseError
+from cogworker_async.worker.batch_reaper import BatchReaper
 from cogworker_async.worker.batch_relay import UNSERVED_EVERY, BatchRelay
 from tests.waiting import wait_until
 
 WAIT: Final = 15.0
+OTHER: Final = "another-worker:1:abc"
+"""The identity of another live worker, whose relay pass judges the dead blocks."""
 DEEP: Final = "[" * 100_000 + "]" * 100_000
 """JSON too deep for Python's parser (RecursionError, not ValueError)."""
 
@@ -186,3 +189,83 @@ async def test_garbage_in_an_unserved_queue_stops_no_other(
     with pytest.raises(ResponseError) if garbage == "notes" else contextlib.nullcontext():
         await relay.relay_unserved(force=True)  # said at the end, for the streak
     assert (await app.batch_status(batch.bid)).state == "complete"
+
+
+async def test_a_reopening_block_killed_between_its_add_and_its_push_lets_the_batch_end(
+    make_app: Callable[..., App],
+) -> None:
+    """Found by the model (model/traces/add_window.txt): a worker's block that reopened a
+    batch is killed after it joined a member to the batch and before it pushed the job.
+    Letting go of it seals the batch (a reopen is not abandoned), and the member that
+    was never pushed must count cancelled, or the batch waits for it for good. A member
+    that was pushed is left to run."""
+    app, seen, jobs = shop(make_app)
+    store = app.store()
+    async with app.batch(on_complete=jobs["report"].s("done")) as batch:
+        await jobs["work"].enqueue(1)
+    await store.batches.open(batch.bid, token="n2.r@gone:2:abc", reopen=True)
+    await store.batches.add(batch.bid, ["joined-never-pushed"])
+
+    async with app.worker():
+        await wait_until(lambda: bool(of(seen, "done")), timeout=WAIT)
+    status = await app.batch_status(batch.bid)
+    assert (status.state, status.succeeded, status.cancelled, status.pending) == (
+        "complete", 1, 1, 0)
+    assert of(seen, "done") == [batch.bid]
+
+
+async def test_a_dead_reopeners_member_ends_after_a_live_block_seals_the_batch(
+    make_app: Callable[..., App],
+) -> None:
+    """The model's add_window, as it stayed open after the first fix: a block that reopened
+    the batch is killed between joining a member and pushing it while ANOTHER, live block
+    holds the batch. The relay lets go of the dead block (the live one still holds it:
+    nothing can be judged then — the live block's own member may be between its add and
+    its push); the live block then seals normally. The member never pushed must still
+    count cancelled, and the batch end with its callback."""
+    app, seen, jobs = shop(make_app)
+    store = app.store()
+    async with app.batch(on_complete=jobs["report"].s("done")) as batch:
+        await jobs["work"].enqueue(1)
+    dead = "n2.r@gone:2:abc"  # a worker process recovery forgot
+    await store.batches.open(batch.bid, token=dead, reopen=True)
+    await store.batches.add(batch.bid, ["joined-never-pushed"], token=dead)
+    async with app.batch(bid=batch.bid):  # a live block (on its lease)
+        assert await BatchReaper(store, OTHER).reap() == 1  # the dead block's only
+        await jobs["work"].enqueue(2)
+    # the live block exited: the batch is sealed, the member never pushed still pending
+
+    async with app.worker():
+        await wait_until(lambda: bool(of(seen, "done")), timeout=WAIT)
+    status = await app.batch_status(batch.bid)
+    assert (status.state, status.succeeded, status.cancelled, status.pending) == (
+        "complete", 2, 1, 0)
+    assert of(seen, "done") == [batch.bid]
+
+
+async def test_a_dead_blocks_members_are_cancelled_even_if_a_relay_died_after_the_release(
+    make_app: Callable[..., App],
+) -> None:
+    """(From the hostile review, tests/workflows/test_review_batches.py.) The reaper lets
+    go of a dead block (the batch ends abandoned), then cancels its pending members. A
+    relay that dies (or whose cancel fails: a node away) between the two must leave the
+    step for the next pass: the dead block's members must not run."""
+    app = make_app(track_jobs=True)
+
+    @app.job(name="work", retry=0)
+    async def work(n: int) -> int:
+        return n
+
+    store = app.store()
+    token = "0123456789abcdef.n@gone:1:abc"  # a worker process recovery forgot
+    await store.batches.open("dead-block", token=token)
+    await store.batches.add("dead-block", ["member-1"], token=token)
+    await work.options(jid="member-1").enqueue_in(3600, 1)  # pushed before the death
+
+    # A relay's pass, up to its release; then it dies (SIGKILL, OOM, a lost link).
+    assert await store.batches.release("dead-block", [token], None) == "abandoned"
+    # The next passes, by any worker.
+    await BatchReaper(store, OTHER).reap()
+    await BatchReaper(store, "me:1:abc").reap()
+    assert (await app.status("member-1")).state == "cancelled", (
+        "the dead block's member will run: nothing cancels it any more")

@@ -46,10 +46,13 @@ end
 -- process holds it (a token "<nonce>.<n|r>@<identity>": batch.py), or a block outside a
 -- worker on a lease ("<nonce>.<n|r>~<ms>"), so that the relay can let go of a block
 -- whose process died inside it, or whose lease lapsed (worker/batch_reaper.py); it
--- leaves once none does.
+-- leaves once none does — and, if the relay let go of a dead block (``orphans``: that
+-- block may have joined a member it never pushed), once the relay repaired it
+-- (batch_repair.lua).
 local function batch_held(k, held_index, bid, now)
   local holders = redis.call("HGET", k[1], "holders") or ""
-  if string.find(holders, "@", 1, true) or string.find(holders, "~", 1, true) then
+  if string.find(holders, "@", 1, true) or string.find(holders, "~", 1, true)
+      or redis.call("HEXISTS", k[1], "orphans") == 1 then
     redis.call("ZADD", held_index, "NX", now, bid)
   else
     redis.call("ZREM", held_index, bid)

@@ -5,8 +5,12 @@
 -- whoever holds it). A lapsed block is written in "lapsed": its next add or seal is
 -- refused (LAPSED), never taken silently. Once none holds it,
 -- the batch is sealed and what it has come to decided, as at a block's exit — but one
--- opened by a block that died inside it ends abandoned, as if that block had raised (its
--- caller cancels the members left pending).
+-- opened by a block that died inside it ends abandoned, as if that block had raised.
+-- A block let go of ("some") may have joined a member it never pushed, or left members
+-- that must not run (abandoned): the batch is marked (``orphans``, a count bumped by each
+-- such release and each seal after it) and stays in the held index until the relay has
+-- repaired it once no block holds it (batch_repair.lua) — a relay that dies between this
+-- step and the repair leaves the mark for the next pass to find.
 -- KEYS[1..7] the batch's keys (_batch.lua)   KEYS[8] the namespace's firing set
 -- KEYS[9] its index of batches not ended   KEYS[10] its index of held batches
 -- KEYS[11..17] (optional) the parent's keys
@@ -14,13 +18,17 @@
 -- ARGV[4] the parent's bid ("": none)   ARGV[5] "all" (every holder) or "some"
 -- ARGV[6..] the tokens to let go of ("some")
 -- Returns the batch's state (false: no such batch). Safe to run twice: a token gone is
--- not let go of again, and a batch ended stays as it ended.
+-- not let go of again (nor the mark bumped), and a batch ended stays as it ended.
 -- Model: batch_release (model/protocol.pml); upholds: batch_ends
 local k, parent = batch_keys(1), batch_keys(11)
 local state = redis.call("HGET", k[1], "state")
-if not state or batch_final(state) then
+if not state then
   redis.call("ZREM", KEYS[10], ARGV[1])
-  return state or false
+  return false
+end
+if batch_final(state) then -- kept while marked: its repair is still to come
+  batch_held(k, KEYS[10], ARGV[1], tonumber(ARGV[2]))
+  return state
 end
 local gone = {}
 for i = 6, #ARGV do gone[ARGV[i]] = true end
@@ -41,6 +49,7 @@ for token in string.gmatch(redis.call("HGET", k[1], "holders") or "", "%S+") do
   end
 end
 redis.call("HSET", k[1], "holders", table.concat(kept, " "))
+if dropped > 0 and ARGV[5] ~= "all" then redis.call("HINCRBY", k[1], "orphans", 1) end
 batch_leases(k, nil, ARGV[2])
 if #lapsed > 0 then
   local before = redis.call("HGET", k[1], "lapsed")

@@ -386,6 +386,14 @@ async def batch_release(s: Setup) -> None:
     assert await s.store.batches.release("b-1", None, None) is not None  # cancel_batch's
 
 
+async def batch_repair(s: Setup) -> None:
+    dead_block = f"f00.n@{OWNER}"
+    await s.store.batches.open("b-1", token=dead_block)
+    await s.store.batches.add("b-1", ["j1"])
+    await s.store.batches.release("b-1", [dead_block], None)
+    assert await s.store.batches.repair("b-1", "1", "abandoned", ["j1"]) == "abandoned"
+
+
 async def batch_apply(s: Setup) -> None:
     await s.store.batches.open("b-1")
     await s.store.batches.add("b-1", ["j1"])
@@ -432,7 +440,7 @@ async def dep_apply(s: Setup) -> None:
 SCENARIOS: dict[str, Callable[[Setup], Awaitable[None]]] = {
     scenario.__name__: scenario for scenario in (
         ack, add_stats, batch_abandon, batch_add, batch_apply, batch_fired, batch_open,
-        batch_release, batch_seal, beat,
+        batch_release, batch_repair, batch_seal, beat,
         bury_orphan, cancel, clear_queue, close_record, coalesce, coalesce_popped,
         cron_claim, debounce,
         dep_apply, dep_wait, dep_watch,
