@@ -160,7 +160,7 @@ WORKFLOW_SPECS: Final[tuple[Spec, ...]] = (
     Spec("throttle key", "string", lambda k: k.throttle(QUEUE, DIGEST)),
     Spec("debounce key", "hash", lambda k: k.debounce(QUEUE, DIGEST), ("jid", "raw", "due")),
     Spec("coalesce key", "hash", lambda k: k.coalesce(QUEUE, DIGEST),
-         ("jid", "raw", "merged", "era")),
+         ("jid", "raw", "merge:some-jid")),
     Spec("clear count", "string", lambda k: k.cleared(QUEUE)),
 )
 """The keys of workflows and who-runs-next (issue 40): batches, dependencies, groups,

@@ -419,6 +419,7 @@ local function fetch_record(prefix, live, jid, by, now, cancelled_ttl, live_ttl,
   local merged = redis.pcall("HGET", state, "merge:" .. jid)
   if type(merged) ~= "string" then return false end
   redis.pcall("HDEL", state, "merge:" .. jid)
+  if jid_in(merged) ~= jid then return false end -- not this job's (a co-tenant's garbage)
   return false, lib.with_history(raw or "", merged)
 end
 

@@ -10,7 +10,8 @@
 -- KEYS[1] the job's record   ARGV[1] the job as popped
 -- Returns the job to run (the merged arguments, its jid the same) or false: as popped.
 -- No record, or one without ``merged_by`` (an earlier build's, or a second call): false,
--- nothing written. Safe to run twice.
+-- nothing written. A merge that is not a job of this jid is dropped, unrun. Safe to run
+-- twice.
 -- Model: none — dedup (not modelled), and basic fetch is outside the protocol
 local fields, origin = read_record(KEYS[1])
 if not fields or not fields.merged_by then return false end
@@ -21,5 +22,7 @@ local field = "merge:" .. string.sub(KEYS[1], at + 6)
 local merged = redis.pcall("HGET", state, field)
 redis.pcall("HDEL", state, field)
 write_record(KEYS[1], set_fields(fields, "merged_by", false, "era", false), nil, origin)
-if type(merged) ~= "string" then return false end
+if type(merged) ~= "string" or jid_in(merged) ~= string.sub(KEYS[1], at + 6) then
+  return false -- none, or not this job's (a co-tenant's garbage): run as popped
+end
 return record_library().with_history(ARGV[1], merged)

@@ -225,6 +225,22 @@ async def test_a_merge_stays_for_its_job_when_a_later_enqueue_follows_it(
     assert (jid_of(fetched), json.loads(fetched)["args"][1]) == (first, 2)
 
 
+async def test_a_merge_that_is_not_the_jobs_own_is_dropped_unrun(
+    store: Store, keys: Keys
+) -> None:
+    """Garbage in the key's state (a co-tenant's) under the job's ``merge:<jid>``: the job
+    runs as it was pushed, never as that garbage."""
+    raw = plain(1)
+    _, first = await store.dedup.coalesce("c", jid_of(raw), QUEUE, raw, name="note")
+    state = keys.coalesce(QUEUE, "c")
+    await store.client.hset(state, f"merge:{first}", plain(9))  # another jid's job
+    [(_, fetched)] = (await store.fetch(ME, [QUEUE], 1)).jobs
+    assert fetched == raw
+    await store.client.hset(state, f"merge:{first}", b"\xff not a job")
+    assert await store.dedup.popped(QUEUE, raw) == raw
+    assert not await store.client.hexists(state, f"merge:{first}")
+
+
 async def test_a_job_put_back_on_its_list_after_a_clear_takes_the_merges(
     store: Store, keys: Keys
 ) -> None:
