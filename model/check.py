@@ -65,6 +65,21 @@ FIXED = [
     Run("deps/dependent_after_parents", "SCEN_DEPS", "dependent_after_parents", "pass"),
     Run("deps/cancelled_never_starts", "SCEN_DEPS", "cancelled_never_starts", "pass"),
     Run("deps/waits_end", "SCEN_DEPS", "waits_end", "pass"),
+    Run("groups/group_limit", "SCEN_GROUPS", "group_limit", "pass"),
+    Run("groups/no_job_lost", "SCEN_GROUPS", "no_job_lost", "pass"),
+    Run("groups/jobs_end", "SCEN_GROUPS", "jobs_end", "pass"),
+]
+
+# A Redis whose failover loses the last acknowledged write (docs/reliability.md,
+# "Replication is asynchronous"): without durability an enqueue is lost and an ack undone
+# (the job runs again), expected; with durability_replicas = every replica, both hold.
+LOSSY = [
+    Run("lossy/no_job_lost", "SCEN_JOBS", "no_job_lost", "fail", ("-DLIGHT", "-DLOSSY")),
+    Run("lossy/no_rerun", "SCEN_JOBS", "no_rerun", "fail", ("-DLIGHT", "-DLOSSY")),
+    Run("lossy_durable/no_job_lost", "SCEN_JOBS", "no_job_lost", "pass",
+        ("-DLIGHT", "-DLOSSY", "-DDURABLE")),
+    Run("lossy_durable/no_rerun", "SCEN_JOBS", "no_rerun", "pass",
+        ("-DLIGHT", "-DLOSSY", "-DDURABLE")),
 ]
 
 # Issue 40's defects, the code as it was: each must violate its liveness property.
@@ -98,10 +113,11 @@ MUTANTS = [
         ("repair_while_held", "SCEN_BATCH", "callback_after_members"),
         ("dep_apply_early", "SCEN_DEPS", "dependent_after_parents"),
         ("cancel_skips_waiting", "SCEN_DEPS", "cancelled_never_starts"),
+        ("group_slot_freed_before_settle", "SCEN_GROUPS", "group_limit"),
     ]
 ]
 
-RUNS = FIXED + PREFIX + OPEN + MUTANTS
+RUNS = FIXED + LOSSY + PREFIX + OPEN + MUTANTS
 
 
 @dataclass
@@ -117,7 +133,7 @@ class Outcome:
     def ok(self) -> bool:
         if self.run.expect == "pass":
             return not self.violated and self.complete
-        return self.violated  # a mutant, a pre-fix variant, the open finding
+        return self.violated  # a mutant, a pre-fix variant, a lossy Redis, the open finding
 
     @property
     def result(self) -> str:

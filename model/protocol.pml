@@ -5,10 +5,13 @@
  * no script are named h_*: tests/test_model_names.py holds the two lists together).
  * Workers are processes that may crash between any two steps (their memory goes, Redis'
  * stays), be paused past the orphan threshold and come back (fencing), and recover each
- * other. A scenario is chosen with -DSCEN_JOBS (default), -DSCEN_BATCH, -DSCEN_UNSERVED or
- * -DSCEN_DEPS; -DCHECK_<property> turns on a safety assertion; -DMUTANT_<name> weakens a
- * script; -DPREFIX_<name> is the code as it was before issue 40's fixes. model/check.py
- * runs every combination that matters.
+ * other. A scenario is chosen with -DSCEN_JOBS (default), -DSCEN_BATCH, -DSCEN_UNSERVED,
+ * -DSCEN_DEPS or -DSCEN_GROUPS; -DCHECK_<property> turns on a safety assertion;
+ * -DMUTANT_<name> weakens a script; -DPREFIX_<name> is the code as it was before issue
+ * 40's fixes; -DLOSSY is a Redis whose failover may lose the last acknowledged write
+ * (docs/reliability.md "Replication is asynchronous"), -DLOSSY -DDURABLE the same with
+ * durability="replica", durability_replicas = all. model/check.py runs every combination
+ * that matters.
  */
 
 #define NW 2            /* worker processes (identities 0 and 1) */
@@ -81,6 +84,21 @@
 #define MAX_GIVEBACK 0
 #define RETRIES 0
 #define WORKFLOWS 1
+#elif defined(SCEN_GROUPS)
+/* Three jobs of one fair group, group_limits = 1, two workers; one crash (its job keeps
+   its slot until recovery takes its list), one failure (retried). No pause: recovery of
+   a process paused past the threshold frees its slot while its run may go on, the
+   at-least-once window of no_rerun, which group_limit does not claim to close. */
+#define NJ 3
+#define JA 0
+#define CB 0
+#define GLIMIT 1
+#define MAX_CRASH 1
+#define MAX_PAUSE 0
+#define MAX_FAIL 1
+#define MAX_REFUSE 0
+#define MAX_GIVEBACK 0
+#define RETRIES 1
 #else
 #define SCEN_JOBS 1
 /* Two jobs on one queue, two workers; one crash, one pause past the threshold, one
@@ -139,6 +157,15 @@ bool window[MAXJ];     /* its process died / was paused past the threshold holdi
 bool cancel_said[MAXJ];/* cancel answered "cancelled": it must never start */
 byte cb_count;         /* callbacks pushed */
 byte crashes, pauses, fails, refusals, givebacks;
+#ifdef LOSSY
+byte failovers;        /* failovers that lost a write (at most one) */
+bool lost_ack[MAXJ];   /* its ack was acknowledged, then lost by a failover */
+#define ACK_LOST(t) lost_ack[t]
+#define FO fo
+#else
+#define ACK_LOST(t) 0
+#define FO 0
+#endif
 bool crashed[NW];
 byte runs_a;           /* runs of A (its token) */
 
@@ -184,6 +211,11 @@ byte runs_a;           /* runs of A (its token) */
 #else
 #define A_batch_sealed_unheld(c) skip
 #endif
+#ifdef CHECK_group_limit
+#define A_group_limit(c) assert(c)
+#else
+#define A_group_limit(c) skip
+#endif
 
 /* no_job_lost — docs/reliability.md "Nothing is lost between structures": every job
    enqueued is in some place (a list, a set, a dep hash) or has ended. */
@@ -225,7 +257,10 @@ inline h_push(j, r) {
 }
 /* the crash and pause points: between any two steps of a worker */
 inline h_mark_window(w) {
-  for (t : 1 .. NJ) { if :: (ip[t] & (1 << w)) || cur == t -> window[t] = 1 :: else -> skip fi }
+  /* (a job whose ack a failover lost was settled: its rerun is no window, see LOSSY) */
+  for (t : 1 .. NJ) {
+    if :: ((ip[t] & (1 << w)) || cur == t) && !ACK_LOST(t) -> window[t] = 1 :: else -> skip fi
+  }
 }
 inline h_chaos(w) {
   if
@@ -258,6 +293,21 @@ inline h_decide() {
   fi
 }
 
+/* LOSSY: a failover to a replica that had not received the last write, right after the
+   master acknowledged it (the same atomic step: no later write reached the replica
+   either). docs/reliability.md "Replication is asynchronous": an enqueue lost (the
+   caller was told it was done: enq stays, the job is nowhere) or an ack lost (the job
+   stays on its list, the worker believes it settled: it runs again once recovery takes
+   that list). One failover. With DURABLE (durability="replica", durability_replicas =
+   every replica: WAIT for all) an acknowledged write is on every replica, so no failover
+   can revert it: the step is empty. lost = 1: this write was lost. */
+inline h_failover(lost) {
+  lost = 0;
+#if defined(LOSSY) && !defined(DURABLE)
+  if :: failovers < 1 -> failovers++; lost = 1 :: true -> skip fi
+#endif
+}
+
 /* ---------------------------------------------------------------- the scripts */
 /* enqueue.lua (mode "once" for a callback: a jid with any record is refused) */
 inline enqueue(j, once) {
@@ -268,6 +318,9 @@ inline enqueue(j, once) {
     if :: !once || rec[j] == R_NONE ->
 #endif
        inq[j] = 1; rec[j] = R_QUEUED; enq[j] = 1;
+#ifdef LOSSY
+       h_failover(fo); if :: fo -> inq[j] = 0; rec[j] = R_NONE :: else -> skip fi; fo = 0;
+#endif
        if :: once -> cb_count++; A_callback_once(cb_count <= 1) :: else -> skip fi;
 #ifdef CHECK_callback_after_members
        /* callback_after_members — docs/reliability.md "a batch's callbacks": a batch's
@@ -287,6 +340,24 @@ inline fetch(w, j) {
   atomic {
     j = 0;
     for (t : 1 .. NJ) { if :: j == 0 && inq[t] && qof[t] == 0 -> j = t :: else -> skip fi };
+#ifdef GLIMIT
+    /* a group at its limit is passed over: its running count is counted from the
+       in-progress lists, in this step (a crashed process's list counts until recovery
+       takes it) */
+    gc = 0;
+    for (u : 1 .. NJ) {
+      if
+#ifdef MUTANT_GROUP_SLOT_FREED_BEFORE_SETTLE
+      :: ip[u] != 0 && !ran_ok[u] -> gc++   /* a run that returned no longer counted */
+#else
+      :: ip[u] != 0 -> gc++
+#endif
+      :: else -> skip
+      fi
+    };
+    if :: gc >= GLIMIT -> j = 0 :: else -> skip fi;
+    gc = 0;
+#endif
     if
 #ifndef MUTANT_FETCH_IGNORES_CANCEL
     :: j != 0 && cflag[j] -> inq[j] = 0; h_endrec(j, R_CANC, E_CANC, 1); j = 0
@@ -296,6 +367,18 @@ inline fetch(w, j) {
 #endif
        ip[j] = ip[j] | (1 << w); inq[j] = 0; rec[j] = R_RUNNING;
        A_cancelled_never_starts(!cancel_said[j]);
+#ifdef GLIMIT
+       /* group_limit — docs/guides/who-runs-next.md "A limit per group" (and the fair
+          groups of docs/reliability.md): at most group_limits jobs of a group run at
+          once, across every process; a job runs from its fetch to its settle (ack,
+          filing, give-back), on a live process (a crashed one runs nothing) */
+       for (u : 1 .. NJ) {
+         if :: (ip[u] & 1) && !crashed[0] -> gc++ :: else -> skip fi;
+         if :: (ip[u] & 2) && !crashed[1] -> gc++ :: else -> skip fi
+       };
+       A_group_limit(gc <= GLIMIT);
+       gc = 0;
+#endif
 #ifdef SCEN_DEPS
        A_dependent_after_parents(j != JC || fin[JP] == E_SUCC);
 #endif
@@ -307,8 +390,12 @@ inline fetch(w, j) {
    step; a job no longer there (recovered from a fenced process) is left alone. */
 inline ack(w, j, e) {
   atomic {
+#ifdef LOSSY
+    h_failover(fo);
+    if :: fo && (ip[j] & (1 << w)) -> lost_ack[j] = 1 :: else -> fo = 0 fi;   /* nothing kept */
+#endif
     if
-    :: ip[j] & (1 << w) ->
+    :: (ip[j] & (1 << w)) && !FO ->
 #ifdef MUTANT_ACK_SOURCE_FIRST
        ip[j] = ip[j] & ~(1 << w)
     :: else -> skip
@@ -326,7 +413,11 @@ inline ack(w, j, e) {
 #endif
        ip[j] = ip[j] & ~(1 << w)
     :: else -> skip
-    fi
+    fi;
+#ifdef LOSSY
+    fo = 0;
+#endif
+    skip
   }
 }
 /* file_failure.lua: into retry (or dead), then off the list; written before removed */
@@ -403,7 +494,7 @@ inline requeue(w, v) {
          :: (ip[t] & (1 << v)) && !cflag[t] ->
             inq[t] = 1; ip[t] = ip[t] & ~(1 << v); rec[t] = R_QUEUED; declared[v] = 1;
             /* the documented window: taken from a process silent past the threshold */
-            if :: !marker[v] -> window[t] = 1 :: else -> skip fi
+            if :: !marker[v] && !ACK_LOST(t) -> window[t] = 1 :: else -> skip fi
          :: else -> skip
          fi
        }
@@ -618,6 +709,12 @@ proctype worker(byte w) {
 #endif
   byte t, u;   /* scratch of one atomic step */
   bool z, ok;
+#ifdef GLIMIT
+  byte gc;     /* fetch's count of the group's running jobs (scratch) */
+#endif
+#ifdef LOSSY
+  bool fo;     /* h_failover: the write just acknowledged was lost (scratch) */
+#endif
   do
   :: beat(w, z);
      if :: z -> atomic { declared[w] = 0; cur = 0 } :: else -> skip fi;  /* fenced */
@@ -726,7 +823,13 @@ gone:
 proctype client() {
   byte e, t, u;
   bool ok;
+#ifdef LOSSY
+  bool fo;
+#endif
 #ifdef SCEN_JOBS
+#ifdef LOSSY
+  enqueue(2, 0);   /* a client's enqueue, acknowledged: a failover may lose it */
+#endif
   cancel(2);
 #endif
 #if defined(SCEN_BATCH) || defined(SCEN_UNSERVED)
@@ -754,7 +857,14 @@ init {
   atomic {
 #ifdef SCEN_JOBS
     enq[1] = 1; inq[1] = 1; rec[1] = R_QUEUED;
+#ifndef LOSSY
     enq[2] = 1; inq[2] = 1; rec[2] = R_QUEUED;
+#endif
+#endif
+#ifdef SCEN_GROUPS
+    enq[1] = 1; inq[1] = 1; rec[1] = R_QUEUED;
+    enq[2] = 1; inq[2] = 1; rec[2] = R_QUEUED;
+    enq[3] = 1; inq[3] = 1; rec[3] = R_QUEUED;
 #endif
 #ifdef SCEN_UNSERVED
     qof[2] = 1;

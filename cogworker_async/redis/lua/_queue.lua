@@ -16,7 +16,7 @@
 -- exists. A push puts a group that is not in the ring at its back.
 -- Prepended by scripts.py to the scripts that call them; every key here is derived from
 -- the queue list's key, in its slot.
--- Model: none — a library; its push is h_push inside the steps that call it (priorities and groups only order the queue, which the model takes lowest id first)
+-- Model: none — a library; its push is h_push inside the steps that call it (priorities and the groups' ring only order the queue, which the model takes lowest id first; a group's limit, counted here from the in-progress lists within fetch's step, is fetch's in the model: group_limit)
 
 -- queue_library: the functions, made on first use: a function defined at the top of a
 -- script costs a closure at each of its calls, and the moves every job makes (enqueue,

@@ -40,7 +40,7 @@
 -- is, rather than as every queue being unreadable. So is Redis refusing the move itself
 -- (OOM, READONLY, NOPERM): no fault of the queue, it is raised as what Redis said —
 -- unless jobs were already moved, which are then returned (they are on the list).
--- Model: fetch (model/protocol.pml); upholds: no_job_lost, cancelled_never_starts, dependent_after_parents
+-- Model: fetch (model/protocol.pml); upholds: no_job_lost, cancelled_never_starts, dependent_after_parents, group_limit
 for i = 2, #KEYS, 2 do
   local kind = redis.call("TYPE", KEYS[i]).ok
   if kind ~= "list" and kind ~= "none" then

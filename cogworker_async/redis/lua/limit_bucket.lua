@@ -12,7 +12,7 @@
 -- (a failover to a host whose clock is behind) refills nothing, never a negative amount.
 -- Fields that are not numbers (bad data) count as a full bucket; another type is refused
 -- with an error naming the key.
--- Model: none — a rate limiter (limits and groups not modelled)
+-- Model: none — a rate limiter (job limiters not modelled; a group's limit is fetch's, modelled)
 local kind = redis.call("TYPE", KEYS[1]).ok
 if kind ~= "hash" and kind ~= "none" then
   return redis.error_reply("WRONGTYPE limiter bucket " .. KEYS[1] .. " is a " .. kind ..

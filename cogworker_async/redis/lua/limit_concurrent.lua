@@ -21,7 +21,7 @@
 -- hold has no time bound. A leased holder is freed once its lease has run out. A member
 -- in another format (not ours) is freed. A repeated call (a lost reply) adds nothing
 -- twice: the member is unique to the acquisition (its token).
--- Model: none — a concurrency limiter (limits and groups not modelled)
+-- Model: none — a concurrency limiter (job limiters not modelled; a group's limit is fetch's, modelled)
 local kind = redis.call("TYPE", KEYS[1]).ok
 if kind ~= "zset" and kind ~= "none" then
   return redis.error_reply("WRONGTYPE limiter holders " .. KEYS[1] .. " is a " .. kind ..

@@ -11,7 +11,7 @@
 -- same for every process (no clock of a host counts). A hash left from an earlier window
 -- counts as empty; so does one whose fields are not numbers (bad data, reset). Another
 -- type is refused with an error naming the key.
--- Model: none — a rate limiter (limits and groups not modelled)
+-- Model: none — a rate limiter (job limiters not modelled; a group's limit is fetch's, modelled)
 local kind = redis.call("TYPE", KEYS[1]).ok
 if kind ~= "hash" and kind ~= "none" then
   return redis.error_reply("WRONGTYPE limiter window " .. KEYS[1] .. " is a " .. kind ..
