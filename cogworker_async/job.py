@@ -107,7 +107,8 @@ Field = Literal[
     "retry_count", "error_class", "error_message", "error_backtrace", "failed_at",
     "retried_at", "interrupted_count", "unique_digest", "unique_policy", "unique_ttl",
     "periodic", "periodic_tick", "keep_result", "timeout", "expires_at", "dead_on_expiry",
-    "limited_count", "limited_at", "missing_result_of", "trace", "bid", "batch_callback",
+    "limited_count", "limited_at", "missing_result_of", "coalesce", "trace", "bid",
+    "batch_callback",
     "raw_payload_base64", "raw_payload_preview", "orphaned_from", "orphaned_process",
 ]
 """The name of a ``Payload`` field: what the accessors take, so that mypy checks it
