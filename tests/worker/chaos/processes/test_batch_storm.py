@@ -2,7 +2,8 @@
 
 Batches of 20 jobs spread over 3 queues (every fifth batch with one member that dies),
 each with on_complete, on_success and on_death callbacks, worked by 4 processes while,
-every 2 s, one is SIGKILLed (frozen first, its in-progress lists read: what it held) and
+each time another share of the members has started (not on the clock), one is SIGKILLed
+(frozen first, its in-progress lists read: what it held) and
 a new one started.
 
 Must hold, for every batch:
@@ -46,14 +47,15 @@ from tests.workerproc import WorkerProcess
 pytestmark = marks(short_timeout=180, full_timeout=900)
 
 QUEUES: Final = ["default", "second", "third"]
-SIZES: Final = {"short": (150, 3), "full": (500, None)}
-"""(batches, kills: None = every KILL_EVERY s while jobs wait)."""
+SIZES: Final = {"short": 150, "full": 500}
+"""Batches of each run."""
 MEMBERS: Final = 20
 WORKERS: Final = 4
 CONCURRENCY: Final = 10
-KILL_EVERY: Final = 2.0 if SCALE == "full" else 0.75
-"""The short run's 1,000 jobs took under 3 s on a quiet CI machine, done before the
-second kill at 2 s: killed every 0.75 s there, as the dependency storm is."""
+KILL_AT: Final = {"short": (0.05, 0.3, 0.55),
+                  "full": tuple(share / 20 for share in range(1, 18))}
+"""When each kill comes: as the share of members started reaches each of these (the
+clock paced it before, and a quick machine was done before the second kill)."""
 SETTINGS: Final = {**chaosapp.SETTINGS, "queues": QUEUES}
 
 
@@ -89,6 +91,22 @@ class Storm:
         self.workers[self.workers.index(worker)] = self.fleet.start(
             concurrency=CONCURRENCY, **SETTINGS)
         return True
+
+
+async def _kill_on_progress(r: redis.asyncio.Redis, storm: Storm, namespace: str,
+                            total: int) -> None:
+    """Kills on events, not on the clock: one each time another share of the members has
+    started (``KILL_AT``; a quick machine finished the short run before its second timed
+    kill)."""
+    marks_at = [int(total * share) for share in KILL_AT[SCALE]]
+    started = chaosapp.started_key(namespace)
+    while marks_at:
+        if await r.llen(started) < marks_at[0]:
+            await anyio.sleep(0.02)  # polling a count, not waiting for luck
+        elif await storm.kill_one():
+            marks_at.pop(0)
+        else:
+            await anyio.sleep(0.05)  # no victim known by its beat yet
 
 
 def _tags(raws: list[bytes | str]) -> list[str]:
@@ -145,7 +163,7 @@ async def _settled(r: redis.asyncio.Redis, jobs: chaosapp.Jobs,
 async def test_every_batch_calls_each_callback_once_through_a_sigkill_storm(
     r: redis.asyncio.Redis, fleet: Fleet, server: object, namespace: str,
 ) -> None:
-    batches, kills = SIZES[SCALE]
+    batches = SIZES[SCALE]
     seed = int(os.environ.get("COGWORKER_CHAOS_SEED") or random.randrange(2**32))
     print(f"seed {seed} (COGWORKER_CHAOS_SEED to replay)")
     rng = random.Random(seed)
@@ -154,18 +172,10 @@ async def test_every_batch_calls_each_callback_once_through_a_sigkill_storm(
         workers = [fleet.start(concurrency=CONCURRENCY, **SETTINGS) for _ in range(WORKERS)]
         await wait_ready(r, namespace, workers)
         clock = Clock()
-        members, dying = await _enqueue(jobs, batches, rng)
         storm = Storm(r, namespace, fleet, rng, workers)
-        keys = Keys(namespace)
-        next_kill = clock() + 1.0
-        while kills is None or storm.kills < kills:
-            await anyio.sleep(max(0.0, next_kill - clock()))  # pacing, not waiting
-            if not any([await r.llen(keys.queue(queue)) for queue in QUEUES]):
-                break
-            if await storm.kill_one():
-                next_kill += KILL_EVERY
-            else:
-                next_kill = clock() + 0.1
+        async with anyio.create_task_group() as tg:  # kills while the batches go in too
+            tg.start_soon(_kill_on_progress, r, storm, namespace, batches * MEMBERS)
+            members, dying = await _enqueue(jobs, batches, rng)
         await wait_until(lambda: _settled(r, jobs, members), timeout=120, every=0.2)
         took = clock()
 
