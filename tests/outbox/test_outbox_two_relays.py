@@ -1,5 +1,7 @@
-"""Review of the outbox relay's once markers (41ddc78): dropped once a row's delete has
-committed — while another relay may still hold that row, read before the commit."""
+"""Two relays on one table push a row once: the once marker is kept (bounded) after a
+row's delete commits, since another relay may hold that row, read before the commit
+(SQLite has no row locks), and a relay never pushes a row it read longer ago than the
+marker is kept."""
 
 from __future__ import annotations
 
