@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from cogworker_async import job  # noqa: E402
+from cogworker_async.jobs import wire  # noqa: E402
 from cogworker_async.redis.moves import Failure  # noqa: E402
 from cogworker_async.redis.store import Store  # noqa: E402
 from tests.servers import ServerProcess  # noqa: E402
@@ -38,8 +38,8 @@ PLAIN_JOBS = 20_000
 
 
 def raw_job(value: object) -> bytes:
-    payload = job.build("note", ["k", value], {}, queue=QUEUE, retry=True, now=time.time())
-    return job.encode_new(payload, job.NO_SIZE_LIMIT)
+    payload = wire.build("note", ["k", value], {}, queue=QUEUE, retry=True, now=time.time())
+    return wire.encode_new(payload, wire.NO_SIZE_LIMIT)
 
 
 async def evalsha_usec(store: Store) -> tuple[int, int]:

@@ -20,7 +20,7 @@ run, so that the only difference is the wait:
 - ``replica``: a master and one replica (``redis-server`` from PATH, else the embedded
   binary; in sync — INFO replication ``slave0`` ``state=online`` — before each
   measurement), both without persistence; ``off`` on the same pair.
-- ``aof``: the embedded Valkey (``cogworker_async.embedded.find_binary()``: it has
+- ``aof``: the embedded Valkey (``cogworker_async.redis.embedded.find_binary()``: it has
   ``WAITAOF``; Redis needs >= 7.2) with ``appendonly yes`` and each ``appendfsync``
   policy of ``--fsync`` (default ``everysec``, the server's default, and ``always``);
   ``off`` on the same server.
@@ -273,7 +273,7 @@ class Setup:
 @contextlib.contextmanager
 def setups(fsyncs: list[str]) -> Iterator[list[Setup]]:
     """The master + replica pair, and one Valkey with AOF per fsync policy."""
-    from cogworker_async.embedded import find_binary
+    from cogworker_async.redis.embedded import find_binary
     from tests.servers import ServerProcess
 
     started: list[ServerProcess] = []

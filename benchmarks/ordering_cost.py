@@ -68,7 +68,7 @@ from benchmarks.metrics_cost import (  # noqa: E402
     work,
 )
 from cogworker_async import App  # noqa: E402
-from cogworker_async.priority import LEVELS  # noqa: E402
+from cogworker_async.jobs.priority import LEVELS  # noqa: E402
 from cogworker_async.redis.keys import Keys  # noqa: E402
 
 PRIORITIES: Final = (5, 0, -5)

@@ -353,7 +353,7 @@ def server_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
-    done = subprocess.run([str(OUR_PYTHON), "-c", "from cogworker_async.embedded "
+    done = subprocess.run([str(OUR_PYTHON), "-c", "from cogworker_async.redis.embedded "
                            "import find_binary; print(find_binary())"],
                           capture_output=True, text=True)
     if done.returncode == 0 and done.stdout.strip():

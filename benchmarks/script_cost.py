@@ -114,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("script_cost.py needs valgrind (apt-get install valgrind)")
-    from cogworker_async.embedded import find_binary
+    from cogworker_async.redis.embedded import find_binary
 
     server = args.server or find_binary()
     directory = Path(tempfile.mkdtemp(prefix="script-cost-"))

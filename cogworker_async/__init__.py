@@ -6,9 +6,7 @@ A job, once enqueued, is never lost; a job that already ran is never silently ru
 from typing import TYPE_CHECKING
 
 from cogworker_async.app import App, Worker
-from cogworker_async.batch import Batch, BatchStatus
-from cogworker_async.chain import Chain
-from cogworker_async.context import JobContext, current_job
+from cogworker_async.enqueue.handles import Enqueuer, JobFunction
 from cogworker_async.errors import (
     CogworkerError,
     ConfigurationError,
@@ -29,14 +27,16 @@ from cogworker_async.errors import (
     UnparseablePayload,
     WrongTypeKey,
 )
-from cogworker_async.limiter import Limiter
+from cogworker_async.jobs.context import JobContext, current_job
+from cogworker_async.jobs.signature import Signature
+from cogworker_async.jobs.status import CancelOutcome, JobStatus
+from cogworker_async.limits.limiter import Limiter
 from cogworker_async.redis.durability import NotDurable
-from cogworker_async.registry import Enqueuer, JobFunction
 from cogworker_async.settings import Settings
-from cogworker_async.signature import Signature
-from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.version import __version__
 from cogworker_async.worker.observers import Death
+from cogworker_async.workflows.batch import Batch, BatchStatus
+from cogworker_async.workflows.chain import Chain
 
 if TYPE_CHECKING:
     from cogworker_async.admin import Inspector

@@ -22,32 +22,33 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 
 import anyio
 
-from cogworker_async import batch as batch_module
-from cogworker_async import environment, logs, urls
-from cogworker_async.batch import Batch, BatchBackend, BatchStatus
-from cogworker_async.chain import Chain
-from cogworker_async.client import Client
-from cogworker_async.definition import JobDefinition, JobOptions, RetryIn, check_discard_on
-from cogworker_async.embedded import EmbeddedServer
+from cogworker_async import environment, logs
+from cogworker_async.enqueue.client import Client
+from cogworker_async.enqueue.handles import JobFunction
+from cogworker_async.enqueue.lookup import JobLookup, outcome_of
 from cogworker_async.errors import LIFESPAN_ERRORS, ConfigurationError
-from cogworker_async.groups import GroupKey, split_group
-from cogworker_async.lifespan import Lifespan, LifespanFunction, lifespan_of
-from cogworker_async.limiter import DEFAULT_LEASE, Limiter, check_name, spec_of
-from cogworker_async.lookup import JobLookup, outcome_of
+from cogworker_async.jobs.definition import JobDefinition, JobOptions, RetryIn, check_discard_on
+from cogworker_async.jobs.groups import GroupKey, split_group
+from cogworker_async.jobs.periodic import Periodic, parse_tz
+from cogworker_async.jobs.signature import Signature
+from cogworker_async.jobs.status import ALIVE, CancelOutcome, JobStatus, check_jid
+from cogworker_async.jobs.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
+from cogworker_async.jobs.unique import UniqueKey, UniquePolicy, policy_of
+from cogworker_async.limits.limiter import DEFAULT_LEASE, Limiter, check_name, spec_of
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
-from cogworker_async.periodic import Periodic, parse_tz
+from cogworker_async.redis import urls
+from cogworker_async.redis.embedded import EmbeddedServer
 from cogworker_async.redis.pausing import Pause
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
-from cogworker_async.registry import JobFunction
 from cogworker_async.running import JobDecorator
 from cogworker_async.running import Worker as Worker  # re-exported: hosts import it here
 from cogworker_async.settings import Settings, check_queue_name
-from cogworker_async.signature import Signature
-from cogworker_async.status import ALIVE, CancelOutcome, JobStatus, check_jid
-from cogworker_async.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
-from cogworker_async.unique import UniqueKey, UniquePolicy, policy_of
 from cogworker_async.worker.hooks import DeathHook, FailureHook, Hooks, check_hook
+from cogworker_async.worker.lifespan import Lifespan, LifespanFunction, lifespan_of
 from cogworker_async.worker.manager import Manager
+from cogworker_async.workflows import batch as batch_module
+from cogworker_async.workflows.batch import Batch, BatchBackend, BatchStatus
+from cogworker_async.workflows.chain import Chain
 
 if TYPE_CHECKING:
     from cogworker_async.testing import Testing

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from cogworker_async.context import CURRENT, JobContext
+from cogworker_async.jobs.context import CURRENT, JobContext
 
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The text line ``cogworker-async run`` has always written (the default)."""

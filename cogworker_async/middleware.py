@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cogworker_async.context import JobContext
-from cogworker_async.definition import JobDefinition, JobOptions
+from cogworker_async.jobs.context import JobContext
+from cogworker_async.jobs.definition import JobDefinition, JobOptions
 
 
 @dataclass(slots=True)

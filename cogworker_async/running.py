@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ParamSpec, Protocol, TypeVar
 
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.settings import Settings
 
 P = ParamSpec("P")

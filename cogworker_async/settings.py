@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from cogworker_async.names import check_queue_name as check_queue_name  # re-exported
-from cogworker_async.priority import MAX_PRIORITY_AGING, PRIORITY_AGING
-from cogworker_async.retries import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
+from cogworker_async.jobs.names import check_queue_name as check_queue_name  # re-exported
+from cogworker_async.jobs.priority import MAX_PRIORITY_AGING, PRIORITY_AGING
+from cogworker_async.jobs.retries import DEFAULT_RETRIES as DEFAULT_RETRIES  # re-exported
 
 MAX_PAYLOAD_BYTES: Final = 512 * 1024
 """Default largest encoded job: enqueue refuses bigger, the worker files bigger in dead."""

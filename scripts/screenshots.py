@@ -302,8 +302,8 @@ DAILY_RUNS: Final = (820_000, 260_000, 40_000)
 async def write_history() -> None:
     """The past: an hour of run metrics (as a worker's flush writes them) and 30 days of
     processed and failed counts."""
+    from cogworker_async.observe.run_metrics import Tally
     from cogworker_async.redis.stats import HISTORY_TTL, StatsFlush
-    from cogworker_async.run_metrics import Tally
 
     store, now, tally, rng = jobs.store(), time.time(), Tally(), random.Random(31)
     for minute in range(60, 0, -1):

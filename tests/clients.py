@@ -12,7 +12,7 @@ import redis
 import redis.asyncio
 import redis.cluster
 
-from cogworker_async import urls
+from cogworker_async.redis import urls
 from cogworker_async.redis.cluster import ClusterClient
 
 

@@ -95,7 +95,7 @@ def _stop_embedded_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     any a test left running in this session's temporary dirs is stopped at the end, so a
     test run leaves no server behind. Tests stop their own; this is the net."""
     yield
-    from cogworker_async.embedded import EmbeddedServer
+    from cogworker_async.redis.embedded import EmbeddedServer
 
     for pid_file in tmp_path_factory.getbasetemp().rglob("server.pid"):
         with contextlib.suppress(Exception):

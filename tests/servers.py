@@ -32,7 +32,7 @@ def server_binary() -> str:
     found = shutil.which("redis-server")
     if found:
         return found
-    from cogworker_async.embedded import find_binary
+    from cogworker_async.redis.embedded import find_binary
 
     return find_binary()
 
@@ -44,7 +44,7 @@ def every_binary() -> list[str]:
     on_path = shutil.which("redis-server")
     if on_path:
         found.append(os.path.abspath(on_path))
-    from cogworker_async.embedded import find_binary
+    from cogworker_async.redis.embedded import find_binary
 
     with contextlib.suppress(Exception):
         embedded = os.path.abspath(find_binary())

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cogworker_async.embedded import EmbeddedServer, find_binary
 from cogworker_async.errors import EmbeddedServerError
+from cogworker_async.redis.embedded import EmbeddedServer, find_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 

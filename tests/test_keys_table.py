@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from cogworker_async.job import Payload
+from cogworker_async.jobs.wire import Payload
 from cogworker_async.redis.keys import Keys
 
 ROOT: Final = Path(__file__).resolve().parent.parent

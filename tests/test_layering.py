@@ -32,7 +32,7 @@ OWNERS: Final[dict[str, tuple[str, ...]]] = {
     "starlette": ("cogworker_async.cli", "cogworker_async.web"),
     "jinja2": ("cogworker_async.cli", "cogworker_async.web"),
 }
-CORE: Final = ("cogworker_async.worker", "cogworker_async.client", "cogworker_async.redis")
+CORE: Final = ("cogworker_async.worker", "cogworker_async.enqueue.client", "cogworker_async.redis")
 TOOLS: Final = ("cogworker_async.web", "cogworker_async.cli", "cogworker_async.admin")
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from cogworker_async import App, current_job
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.redis.store import Store
-from cogworker_async.registry import JobFunction
 
 SCAN_STEP: Final = 1000
 """Keys a SCAN step asks for: the session server holds every earlier test's keys, and a

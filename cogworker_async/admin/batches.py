@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from cogworker_async.admin.records import PAGE_SIZE, Page, page_bounds
-from cogworker_async.batch import BatchStatus
+from cogworker_async.jobs.status import check_jid
 from cogworker_async.redis.batches import BatchIndex
-from cogworker_async.status import check_jid
+from cogworker_async.workflows.batch import BatchStatus
 
 if TYPE_CHECKING:
     from cogworker_async.admin.base import InspectorView

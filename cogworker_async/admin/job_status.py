@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from cogworker_async.admin.records import JobRecord, ProcessInfo
 from cogworker_async.admin.sets import SCAN_STEP, SEARCH_BUDGET
 from cogworker_async.admin.waiting import WaitingFor, WaitingJobs, copy_of
-from cogworker_async.status import CancelOutcome, JobStatus
+from cogworker_async.jobs.status import CancelOutcome, JobStatus
 
 if TYPE_CHECKING:
     from cogworker_async.admin.base import InspectorView

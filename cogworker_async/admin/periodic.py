@@ -16,8 +16,8 @@ from cogworker_async.admin.records import PeriodicInfo
 from cogworker_async.redis.admin import Admin
 
 if TYPE_CHECKING:
-    from cogworker_async.definition import JobDefinition
-    from cogworker_async.periodic import Periodic
+    from cogworker_async.jobs.definition import JobDefinition
+    from cogworker_async.jobs.periodic import Periodic
     from cogworker_async.redis.store import Store
     from cogworker_async.settings import Settings
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Generic, TypeVar
 
-from cogworker_async import job, stored
-from cogworker_async.job import finite_number as finite_number  # re-exported
+from cogworker_async.jobs import stored, wire
+from cogworker_async.jobs.wire import finite_number as finite_number  # re-exported
 
 PAGE_SIZE: Final = 25
 MAX_PAGE_SIZE: Final = 500
@@ -108,56 +108,56 @@ class JobRecord:
 
     @property
     def jid(self) -> str | None:
-        return job.jid(self._fields)
+        return wire.jid(self._fields)
 
     @property
     def name(self) -> str:
         """The job's registered name; ``"?"`` for an entry that is not a job."""
-        name = job.name(self._fields)
+        name = wire.name(self._fields)
         return name if name is not None else "?"
 
     @property
     def queue(self) -> str | None:
-        return job.text(self._fields, "queue")
+        return wire.text(self._fields, "queue")
 
     @property
     def args(self) -> list[Any]:
-        return job.args_of(self._fields)
+        return wire.args_of(self._fields)
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        return job.kwargs_of(self._fields)
+        return wire.kwargs_of(self._fields)
 
     @property
     def error_class(self) -> str | None:
-        return _shown(job.value(self._fields, "error_class"))
+        return _shown(wire.value(self._fields, "error_class"))
 
     @property
     def error_message(self) -> str | None:
-        return _shown(job.value(self._fields, "error_message"))
+        return _shown(wire.value(self._fields, "error_message"))
 
     @property
     def backtrace(self) -> list[str]:
-        lines = job.value(self._fields, "error_backtrace")
+        lines = wire.value(self._fields, "error_backtrace")
         return [str(line) for line in lines] if isinstance(lines, list) else []
 
     @property
     def retry_count(self) -> int | None:
-        return job.count(self._fields, "retry_count")
+        return wire.count(self._fields, "retry_count")
 
     @property
     def batch_id(self) -> str | None:
         """The batch it is a member of, or (a callback) was enqueued for."""
-        return job.text(self._fields, "bid")
+        return wire.text(self._fields, "bid")
 
     @property
     def batch_callback(self) -> str | None:
         """Which of its batch's callbacks it is (death, complete, success), if one."""
-        return job.text(self._fields, "batch_callback")
+        return wire.text(self._fields, "batch_callback")
 
-    def stamp(self, name: job.Field) -> float | None:
+    def stamp(self, name: wire.Field) -> float | None:
         """A time field (``enqueued_at``, ``created_at``, ``failed_at``) as epoch s."""
-        return job.number(self._fields, name)
+        return wire.number(self._fields, name)
 
     @property
     def runnable(self) -> bool:
@@ -166,7 +166,7 @@ class JobRecord:
         holding NaN or Infinity, which Python's JSON reads but a job may not carry: it
         could not be encoded again to be pushed."""
         try:
-            job.encode(job.decode(self.raw, job.NO_SIZE_LIMIT), job.NO_SIZE_LIMIT)
+            wire.encode(wire.decode(self.raw, wire.NO_SIZE_LIMIT), wire.NO_SIZE_LIMIT)
         except Exception:
             return False
         return True
@@ -175,8 +175,8 @@ class JobRecord:
         """Arguments as one line of JSON, cut at ``limit`` characters."""
         if self.payload is None:
             text = self.raw[:limit * 4].decode("utf-8", "replace")
-        elif job.value(self._fields, "raw_payload_preview") is not None:
-            text = str(job.value(self._fields, "raw_payload_preview"))
+        elif wire.value(self._fields, "raw_payload_preview") is not None:
+            text = str(wire.value(self._fields, "raw_payload_preview"))
         else:
             parts = [json.dumps(arg, ensure_ascii=False) for arg in self.args]
             parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in self.kwargs.items()]
@@ -199,7 +199,7 @@ class JobRecord:
     @classmethod
     def read(cls, raw: bytes, *, score: float | None = None, position: int | None = None,
              home: str | None = None) -> JobRecord:
-        # As the worker reads it (job.decode): UTF-8 JSON, any depth the parser takes.
+        # As the worker reads it (wire.decode): UTF-8 JSON, any depth the parser takes.
         value = stored.json_value(raw, max_depth=None)
         return cls(raw=raw, payload=value if isinstance(value, dict) else None,
                    score=score, position=position, home=home)

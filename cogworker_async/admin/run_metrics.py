@@ -8,7 +8,7 @@ per-minute series with its run-time histogram, for the Metrics tab and
         print(row.name, row.runs, row.failed, row.total_ms, row.p95_ms)
     series = await insp.metrics.job("reports.build", window_minutes=240)
 
-The workers write one hash per minute (``cogworker_async/run_metrics.py`` holds the
+The workers write one hash per minute (``cogworker_async/observe/run_metrics.py`` holds the
 format); a read is one pipeline of ``window`` HGETALLs (at most ``MAX_WINDOW_MINUTES``,
 480), so it is bounded however many jobs ran. The arithmetic (``summarize``,
 ``job_series``) is pure and apart from the read.
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from cogworker_async.run_metrics import (
+from cogworker_async.observe.run_metrics import (
     BUCKET_BOUNDS_MS,
     MAX_WINDOW_MINUTES,
     SECONDS_PER_MINUTE,

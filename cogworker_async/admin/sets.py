@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from cogworker_async import job, retries, unique
 from cogworker_async.admin.records import (
     PAGE_SIZE,
     Done,
@@ -32,6 +31,7 @@ from cogworker_async.admin.records import (
     page_bounds,
     split_token,
 )
+from cogworker_async.jobs import retries, unique, wire
 from cogworker_async.redis.admin import Admin, SetEntry
 from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.store import SetName
@@ -215,11 +215,11 @@ class JobSet:
             # A copy of the job it is (runnable: its jid and class are strings), put on
             # the queue whose set holds it (``promote`` pushes within that slot): its
             # ``queue`` field is made to say so, as for any job a client pushes.
-            payload = cast(job.Payload, dict(record.payload))
+            payload = cast(wire.Payload, dict(record.payload))
             queue = _home(record, self._inspector.default_queue)
             payload["queue"], payload["enqueued_at"] = queue, now
             self._before_retry(payload)
-            items.append((record.raw, job.encode(payload, job.NO_SIZE_LIMIT), queue))
+            items.append((record.raw, wire.encode(payload, wire.NO_SIZE_LIMIT), queue))
             sent.append(record)
         if self.target == "dead":
             items, sent, refused = await self._not_alive(items, sent, refused)
@@ -280,7 +280,7 @@ class JobSet:
                                "here")
         return reasons
 
-    def _before_retry(self, payload: job.Payload) -> None:
+    def _before_retry(self, payload: wire.Payload) -> None:
         retries.for_manual_retry(payload)  # a person's retry does not use up an attempt
 
     async def _kill(self, records: Sequence[JobRecord], missing: int) -> Done:
@@ -301,10 +301,10 @@ async def _take_lock(admin: Admin, record: JobRecord) -> bool:
     another copy already waiting; the user asked for this one all the same). Best
     effort, with the job's TTL."""
     payload = record.payload or {}
-    digest = job.text(payload, "unique_digest")
+    digest = wire.text(payload, "unique_digest")
     if digest is None or record.jid is None:
         return False
-    stored = job.number(payload, "unique_ttl")
+    stored = wire.number(payload, "unique_ttl")
     seconds = stored if stored is not None and stored > 0 else unique.DEFAULT_TTL
     try:
         return await admin.take_unique(digest, record.jid, seconds, _lock_queue(record))
@@ -317,7 +317,7 @@ async def release_lock(admin: Admin, record: JobRecord) -> None:
     released, as when a worker files a job in dead. Kept, it would refuse the same job's
     next enqueue (as a duplicate of nothing) until it expired: over a retry's delay,
     which it was extended to cover, hours or days. Best effort: the lock has a TTL."""
-    digest = job.text(record.payload or {}, "unique_digest")
+    digest = wire.text(record.payload or {}, "unique_digest")
     if digest is not None and record.jid is not None:
         with contextlib.suppress(RedisError):
             await admin.release_unique(digest, record.jid, _lock_queue(record))
@@ -330,7 +330,7 @@ def _record(entry: SetEntry) -> JobRecord:
 def _home(record: JobRecord, fallback: str) -> str:
     """The queue an entry goes back on: the one whose set holds it (its record says,
     once read from a set), else its ``queue`` field, else ``fallback``."""
-    return record.home if record.home is not None else job.queue_of(record.payload, fallback)
+    return record.home if record.home is not None else wire.queue_of(record.payload, fallback)
 
 
 def _lock_queue(record: JobRecord) -> str:
@@ -344,7 +344,7 @@ class ScheduledSet(JobSet):
 
     target: SetName = "schedule"
 
-    def _before_retry(self, payload: job.Payload) -> None:
+    def _before_retry(self, payload: wire.Payload) -> None:
         return None  # a scheduled job has not failed: nothing to give back
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from cogworker_async.admin.records import PAGE_SIZE, JobRecord, Page, page_bounds
+from cogworker_async.jobs.status import JobStatus
 from cogworker_async.redis.admin_waiting import DepRecord
 from cogworker_async.redis.dependencies import Parent
 from cogworker_async.settings import check_queue_name
-from cogworker_async.status import JobStatus
 
 if TYPE_CHECKING:
     from cogworker_async.admin.base import InspectorView

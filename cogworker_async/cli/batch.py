@@ -21,8 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from cogworker_async.admin.api import Inspector
-from cogworker_async.batch import BatchStatus
 from cogworker_async.cli import common, tables
+from cogworker_async.workflows.batch import BatchStatus
 
 EXIT_UNKNOWN: Final = 4
 EXIT_DAMAGED: Final = 1

@@ -29,9 +29,9 @@ from cogworker_async.admin.records import (
 )
 from cogworker_async.app import App
 from cogworker_async.errors import CogworkerError
+from cogworker_async.jobs.status import check_jid
 from cogworker_async.redis.errors import AuthenticationError, ConnectionLost, RedisError
-from cogworker_async.status import check_jid
-from cogworker_async.urls import mask
+from cogworker_async.redis.urls import mask
 
 T = TypeVar("T")
 LoadApp = Callable[[str], App]

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Final
 import typer
 
 from cogworker_async.cli import common
-from cogworker_async.embedded import EmbeddedServer, ServerStatus
+from cogworker_async.redis.embedded import EmbeddedServer, ServerStatus
 
 EXIT_NOT_RUNNING: Final = 3
 

@@ -14,8 +14,8 @@ from typing import Final, NoReturn
 
 import typer
 
-from cogworker_async import urls
 from cogworker_async.errors import CogworkerError, why
+from cogworker_async.redis import urls
 from cogworker_async.redis.errors import REFUSING, UNREACHABLE, NoPermissionError, RedisError
 
 EXIT_OK: Final = 0

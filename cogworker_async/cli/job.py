@@ -28,7 +28,7 @@ from cogworker_async.admin.waiting import WaitingFor
 # The admin CLI imports this module as it loads (to register the command), so its names
 # are read when the command runs: annotations are strings, resolved by typer later.
 from cogworker_async.cli import common, tables
-from cogworker_async.status import CancelOutcome, JobStatus
+from cogworker_async.jobs.status import CancelOutcome, JobStatus
 
 EXIT_UNKNOWN: Final = 4
 """No record of the jid: apart from 1 (an entry gone), 2 (usage) and 3 (Redis), so a

@@ -34,8 +34,8 @@ from cogworker_async.admin.run_metrics import (
 )
 from cogworker_async.cli import common
 from cogworker_async.errors import CogworkerError
+from cogworker_async.observe.run_metrics import MAX_WINDOW_MINUTES
 from cogworker_async.prometheus import exporter
-from cogworker_async.run_metrics import MAX_WINDOW_MINUTES
 
 Window = Annotated[int, typer.Option(
     "--window", metavar="MINUTES",

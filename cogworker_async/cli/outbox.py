@@ -40,7 +40,7 @@ def _command(load_app: common.LoadApp) -> Any:
 
 
 async def _relay(app: Any) -> None:
-    from cogworker_async.worker.outbox_relay import OutboxRelay
+    from cogworker_async.outbox.relay import OutboxRelay
 
     relay = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
     with anyio.open_signal_receiver(*STOPPING) as signals:

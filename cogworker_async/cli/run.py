@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn, cast
 import anyio
 import typer
 
-from cogworker_async import environment, logs, urls
+from cogworker_async import environment, logs
 from cogworker_async.app import App
 from cogworker_async.cli import starting
 from cogworker_async.cli import supervisor as supervising
@@ -47,6 +47,7 @@ from cogworker_async.cli.exits import (
     leaves,
 )
 from cogworker_async.errors import CogworkerError, LifespanExitFailed, why
+from cogworker_async.redis import urls
 from cogworker_async.redis.connection import connect, server_info
 from cogworker_async.redis.errors import REFUSING, UNREACHABLE
 from cogworker_async.settings import Settings

@@ -36,9 +36,9 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async import lifespan
 from cogworker_async.cli.exits import EXIT_HARD_STOP
 from cogworker_async.running import Worker
+from cogworker_async.worker import lifespan
 
 log = logging.getLogger("cogworker_async.cli")
 

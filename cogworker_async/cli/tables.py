@@ -15,7 +15,6 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cogworker_async import priority
 from cogworker_async.admin.limits import capacity_text
 from cogworker_async.admin.records import (
     DayTotals,
@@ -25,6 +24,7 @@ from cogworker_async.admin.records import (
     ProcessInfo,
     QueueInfo,
 )
+from cogworker_async.jobs import priority
 from cogworker_async.redis.limits import LimiterUsage
 
 ARGS_SHOWN: Final = 60

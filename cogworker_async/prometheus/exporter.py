@@ -28,7 +28,7 @@ from anyio.from_thread import BlockingPortal
 
 from cogworker_async.admin.api import Inspector
 from cogworker_async.app import App
-from cogworker_async.urls import mask
+from cogworker_async.redis.urls import mask
 from cogworker_async.worker.streak import Streak
 
 if TYPE_CHECKING:

@@ -107,7 +107,7 @@ async def _outbox(inspector: Inspector) -> tuple[tuple[str, int], ...] | None:
     app = inspector.app
     if app.settings.outbox is None:
         return None
-    from cogworker_async.worker.outbox_relay import demand
+    from cogworker_async.outbox.relay import demand
 
     try:
         with anyio.fail_after(OUTBOX_TIMEOUT):

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from redis.exceptions import NoPermissionError, ResponseError
 
-from cogworker_async import stored
+from cogworker_async.jobs import stored
 from cogworker_async.redis.admin_queues import QueueHead as QueueHead  # callers import it here
 from cogworker_async.redis.admin_queues import QueueReads
 from cogworker_async.redis.admin_sets import SetEntry as SetEntry  # callers import it here

@@ -20,10 +20,10 @@ from typing import Any, Final
 
 import redis
 
-from cogworker_async import job as job_module
-from cogworker_async import stored
-from cogworker_async.groups import group_of
-from cogworker_async.priority import LEVELS
+from cogworker_async.jobs import stored
+from cogworker_async.jobs import wire as job_module
+from cogworker_async.jobs.groups import group_of
+from cogworker_async.jobs.priority import LEVELS
 from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.redis.part import as_list
 from cogworker_async.redis.store import Store

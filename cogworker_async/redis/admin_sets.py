@@ -19,7 +19,7 @@ from typing import Any, Final, NamedTuple
 
 from redis.exceptions import NoPermissionError, ResponseError
 
-from cogworker_async import stored
+from cogworker_async.jobs import stored
 from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.redis.store import SetName, Store
 from cogworker_async.settings import check_queue_name

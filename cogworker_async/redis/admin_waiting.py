@@ -17,7 +17,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from cogworker_async import stored
+from cogworker_async.jobs import stored
 from cogworker_async.redis.admin_sets import _unreadable
 from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.redis.store import Store

@@ -23,9 +23,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.retry import Retry as SyncRetry
 
-from cogworker_async import embedded, urls
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.redis import sentinel
+from cogworker_async.redis import embedded, sentinel, urls
 from cogworker_async.redis.cluster import ClusterClient
 
 log = logging.getLogger(__name__)

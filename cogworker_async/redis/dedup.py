@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from cogworker_async import job
-from cogworker_async.dedup import placed
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.dedup import placed
+from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.batches import foreign
 from cogworker_async.redis.errors import ResponseError
 from cogworker_async.redis.part import Part, Shared, as_bytes, as_list
 from cogworker_async.redis.queues import Queues
-from cogworker_async.status import LIVE_TTL
 
 DEBOUNCE_KEPT: Final = 24 * 3600
 """Seconds a debounced key's state outlives its job's due time (a poller that is late
@@ -91,7 +91,7 @@ class Dedup(Part):
         the job to run (with the arguments merged into it while it waited); its record no
         longer takes merges. Whatever this App's ``track_jobs``: the record is the
         enqueuer's."""
-        jid = job.jid_of(raw)
+        jid = wire.jid_of(raw)
         if jid is None:
             return raw
         reply = await self.scripts.run("coalesce_popped", [self.keys.record(queue, jid)],

@@ -25,9 +25,9 @@ from typing import Final, Literal, cast
 
 from redis.exceptions import ResponseError
 
+from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.part import Part, Shared, as_bytes, as_list, wrong_type
 from cogworker_async.redis.queues import Queues
-from cogworker_async.status import LIVE_TTL
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Limits: the Redis side of the rate limiters (``cogworker_async/limiter.py``).
+"""Limits: the Redis side of the rate limiters (``cogworker_async/limits/limiter.py``).
 
 Every decision is one script, by Redis TIME (``lua/limit_*.lua``): a slot of a
 concurrent limiter, an acquisition in a fixed window, a token of a bucket. All of a
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import redis.exceptions
 
-from cogworker_async import stored
+from cogworker_async.jobs import stored
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.part import as_bytes
 

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cogworker_async import stored
+from cogworker_async.jobs import stored
+from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.errors import RedisError, ResponseError
 from cogworker_async.redis.part import Part, SetName, Shared
 from cogworker_async.redis.part import as_bytes as as_bytes  # its callers import it here
 from cogworker_async.redis.stats import HISTORY_TTL as HISTORY_TTL
 from cogworker_async.redis.stats import Stats
-from cogworker_async.status import LIVE_TTL
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any, Protocol
 
-from cogworker_async import job
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.unique import DEFAULT_TTL
 from cogworker_async.redis.errors import ResponseError
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.liveness import HISTORY_TTL, as_bytes
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import check_queue_name
-from cogworker_async.unique import DEFAULT_TTL
 
 Plan = dict[str, list[tuple[bytes, str]]]
 """kind -> ``(key, the rest of its name)`` of each first-layout key found; kind "" for
@@ -149,7 +149,7 @@ class Mover:
     def queue_of(self, raw: bytes) -> str:
         """The queue of a stored job or entry (its ``queue`` field, else the default)."""
         payload = _json(raw)
-        return job.queue_of(payload if isinstance(payload, dict) else None, self.default)
+        return wire.queue_of(payload if isinstance(payload, dict) else None, self.default)
 
     def queue_of_record(self, raw: bytes) -> str:
         """The queue of an ``unsettled`` hand-over record (its entry's queue)."""
@@ -375,7 +375,7 @@ class Mover:
         found: dict[str, str] = {}
         for key, queue, is_zset in sources:
             async for raw in self.entries(key, is_zset):
-                jid = job.jid_of(raw)
+                jid = wire.jid_of(raw)
                 if jid is not None and jid in jids:
                     found.setdefault(jid, queue or self.queue_of(raw))
             if len(found) == len(jids):

@@ -19,13 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from cogworker_async import job as job_module
-from cogworker_async.priority import LEVELS, PRIORITY_AGING, aging_ms
+from cogworker_async.jobs import wire as job_module
+from cogworker_async.jobs.priority import LEVELS, PRIORITY_AGING, aging_ms
+from cogworker_async.jobs.status import LIVE_TTL, SUCCEEDED, Ended
 from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.part import Part, SetName, Shared, as_bytes, as_list
 from cogworker_async.redis.queues import Queues
 from cogworker_async.redis.scripts import Call
-from cogworker_async.status import LIVE_TTL, SUCCEEDED, Ended
 
 log = logging.getLogger(__name__)
 

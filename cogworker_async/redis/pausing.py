@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cogworker_async import stored
+from cogworker_async.jobs import stored
 from cogworker_async.redis.part import Part
 
 

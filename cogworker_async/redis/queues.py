@@ -12,7 +12,7 @@ from typing import Final
 
 import redis.asyncio
 
-from cogworker_async.priority import LEVELS
+from cogworker_async.jobs.priority import LEVELS
 from cogworker_async.redis import sentinel
 from cogworker_async.redis.cluster import ClusterClient
 from cogworker_async.redis.errors import LostReply, RedisError, ResponseError

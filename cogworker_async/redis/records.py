@@ -11,12 +11,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from cogworker_async.errors import WrongTypeKey
-from cogworker_async.job import jid_of
-from cogworker_async.redis.errors import ResponseError
-from cogworker_async.redis.part import Part, Shared
-from cogworker_async.redis.queues import Queues
-from cogworker_async.redis.scripts import Call
-from cogworker_async.status import (
+from cogworker_async.jobs.status import (
     ALIVE,
     CANCELS_TTL,
     LIVE_TTL,
@@ -26,6 +21,11 @@ from cogworker_async.status import (
     read,
     unpack,
 )
+from cogworker_async.jobs.wire import jid_of
+from cogworker_async.redis.errors import ResponseError
+from cogworker_async.redis.part import Part, Shared
+from cogworker_async.redis.queues import Queues
+from cogworker_async.redis.scripts import Call
 
 _FOREIGN = re.compile(r"WRONGTYPE (cancel set|waiting set|arming set|unique lock) "
                       r"(.+?) is not a (\w+)")

@@ -38,7 +38,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from cogworker_async import urls
+from cogworker_async.redis import urls
 
 FOLLOW_EVERY: Final = 0.5
 """Seconds between two questions to the sentinels about where the master is (one

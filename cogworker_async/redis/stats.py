@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from cogworker_async import run_metrics
+from cogworker_async.observe import run_metrics
 from cogworker_async.redis.part import Part, wrong_type
 
 HISTORY_TTL: Final = 366 * 24 * 3600

@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cogworker_async import job
-from cogworker_async.client import Push
-from cogworker_async.definition import JobDefinition
+from cogworker_async.enqueue.client import Push
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.definition import JobDefinition
+from cogworker_async.jobs.signature import callback_payload
 from cogworker_async.redis.batches import BatchEnded, BatchRecord
-from cogworker_async.signature import callback_payload
 from cogworker_async.worker.batch_relay import KINDS, MAX_CALLBACK_BYTES
 
 FINAL = ("success", "complete", "dead", "abandoned")
@@ -209,7 +209,7 @@ class FakeBatches:
         if definition is None:
             return None
         payload = callback_payload(definition, stored, found.bid, kind, time.time())
-        push = Push(payload["queue"], job.encode(payload, MAX_CALLBACK_BYTES), payload["jid"])
+        push = Push(payload["queue"], wire.encode(payload, MAX_CALLBACK_BYTES), payload["jid"])
         return push if self._add(push) else None
 
     async def read(self, bid: str) -> BatchRecord | None:

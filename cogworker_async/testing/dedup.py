@@ -11,9 +11,9 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 
-from cogworker_async.client import Push
-from cogworker_async.dedup import placed
-from cogworker_async.definition import JobOptions
+from cogworker_async.enqueue.client import Push
+from cogworker_async.jobs.dedup import placed
+from cogworker_async.jobs.definition import JobOptions
 from cogworker_async.testing.dependencies import FakeDependencies
 from cogworker_async.testing.world import World
 

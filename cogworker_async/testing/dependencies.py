@@ -23,11 +23,12 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cogworker_async import dependents, job
-from cogworker_async.client import Push
-from cogworker_async.definition import JobOptions
-from cogworker_async.retries import attempt_of
-from cogworker_async.status import FINISHED, JobStatus, error_text
+from cogworker_async.enqueue import after as dependents
+from cogworker_async.enqueue.client import Push
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.definition import JobOptions
+from cogworker_async.jobs.retries import attempt_of
+from cogworker_async.jobs.status import FINISHED, JobStatus, error_text
 from cogworker_async.testing.world import Entry, Key, World
 
 NO_RESULT = b"null"
@@ -154,8 +155,8 @@ class FakeDependencies:
         queue, jid = key
         self._world.end(queue, jid, JobStatus(
             jid=jid, state="dead" if policy == "dead" else "cancelled", queue=queue,
-            name=job.name(payload), attempt=attempt_of(payload),
-            enqueued_at=job.number(payload, "enqueued_at"), finished_at=time.time(),
+            name=wire.name(payload), attempt=attempt_of(payload),
+            enqueued_at=wire.number(payload, "enqueued_at"), finished_at=time.time(),
             error=error or error_text("ParentFailed", f"parent {parent[1]} {end}")))
 
 

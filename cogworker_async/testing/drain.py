@@ -20,14 +20,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from cogworker_async import job
-from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import Expired, ResultNotJSON
-from cogworker_async.limiter import RUNNER
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.definition import JobDefinition
+from cogworker_async.jobs.retries import attempt_of
+from cogworker_async.jobs.status import JobStatus, error_text
+from cogworker_async.limits.limiter import RUNNER
 from cogworker_async.middleware import ServerMiddleware
-from cogworker_async.retries import attempt_of
 from cogworker_async.settings import Settings
-from cogworker_async.status import JobStatus, error_text
 from cogworker_async.testing.memory import MemoryStore
 from cogworker_async.testing.records import Run
 from cogworker_async.testing.world import Entry, World, failure_text
@@ -104,19 +104,19 @@ class FakeWorker:
             await processor.locks.after_settle(payload, ended, ran=True)
             self._inline_end(entry, payload, error, kept)
 
-    def _kept(self, name: str, payload: job.Payload, leftover: Leftover) -> bytes | None:
+    def _kept(self, name: str, payload: wire.Payload, leftover: Leftover) -> bytes | None:
         """The result the job keeps, as JSON (None: it keeps none); it must be one a
         worker can keep (``Processor._kept``): raised here, where a worker would file
         the job in dead."""
-        if job.number(payload, "keep_result") is None:
+        if wire.number(payload, "keep_result") is None:
             return None
         try:
-            return job.encode_result(leftover.result, self.processor.settings.max_payload_bytes)
+            return wire.encode_result(leftover.result, self.processor.settings.max_payload_bytes)
         except (TypeError, ValueError) as exc:
             raise ResultNotJSON(f"{name} returned a result that cannot be kept: "
                                 f"{exc}") from None
 
-    def _inline_end(self, entry: Entry, payload: job.Payload, error: BaseException | None,
+    def _inline_end(self, entry: Entry, payload: wire.Payload, error: BaseException | None,
                     kept: bytes | None) -> None:
         """The run's end, in the world: its status keeps its result as an ack does (what
         ``jobs.result`` and a dependent's ``pass_result`` read)."""
@@ -147,7 +147,7 @@ class FakeWorker:
             kept = ended.result is not None
             payload = entry.payload()
             self.world.end(queue, jid, JobStatus(
-                jid=jid, state=ended.state, queue=queue, name=job.name(payload),
+                jid=jid, state=ended.state, queue=queue, name=wire.name(payload),
                 attempt=attempt_of(payload), finished_at=now,
                 result=json.loads(ended.result) if ended.result is not None else None,
                 has_result=kept,
@@ -161,9 +161,9 @@ class FakeWorker:
                 self.world.add(raw, queue, jid, due=now + delay, state="retrying")
             else:
                 failure = failure_of(disposition, target)
-                filed = job.decode(raw, job.NO_SIZE_LIMIT)
+                filed = wire.decode(raw, wire.NO_SIZE_LIMIT)
                 self.world.end(queue, jid, JobStatus(
-                    jid=jid, state="dead", queue=queue, name=job.name(filed),
+                    jid=jid, state="dead", queue=queue, name=wire.name(filed),
                     attempt=failure.attempt if failure else None, finished_at=now,
                     error=failure.error if failure else failure_text(filed)))
         else:  # GiveBack: it never started (the drain was cancelled)

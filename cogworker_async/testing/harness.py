@@ -30,14 +30,13 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async import job
-from cogworker_async.client import Client, Push
-from cogworker_async.definition import JobDefinition, JobOptions
-from cogworker_async.lifespan import Lifespan, entered
+from cogworker_async.enqueue.client import Client, Push
+from cogworker_async.enqueue.handles import JobFunction
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.definition import JobDefinition, JobOptions
+from cogworker_async.jobs.status import CancelOutcome, JobStatus
 from cogworker_async.middleware import ServerMiddleware
-from cogworker_async.registry import JobFunction
 from cogworker_async.settings import Settings
-from cogworker_async.status import CancelOutcome, JobStatus
 from cogworker_async.testing.batches import FakeBatches
 from cogworker_async.testing.dedup import FakeDedup
 from cogworker_async.testing.dependencies import FakeDependencies
@@ -46,6 +45,7 @@ from cogworker_async.testing.memory import MemoryStore
 from cogworker_async.testing.records import Enqueued, Run, TooManyRuns
 from cogworker_async.testing.world import Entry, World
 from cogworker_async.worker.hooks import Hooks
+from cogworker_async.worker.lifespan import Lifespan, entered
 from cogworker_async.worker.observers import Outcome
 
 MAX_RUNS: Final = 1000
@@ -192,7 +192,7 @@ class Testing:
                    if entry.jid == jid and queue in (None, entry.queue)]
         outcome = self._world.cancel(jid, queue)
         if outcome == "cancelled" and waiting:
-            digest = job.value(waiting[0].payload(), "unique_digest")
+            digest = wire.value(waiting[0].payload(), "unique_digest")
             if isinstance(digest, str):
                 self._memory.drop_lock(self._memory.keys.unique(waiting[0].queue, digest), jid)
         return outcome

@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
+from cogworker_async.jobs.status import JobStatus
 from cogworker_async.redis.keys import Keys
-from cogworker_async.status import JobStatus
 
 LIMITER_SCRIPTS: Final = frozenset({"limit_concurrent", "limit_window", "limit_bucket"})
 """The limiter scripts (``redis/limits.py``): their replies are

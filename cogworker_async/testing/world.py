@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cogworker_async import job
-from cogworker_async.groups import group_of
-from cogworker_async.retries import attempt_of
-from cogworker_async.status import FINISHED, CancelOutcome, JobStatus, error_text, unknown
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.groups import group_of
+from cogworker_async.jobs.retries import attempt_of
+from cogworker_async.jobs.status import FINISHED, CancelOutcome, JobStatus, error_text, unknown
 from cogworker_async.testing.records import Enqueued, Run, Waiting
 
 Key = tuple[str, str]
@@ -44,12 +44,12 @@ class Entry:
     due: float | None
     order: int = 0
 
-    def payload(self) -> job.Payload:
-        return job.decode(self.raw, job.NO_SIZE_LIMIT)
+    def payload(self) -> wire.Payload:
+        return wire.decode(self.raw, wire.NO_SIZE_LIMIT)
 
     @property
     def priority(self) -> int:
-        return job.priority_of(self.raw)
+        return wire.priority_of(self.raw)
 
     @property
     def group(self) -> str:
@@ -168,7 +168,7 @@ class World:
             payload = chosen.payload()
             payload["queue"] = chosen.queue
             payload["enqueued_at"] = time.time()
-            chosen.raw = job.encode(payload, job.NO_SIZE_LIMIT)
+            chosen.raw = wire.encode(payload, wire.NO_SIZE_LIMIT)
         return chosen
 
     def end(self, queue: str, jid: str, status: JobStatus) -> None:
@@ -237,13 +237,13 @@ def waiting_status(entry: Entry) -> JobStatus:
     payload = entry.payload()
     return JobStatus(jid=entry.jid, state=entry.state, queue=entry.queue,
                      name=payload["class"], attempt=attempt_of(payload),
-                     enqueued_at=job.number(payload, "enqueued_at"),
+                     enqueued_at=wire.number(payload, "enqueued_at"),
                      error=failure_text(payload))
 
 
-def failure_text(payload: job.Payload) -> str | None:
+def failure_text(payload: wire.Payload) -> str | None:
     """A status' ``error`` (``Class: message``) from a filed entry, if it failed."""
-    error_class = job.text(payload, "error_class")
+    error_class = wire.text(payload, "error_class")
     if error_class is None:
         return None
-    return error_text(error_class, job.text(payload, "error_message") or "")
+    return error_text(error_class, wire.text(payload, "error_message") or "")

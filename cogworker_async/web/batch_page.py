@@ -17,11 +17,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cogworker_async.admin.batches import ENDED, MEMBER_SETS, MEMBERS_SHOWN
-from cogworker_async.batch import BatchStatus
+from cogworker_async.jobs.status import check_jid
 from cogworker_async.redis.batches import DONE_TTL, OPEN_TTL
-from cogworker_async.status import check_jid
 from cogworker_async.web.security import verified_form
 from cogworker_async.web.site import Site, outcome, page_number
+from cogworker_async.workflows.batch import BatchStatus
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 

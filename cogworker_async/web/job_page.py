@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cogworker_async.admin.job_status import StoredCopy
-from cogworker_async.status import JobStatus, check_jid
+from cogworker_async.jobs.status import JobStatus, check_jid
 from cogworker_async.web.security import verified_form
 from cogworker_async.web.site import Site
 

@@ -23,12 +23,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Router
 
-from cogworker_async import priority
 from cogworker_async.admin.api import Inspector
 from cogworker_async.admin.records import Done, printable
 from cogworker_async.errors import CogworkerError
+from cogworker_async.jobs import priority
 from cogworker_async.redis.errors import unreachable as redis_unreachable
-from cogworker_async.urls import mask
+from cogworker_async.redis.urls import mask
 from cogworker_async.web import format
 from cogworker_async.web.security import CSRF_FIELD, csrf_token, set_csrf_cookie
 

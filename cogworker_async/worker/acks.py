@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
+from cogworker_async.jobs.status import SUCCEEDED, Ended
+from cogworker_async.limits.waiters import settle_all
 from cogworker_async.redis.errors import LostReply
 from cogworker_async.redis.store import Store
-from cogworker_async.status import SUCCEEDED, Ended
-from cogworker_async.waiters import settle_all
 
 MAX_BATCH: Final = 500
 """Acks sent in one script call at most."""

@@ -46,17 +46,17 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol, cast
 
-from cogworker_async import job
-from cogworker_async.context import RunControl
-from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import (
     InvalidArguments,
     ParentResultMissing,
     UnknownJob,
     UnparseablePayload,
 )
-from cogworker_async.retries import attempt_of
-from cogworker_async.status import Ended
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.context import RunControl
+from cogworker_async.jobs.definition import JobDefinition
+from cogworker_async.jobs.retries import attempt_of
+from cogworker_async.jobs.status import Ended
 from cogworker_async.worker import outcome
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.outcome import ACK, Ack, Disposition, Filing, RetryPolicy
@@ -104,7 +104,7 @@ class Ticket:
     """What the gates see of one attempt."""
 
     queue: str
-    payload: job.Payload
+    payload: wire.Payload
     definition: JobDefinition | None
     control: RunControl | None = None
     """The run's control, once registered with the canceller (the AT_START gates)."""
@@ -124,7 +124,7 @@ class AsyncGate(Protocol):
     async def check(self, ticket: Ticket) -> Verdict | None: ...
 
 
-def fields(payload: job.Payload, name: str, queue: str) -> dict[str, object]:
+def fields(payload: wire.Payload, name: str, queue: str) -> dict[str, object]:
     """A job's log fields (``logs.JOB_FIELDS``) for a line about it logged outside its run."""
     return {"jid": payload["jid"], "job": name, "queue": queue,
             "attempt": attempt_of(payload)}
@@ -135,20 +135,20 @@ def dead(error: Exception) -> Verdict:
     return Verdict(None, error=error, processed=1, failed=1)
 
 
-def cancelled(control: RunControl | None, payload: job.Payload | None) -> Ack | None:
+def cancelled(control: RunControl | None, payload: wire.Payload | None) -> Ack | None:
     """The ack of a run cancelled at someone's request (``jobs.cancel``), or None."""
     if control is None or not control.cancel_requested:
         return None
-    keep = None if payload is None else job.number(payload, "keep_result")
+    keep = None if payload is None else wire.number(payload, "keep_result")
     return Ack(Ended("cancelled", keep=keep))
 
 
 def read(work: Work, max_bytes: int, *, clock: Callable[[], float] = time.time
-         ) -> job.Payload | Verdict:
+         ) -> wire.Payload | Verdict:
     """Unreadable, the first gate: the payload, or dead with the bytes as fetched (no
     payload: nothing after it can look at the job)."""
     try:
-        return job.decode(work.raw, max_bytes)
+        return wire.decode(work.raw, max_bytes)
     except UnparseablePayload as exc:
         filed = outcome.unparseable(work.raw, queue=work.queue, reason=str(exc), now=clock())
         return Verdict(filed, processed=1, failed=1, note=Note(
@@ -164,7 +164,7 @@ class Unregistered:
         return unregistered(ticket.payload)
 
 
-def unregistered(payload: job.Payload) -> Verdict:
+def unregistered(payload: wire.Payload) -> Verdict:
     return dead(UnknownJob(f"no job registered as {payload['class']!r}"))
 
 
@@ -187,11 +187,11 @@ class BadArguments:
         return None
 
 
-def missing_result(payload: job.Payload) -> ParentResultMissing:
+def missing_result(payload: wire.Payload) -> ParentResultMissing:
     """Why a job retried without its parent's result is filed dead again: which job,
     which parent, and what it was first filed for."""
-    parent = job.text(payload, "missing_result_of") or "?"
-    cause = job.text(payload, "error_class") or "?"
+    parent = wire.text(payload, "missing_result_of") or "?"
+    cause = wire.text(payload, "error_class") or "?"
     return ParentResultMissing(
         f"job {payload['jid']} takes the result of parent {parent}, which it does not "
         f"hold: it was filed dead without it ({cause}) and retried; it is not run with "

@@ -33,12 +33,12 @@ import time
 from collections.abc import Set
 from typing import Final
 
-from cogworker_async import batch
+from cogworker_async.enqueue.lookup import JobLookup
 from cogworker_async.errors import why
-from cogworker_async.lookup import JobLookup
 from cogworker_async.redis.errors import ResponseError
 from cogworker_async.redis.part import wrong_type
 from cogworker_async.redis.store import Store
+from cogworker_async.workflows import batch
 
 log = logging.getLogger(__name__)
 

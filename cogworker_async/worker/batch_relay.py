@@ -43,14 +43,14 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async import job
-from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import WrongTypeKey, why
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.definition import JobDefinition
+from cogworker_async.jobs.signature import callback_payload
 from cogworker_async.redis.batches import NOTES_PER_READ, Note, parse_note
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.part import wrong_type
 from cogworker_async.redis.store import Store
-from cogworker_async.signature import callback_payload
 from cogworker_async.worker import dependents_relay
 from cogworker_async.worker.batch_reaper import BatchReaper
 from cogworker_async.worker.streak import Streak
@@ -249,7 +249,7 @@ class BatchRelay:
         queue = payload["queue"]
         if queue in self._away:
             raise NodeAway(queue)
-        raw = job.encode(payload, self.max_payload_bytes)
+        raw = wire.encode(payload, self.max_payload_bytes)
         try:
             await self.store.enqueue(queue, [raw], jids=[payload["jid"]],
                                      name=definition.name, chosen="once")

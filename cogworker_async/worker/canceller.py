@@ -23,10 +23,10 @@ from typing import Final, Protocol
 
 import anyio
 
-from cogworker_async.context import RunControl
 from cogworker_async.errors import why
+from cogworker_async.jobs.context import RunControl
+from cogworker_async.jobs.status import JobStatus
 from cogworker_async.redis.errors import Unavailable
-from cogworker_async.status import JobStatus
 
 log = logging.getLogger(__name__)
 

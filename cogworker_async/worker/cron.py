@@ -15,9 +15,9 @@ from typing import Final
 
 import anyio
 
-from cogworker_async import job
-from cogworker_async.definition import JobDefinition
-from cogworker_async.periodic import Periodic, tick_to_claim
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.definition import JobDefinition
+from cogworker_async.jobs.periodic import Periodic, tick_to_claim
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.streak import Streak
@@ -41,13 +41,13 @@ def periodic_job(registry: Mapping[str, JobDefinition], periodic: Periodic,
     definition = registry[periodic.name]
     options = definition.options
     now = time.time()
-    payload = job.build(definition.name, [], {}, queue=options.queue, retry=options.retry,
+    payload = wire.build(definition.name, [], {}, queue=options.queue, retry=options.retry,
                         now=now, expires_at=options.deadline(now),
                         dead_on_expiry=options.dead_on_expiry, priority=options.priority,
                         group=options.group)
     payload["periodic"] = periodic.name
     payload["periodic_tick"] = tick
-    return options.queue, job.encode(payload, MAX_PERIODIC_BYTES)
+    return options.queue, wire.encode(payload, MAX_PERIODIC_BYTES)
 
 
 class CronTicker:

@@ -19,12 +19,12 @@ import anyio
 from anyio.abc import TaskGroup
 
 from cogworker_async.redis.errors import Unavailable
-from cogworker_async.scopes import cancel_scope
 from cogworker_async.settings import Settings
 from cogworker_async.worker.fetch import Fetcher, Work
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.outcome import GiveBack
 from cogworker_async.worker.processor import Processor
+from cogworker_async.worker.scopes import cancel_scope
 from cogworker_async.worker.settlement import Settler
 from cogworker_async.worker.shutdown import Shutdown
 from cogworker_async.worker.streak import Streak

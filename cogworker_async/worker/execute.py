@@ -20,13 +20,13 @@ from typing import Any, cast
 
 import anyio
 
-from cogworker_async import job as payloads
-from cogworker_async.context import CURRENT, NO_CONTROL, JobContext, RunControl
-from cogworker_async.definition import MAX_TIMEOUT, JobDefinition
 from cogworker_async.errors import JobTimeout
+from cogworker_async.jobs import wire as payloads
+from cogworker_async.jobs.context import CURRENT, NO_CONTROL, JobContext, RunControl
+from cogworker_async.jobs.definition import MAX_TIMEOUT, JobDefinition
+from cogworker_async.jobs.retries import attempt_of
 from cogworker_async.middleware import ServerMiddleware, server_chain
-from cogworker_async.retries import attempt_of
-from cogworker_async.tracing import TraceOptions, job_tracer
+from cogworker_async.observe.tracing import TraceOptions, job_tracer
 
 _this_run: ContextVar[tuple[JobDefinition, payloads.Payload, Leftover]] = ContextVar(
     "cogworker_this_run")

@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
-from cogworker_async import job
 from cogworker_async.errors import why
+from cogworker_async.jobs import wire
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.ledger import Ledger
 
@@ -165,7 +165,7 @@ class Fence:
         for raw in not_ours.stale:
             self.ledger.forget(raw)
             log.error("jid=%s finished here, but was recovered by another process while "
-                      "this one was paused: it may run again", job.jid_of(raw))
+                      "this one was paused: it may run again", wire.jid_of(raw))
         log.error("worker %s was declared dead (paused past orphan_threshold?): its jobs "
                   "were recovered elsewhere; %d running job(s) cancelled here",
                   self.identity, len(not_ours.scopes))

@@ -17,7 +17,7 @@ from typing import Final, Protocol
 
 import anyio
 
-from cogworker_async.dedup import COALESCED
+from cogworker_async.jobs.dedup import COALESCED
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings
 

@@ -25,11 +25,11 @@ from typing import Final
 
 import anyio
 
-from cogworker_async import job
 from cogworker_async.errors import why
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.status import SUCCEEDED, Ended
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import Store
-from cogworker_async.status import SUCCEEDED, Ended
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.ledger import Ledger, Pending
 from cogworker_async.worker.outcome import Ack, Filing
@@ -91,7 +91,7 @@ async def hand_over(store: Store, settler: Settler, ledger: Ledger, identity: st
         except Unavailable as exc:
             keep.append(raw)
             log.error("shutdown: couldn't hand over the failure of jid=%s (%s): left "
-                      "in progress, it may run again", job.jid_of(raw), why(exc))
+                      "in progress, it may run again", wire.jid_of(raw), why(exc))
     moved = 0
     for queue in queues:
         ours = [(raw, ended) for raw, ended in decided.drop
@@ -118,7 +118,7 @@ async def _ack_what_records_need(store: Store, ledger: Ledger, identity: str, qu
     than "succeeded": a result to keep, or a cancel. The requeue's drop is an ack too,
     but it records every job it drops as succeeded, without a result. Best effort: what
     this fails to ack is dropped by the requeue all the same."""
-    special = [(raw, job.jid_of(raw), ended) for raw, ended in drops if ended != SUCCEEDED]
+    special = [(raw, wire.jid_of(raw), ended) for raw, ended in drops if ended != SUCCEEDED]
     if not special:
         return
     try:

@@ -22,8 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cogworker_async import environment, job, stored
+from cogworker_async import environment
 from cogworker_async.errors import why
+from cogworker_async.jobs import stored, wire
 from cogworker_async.redis.beats import ALIVE, ZOMBIE, BeatWriter
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.steadiness import Steadiness
@@ -72,7 +73,7 @@ def workers_entries(works: Iterable[Work]) -> dict[str, str]:
     entries = {}
     for work in works:
         payload = stored.json_value(work.raw, max_depth=None)  # may be anything
-        jid, name = (job.jid(payload), job.name(payload)) if isinstance(payload, dict) \
+        jid, name = (wire.jid(payload), wire.name(payload)) if isinstance(payload, dict) \
             else (None, None)
         if jid is None or name is None:
             continue

@@ -40,7 +40,7 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async.context import JobContext
+from cogworker_async.jobs.context import JobContext
 from cogworker_async.worker.observers import Death, RunReport, death_of
 
 log = logging.getLogger(__name__)

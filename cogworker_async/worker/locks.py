@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from cogworker_async import job
 from cogworker_async.errors import why
-from cogworker_async.job import Payload
-from cogworker_async.periodic import RUNNING_LOCK_TTL
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.periodic import RUNNING_LOCK_TTL
+from cogworker_async.jobs.wire import Payload
 from cogworker_async.redis.keys import Keys
 from cogworker_async.worker.outcome import Ack, Disposition, Filing
 
@@ -39,7 +39,7 @@ class JobLocks:
     async def before_run(self, payload: Payload) -> bool:
         """False if the job must not run now (its periodic predecessor still runs)."""
         jid = payload["jid"]
-        periodic = job.text(payload, "periodic")
+        periodic = wire.text(payload, "periodic")
         if periodic is not None:
             key = self.store.keys.periodic_running(_queue(payload), periodic)
             try:
@@ -50,7 +50,7 @@ class JobLocks:
             except Exception as exc:
                 log.warning("periodic %s: running lock unavailable (%s); running anyway",
                             periodic, why(exc))
-        if job.text(payload, "unique_policy") == "until_started":
+        if wire.text(payload, "unique_policy") == "until_started":
             await self._release_unique(payload)
         return True
 
@@ -58,17 +58,17 @@ class JobLocks:
         """A job that will not start (past its deadline): its ``until_started`` lock is
         freed now, as its start would have freed it (an ``until_executed`` one is freed
         by ``after_settle``, as at any end)."""
-        if job.text(payload, "unique_policy") == "until_started":
+        if wire.text(payload, "unique_policy") == "until_started":
             await self._release_unique(payload)
 
     async def after_settle(self, payload: Payload, disposition: Disposition,
                            *, ran: bool) -> None:
         """Release or extend what the job held, now that its outcome is recorded."""
-        periodic = job.text(payload, "periodic")
+        periodic = wire.text(payload, "periodic")
         if ran and periodic is not None:
             await self._release(self.store.keys.periodic_running(_queue(payload), periodic),
                                 payload)
-        if job.text(payload, "unique_policy") != "until_executed":
+        if wire.text(payload, "unique_policy") != "until_executed":
             return
         if isinstance(disposition, Ack) or (isinstance(disposition, Filing) and
                                             disposition.terminal):
@@ -78,10 +78,10 @@ class JobLocks:
 
     async def _extend_unique(self, payload: Payload, delay: float) -> None:
         """Kept over the retry delay: the retry is the same job, still unique."""
-        digest = job.text(payload, "unique_digest")
+        digest = wire.text(payload, "unique_digest")
         if digest is None:
             return
-        ttl = delay + (job.number(payload, "unique_ttl") or RUNNING_LOCK_TTL)
+        ttl = delay + (wire.number(payload, "unique_ttl") or RUNNING_LOCK_TTL)
         try:
             await self.store.extend_lock(self.store.keys.unique(_queue(payload), digest),
                                          payload["jid"], ttl)
@@ -90,7 +90,7 @@ class JobLocks:
                         why(exc))
 
     async def _release_unique(self, payload: Payload) -> None:
-        digest = job.text(payload, "unique_digest")
+        digest = wire.text(payload, "unique_digest")
         if digest is not None:
             await self._release(self.store.keys.unique(_queue(payload), digest), payload)
 
@@ -104,7 +104,7 @@ class JobLocks:
 
 def _queue(payload: Payload) -> str:
     """The job's queue: its locks are in that queue's slot (``keys.unique``)."""
-    return job.text(payload, "queue") or ""
+    return wire.text(payload, "queue") or ""
 
 
 async def release_for_dead(store: LockStore, payload: Payload) -> None:

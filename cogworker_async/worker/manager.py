@@ -28,13 +28,12 @@ from typing import Final
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from cogworker_async.batch import OWNER as BATCH_OWNER
-from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import why
-from cogworker_async.lifespan import Lifespan, entered
-from cogworker_async.limiter import LimitSpec
+from cogworker_async.jobs.definition import JobDefinition
+from cogworker_async.jobs.periodic import Periodic
+from cogworker_async.limits.limiter import LimitSpec
 from cogworker_async.middleware import ServerMiddleware
-from cogworker_async.periodic import Periodic
+from cogworker_async.observe.run_metrics import Tally
 from cogworker_async.redis import limits
 from cogworker_async.redis.beats import BeatWriter
 from cogworker_async.redis.connection import SOCKET_TIMEOUT
@@ -45,7 +44,6 @@ from cogworker_async.redis.errors import (
     Unavailable,
 )
 from cogworker_async.redis.store import StatsFlush, Store
-from cogworker_async.run_metrics import Tally
 from cogworker_async.settings import Settings, unserved_limits
 from cogworker_async.version import __version__
 from cogworker_async.worker.batch_relay import BatchRelay
@@ -58,6 +56,7 @@ from cogworker_async.worker.fetch import BasicFetch, Fetcher, ReliableFetch
 from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, LoopLag
 from cogworker_async.worker.hooks import HookRunner, Hooks
 from cogworker_async.worker.ledger import Ledger
+from cogworker_async.worker.lifespan import Lifespan, entered
 from cogworker_async.worker.observers import Observers, Vitals, process_metrics, relay_of
 from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor
@@ -67,6 +66,7 @@ from cogworker_async.worker.settlement import Settler
 from cogworker_async.worker.shutdown import Shutdown
 from cogworker_async.worker.stats_flush import StatsFlusher
 from cogworker_async.worker.streak import Streak
+from cogworker_async.workflows.batch import OWNER as BATCH_OWNER
 
 log = logging.getLogger(__name__)
 

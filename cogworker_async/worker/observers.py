@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from anyio.abc import TaskStatus
 
-from cogworker_async.context import JobContext
 from cogworker_async.errors import ConfigurationError
+from cogworker_async.jobs.context import JobContext
 from cogworker_async.settings import Settings
 from cogworker_async.worker.outcome import Ack, Disposition, Filing
 
 if TYPE_CHECKING:
+    from cogworker_async.outbox.relay import OutboxRelay
     from cogworker_async.redis.store import Store
-    from cogworker_async.worker.outbox_relay import OutboxRelay
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def relay_of(settings: Settings, store: Store, names: Collection[str]) -> Outbox
     takes)."""
     if settings.outbox is None:
         return None
-    from cogworker_async.worker.outbox_relay import OutboxRelay
+    from cogworker_async.outbox.relay import OutboxRelay
 
     return OutboxRelay(settings.outbox, store, names)
 

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from cogworker_async import job, retries
 from cogworker_async.errors import Expired, OverLimit
-from cogworker_async.job import Payload
-from cogworker_async.status import SUCCEEDED, Ended
+from cogworker_async.jobs import retries, wire
+from cogworker_async.jobs.status import SUCCEEDED, Ended
+from cogworker_async.jobs.wire import Payload
 
 MAX_ERROR_MESSAGE: Final = 10_000
 """Characters of an error message kept on a failed job."""
@@ -94,7 +94,7 @@ def after_failure(
         "error_message": message,
         "error_backtrace": backtrace,
     })
-    if job.has(payload, "failed_at"):
+    if wire.has(payload, "failed_at"):
         entry["retried_at"] = now
     else:
         entry["failed_at"] = now
@@ -145,12 +145,12 @@ def after_over_limit(payload: Payload, error: OverLimit, *, now: float,
 def limited_count(payload: Payload) -> int:
     """How often a limiter's refusal rescheduled the job (``limited_count``, written by
     ``after_over_limit`` with ``limited_at``; 0 when absent or not a count)."""
-    return max(0, job.count(payload, "limited_count") or 0)
+    return max(0, wire.count(payload, "limited_count") or 0)
 
 
 def deadline_of(payload: Payload) -> float | None:
     """When the job must have started by (epoch s), if it has a deadline."""
-    return job.number(payload, "expires_at")
+    return wire.number(payload, "expires_at")
 
 
 def expired(payload: Payload, *, now: float, policy: RetryPolicy) -> Disposition | None:
@@ -162,7 +162,7 @@ def expired(payload: Payload, *, now: float, policy: RetryPolicy) -> Disposition
     if deadline is None or now <= deadline:
         return None
     if payload.get("dead_on_expiry") is False:
-        return Ack(Ended("cancelled", keep=job.number(payload, "keep_result")))
+        return Ack(Ended("cancelled", keep=wire.number(payload, "keep_result")))
     late = now - deadline
     return after_failure(payload, Expired(f"not started by its deadline: {late:.3f}s late"),
                          now=now, policy=policy, terminal=True)
@@ -170,7 +170,7 @@ def expired(payload: Payload, *, now: float, policy: RetryPolicy) -> Disposition
 
 def unparseable(raw: bytes, *, queue: str, reason: str, now: float) -> Filing:
     """A raw job that could not be read goes to dead, its bytes kept in the entry."""
-    return Filing("dead", job.unparseable_entry(raw, queue=queue, reason=reason, now=now), 0.0,
+    return Filing("dead", wire.unparseable_entry(raw, queue=queue, reason=reason, now=now), 0.0,
                   terminal=True)
 
 
@@ -189,11 +189,11 @@ def interrupt(raw: bytes, error: BaseException, *, now: float) -> Filing:
     interrupted more than MAX_INTERRUPTS times. Unreadable bytes go to dead as they are.
     """
     try:
-        payload = job.decode(raw, job.NO_SIZE_LIMIT)
+        payload = wire.decode(raw, wire.NO_SIZE_LIMIT)
     except Exception as exc:
         return unparseable(raw, queue="", reason=f"{exc} (while recording {error!r})", now=now)
     error_class, message, backtrace = describe(error)
-    count = (job.count(payload, "interrupted_count") or 0) + 1
+    count = (wire.count(payload, "interrupted_count") or 0) + 1
     attempt = retries.next_count(payload)
     entry = payload.copy()
     entry.update({"interrupted_count": count, "retry_count": attempt, "error_class": error_class,

@@ -19,8 +19,8 @@ from typing import Final
 
 import anyio
 
-from cogworker_async import job
 from cogworker_async.errors import UnparseablePayload
+from cogworker_async.jobs import wire
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import SetName, Store
 from cogworker_async.settings import Settings
@@ -84,13 +84,13 @@ class Poller:
         """The ``(member, job to push)`` for a due entry, or None if it went to dead."""
         now = time.time()
         try:
-            payload = job.decode(member, self.settings.max_payload_bytes)
+            payload = wire.decode(member, self.settings.max_payload_bytes)
         except UnparseablePayload as exc:
-            entry = job.unparseable_entry(member, queue=queue, reason=str(exc), now=now)
+            entry = wire.unparseable_entry(member, queue=queue, reason=str(exc), now=now)
             await self.store.move_member(queue, target, "dead", member,
-                                         job.encode(entry, job.NO_SIZE_LIMIT))
+                                         wire.encode(entry, wire.NO_SIZE_LIMIT))
             log.error("poller: an unreadable %s entry was moved to dead: %s", target, exc)
             return None
         payload["queue"] = queue  # the set's queue: the job stays in its slot
         payload["enqueued_at"] = now
-        return member, job.encode(payload, job.NO_SIZE_LIMIT)
+        return member, wire.encode(payload, wire.NO_SIZE_LIMIT)

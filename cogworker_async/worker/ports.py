@@ -13,8 +13,8 @@ from typing import Protocol
 
 import anyio
 
-from cogworker_async.context import RunControl
-from cogworker_async.job import Payload
+from cogworker_async.jobs.context import RunControl
+from cogworker_async.jobs.wire import Payload
 from cogworker_async.redis.limits import LimitStore
 from cogworker_async.worker.canceller import CancelStore
 from cogworker_async.worker.fetch import Work

@@ -19,18 +19,17 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from cogworker_async import job
-from cogworker_async.context import JobContext, RunControl
-from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import OverLimit, ResultNotJSON, Retry
-from cogworker_async.limiter import RUNNER, Runner
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.context import JobContext, RunControl
+from cogworker_async.jobs.definition import JobDefinition
+from cogworker_async.jobs.retries import attempt_of
+from cogworker_async.jobs.status import Ended
+from cogworker_async.limits.limiter import RUNNER, Runner
 from cogworker_async.middleware import ServerMiddleware
-from cogworker_async.retries import attempt_of
-from cogworker_async.run_metrics import Tally
-from cogworker_async.scopes import cancel_scope
+from cogworker_async.observe.run_metrics import Tally
+from cogworker_async.observe.tracing import TraceOptions
 from cogworker_async.settings import Settings
-from cogworker_async.status import Ended
-from cogworker_async.tracing import TraceOptions
 from cogworker_async.worker import admission, outcome
 from cogworker_async.worker.admission import Admission, Note, Ticket, Verdict
 from cogworker_async.worker.admission import fields as _fields
@@ -56,6 +55,7 @@ from cogworker_async.worker.ports import (
     RunTally,
     Settlement,
 )
+from cogworker_async.worker.scopes import cancel_scope
 
 if TYPE_CHECKING:  # the worker's own parts fit the ports (mypy checks it; nothing runs)
     from cogworker_async.worker.ledger import Ledger
@@ -80,11 +80,11 @@ class Attempt:
     error: BaseException | None = None
     verdict: Verdict | None = None
     """What it came to, once decided (``Processor._decide``), with its disposition."""
-    payload: job.Payload | None = None
+    payload: wire.Payload | None = None
     """Set once its locks are settled with it (it may start, or it expired)."""
     leftover: Leftover = field(default_factory=Leftover)
     started: float = field(default_factory=time.monotonic)
-    decoded: job.Payload | None = None
+    decoded: wire.Payload | None = None
     """The payload as read (``payload`` is set only once the run may start)."""
     definition: JobDefinition | None = None
     scope: anyio.CancelScope | None = None
@@ -193,7 +193,7 @@ class Processor:
         try:
             disposition = attempt.disposition or attempt.fallback()
         except Exception:  # deciding failed: the fallback's own fallback
-            log.exception("jid=%s: deciding its outcome failed", job.jid_of(attempt.work.raw))
+            log.exception("jid=%s: deciding its outcome failed", wire.jid_of(attempt.work.raw))
             disposition = outcome.interrupt(attempt.work.raw, RuntimeError("bookkeeping failed"),
                                             now=time.time())
         if attempt.ran and (attempt.verdict is None or attempt.verdict.reported):
@@ -232,7 +232,7 @@ class Processor:
             report = RunReport(
                 name=name, queue=work.queue, jid=work.jid, outcome=result,
                 duration=duration, ended_at=ended_at,
-                enqueued_at=None if payload is None else job.number(payload, "enqueued_at"),
+                enqueued_at=None if payload is None else wire.number(payload, "enqueued_at"),
                 started_at=ended_at - duration, error=error,
                 entry=dict(disposition.entry) if isinstance(disposition, Filing) and
                 disposition.target == "dead" else None,
@@ -244,15 +244,15 @@ class Processor:
             return
         self.observers.finished(report)
 
-    def _context(self, definition: JobDefinition | None, payload: job.Payload,
+    def _context(self, definition: JobDefinition | None, payload: wire.Payload,
                  queue: str) -> JobContext:
         """The context a failed run had (or would have had: an unknown job never ran)."""
         if definition is not None:
             return self.executor.context(definition, payload, queue)
         return JobContext(jid=str(payload["jid"]), name=str(payload["class"]), queue=queue,
                           attempt=attempt_of(payload),
-                          enqueued_at=job.number(payload, "enqueued_at"),
-                          created_at=job.number(payload, "created_at"),
+                          enqueued_at=wire.number(payload, "enqueued_at"),
+                          created_at=wire.number(payload, "created_at"),
                           payload=dict(payload), _orphanings=partial(
                               self.executor.orphanings, queue, str(payload["jid"])))
 
@@ -293,7 +293,7 @@ class Processor:
             await self.locks.never_started(attempt.decoded)
 
     async def _run(self, attempt: Attempt, ticket: Ticket, definition: JobDefinition,
-                   payload: job.Payload) -> None:
+                   payload: wire.Payload) -> None:
         """Run a job that may run; decide what it came to."""
         work = attempt.work
         canceller = self.canceller
@@ -320,7 +320,7 @@ class Processor:
             if control is not None:
                 canceller.finish(control)
         attempt.ran = True
-        keep = job.number(payload, "keep_result")
+        keep = wire.number(payload, "keep_result")
         verdict = SUCCEEDED if keep is None else self._kept(attempt, definition, payload, keep)
         self._decide(attempt, verdict)
         if verdict.error is None and log.isEnabledFor(logging.INFO):
@@ -329,7 +329,7 @@ class Processor:
                      time.monotonic() - attempt.started,
                      extra=_fields(payload, definition.name, work.queue))
 
-    def _failure(self, attempt: Attempt, definition: JobDefinition, payload: job.Payload,
+    def _failure(self, attempt: Attempt, definition: JobDefinition, payload: wire.Payload,
                  error: BaseException) -> Verdict:
         """What a run that raised ``error`` comes to: cancelled (it stopped itself, or
         was told), rescheduled (a limiter refused it), or failed (retried, or dead)."""
@@ -347,11 +347,11 @@ class Processor:
         return Verdict(filed, error=error, discarded=discarded,
                        note=self._failure_note(attempt, payload, error, filed))
 
-    def _kept(self, attempt: Attempt, definition: JobDefinition, payload: job.Payload,
+    def _kept(self, attempt: Attempt, definition: JobDefinition, payload: wire.Payload,
               keep: float) -> Verdict:
         """Ack with the result to keep; dead if it cannot be kept."""
         try:
-            result = job.encode_result(attempt.leftover.result, self.settings.max_payload_bytes)
+            result = wire.encode_result(attempt.leftover.result, self.settings.max_payload_bytes)
         except (TypeError, ValueError) as exc:  # it did its work: dead, never run again
             error = attempt.error = ResultNotJSON(f"{definition.name} returned a result that "
                                                   f"cannot be kept: {exc}")
@@ -360,7 +360,7 @@ class Processor:
                            note=self._failure_note(attempt, payload, error, filed))
         return Verdict(Ack(Ended(result=result, keep=keep)))
 
-    def _limited(self, attempt: Attempt, payload: job.Payload,
+    def _limited(self, attempt: Attempt, payload: wire.Payload,
                  error: OverLimit) -> Verdict | None:
         """Reschedule a run a limiter refused, without counting a failure or a retry;
         None once it was rescheduled ``max_limit_reschedules`` times (it fails then)."""
@@ -376,7 +376,7 @@ class Processor:
              outcome.limited_count(filed.entry), self.settings.max_limit_reschedules),
             _fields(payload, str(payload["class"]), attempt.work.queue)))
 
-    def _filing(self, payload: job.Payload, definition: JobDefinition | None,
+    def _filing(self, payload: wire.Payload, definition: JobDefinition | None,
                 error: BaseException, *, terminal: bool) -> Filing:
         """Where a failed job goes: its retry, or dead (``outcome.after_failure``)."""
         return outcome.after_failure(payload, error, now=time.time(), policy=self.policy,
@@ -385,7 +385,7 @@ class Processor:
                                                                          error))
 
     @staticmethod
-    def _failure_note(attempt: Attempt, payload: job.Payload, error: BaseException,
+    def _failure_note(attempt: Attempt, payload: wire.Payload, error: BaseException,
                       filed: Filing) -> Note:
         return Note(logging.WARNING, "failed: %s jid=%s: %s: %s -> %s%s",
                     (payload["class"], payload["jid"], type(error).__name__, error,
@@ -393,7 +393,7 @@ class Processor:
                     _fields(payload, str(payload["class"]), attempt.work.queue))
 
     @staticmethod
-    def _requested_delay(definition: JobDefinition | None, payload: job.Payload,
+    def _requested_delay(definition: JobDefinition | None, payload: wire.Payload,
                          error: BaseException) -> float | None:
         """The delay the job asked for: ``raise Retry(in_=...)``, or its ``retry_in``."""
         if isinstance(error, Retry):

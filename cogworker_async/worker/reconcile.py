@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from cogworker_async import job
 from cogworker_async.errors import why
+from cogworker_async.jobs import wire
 from cogworker_async.redis.errors import Unavailable, maybe_ran
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.fetch import Work
@@ -42,10 +42,10 @@ class Reconciler:
             except Unavailable as exc:
                 if maybe_ran(exc):  # a lost reply, or NotDurable (it ran): a 0 from the
                     self.ledger.reply_lost(raw)  # next try is then no sign of a lost list
-                log.debug("still couldn't settle jid=%s: %s", job.jid_of(raw), why(exc))
+                log.debug("still couldn't settle jid=%s: %s", wire.jid_of(raw), why(exc))
                 return exc
             self.ledger.settled(raw)
-            log.info("settled jid=%s late (it was not run again)", job.jid_of(raw))
+            log.info("settled jid=%s late (it was not run again)", wire.jid_of(raw))
         return None
 
     async def reconcile(self) -> int | None:
@@ -74,5 +74,5 @@ class Reconciler:
             if await self.store.give_back(self.identity, listed[raw], raw):
                 requeued += 1
                 log.warning("requeued stray in-progress job jid=%s (a lost fetch reply?)",
-                            job.jid_of(raw))
+                            wire.jid_of(raw))
         return requeued

@@ -29,9 +29,9 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async import job, status, stored
 from cogworker_async.errors import UnparseablePayload, why
-from cogworker_async.limiter import Runner
+from cogworker_async.jobs import status, stored, wire
+from cogworker_async.limits.limiter import Runner
 from cogworker_async.redis.errors import ConnectionLost, Unavailable
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings, check_queue_name
@@ -69,14 +69,14 @@ def _served(info: Mapping[str, Any] | None) -> set[str]:
 
 
 def process_died_entry(raw: bytes, *, max_orphanings: int, identity: str,
-                       info: Mapping[str, Any] | None, now: float) -> job.Payload:
+                       info: Mapping[str, Any] | None, now: float) -> wire.Payload:
     """The dead entry of a job that kept killing its process."""
     message = (f"its process died while running it more than {max_orphanings} times "
                "(killed for memory? SIGKILL?): not retried again")
     try:
-        entry = job.decode(raw, MAX_ENTRY_BYTES)
+        entry = wire.decode(raw, MAX_ENTRY_BYTES)
     except UnparseablePayload as exc:
-        entry = job.unparseable_entry(raw, queue="", reason=str(exc), now=now)
+        entry = wire.unparseable_entry(raw, queue="", reason=str(exc), now=now)
     entry.update({"error_class": "ProcessDied", "error_message": message, "failed_at": now,
                   "orphaned_from": identity, "orphaned_process": dict(info or {})})
     return entry
@@ -327,7 +327,7 @@ class Recovery:
         """
         listed = await self.store.list_head(self.store.keys.in_progress(queue, identity),
                                             HOLD_BACK_SCAN)
-        counts = await self.store.orphan_counts(queue, [job.jid_of(raw) for raw in listed])
+        counts = await self.store.orphan_counts(queue, [wire.jid_of(raw) for raw in listed])
         limit = self.settings.max_orphanings
         repeat = [raw for raw, count in zip(listed, counts, strict=True) if 0 < count < limit]
         return repeat[1:]
@@ -341,13 +341,13 @@ class Recovery:
                                        identity=identity, info=info, now=time.time())
             error = status.error_text(str(entry.get("error_class") or "ProcessDied"),
                                       str(entry.get("error_message") or ""))
-            if not await self.store.bury_orphan(queue, raw, job.encode(entry, MAX_ENTRY_BYTES),
-                                                job.jid_of(raw), error):
+            if not await self.store.bury_orphan(queue, raw, wire.encode(entry, MAX_ENTRY_BYTES),
+                                                wire.jid_of(raw), error):
                 return  # someone else is burying: leave the rest to them
             log.error("jid=%s orphaned more than %d times: moved to dead (ProcessDied)",
                       entry["jid"], self.settings.max_orphanings)
             self.observers.died(Death(
-                jid=job.jid_of(raw), name=str(entry.get("class") or "") or None, queue=queue,
+                jid=wire.jid_of(raw), name=str(entry.get("class") or "") or None, queue=queue,
                 reason=str(entry.get("error_class") or "ProcessDied"),
                 message=str(entry.get("error_message") or ""), entry=dict(entry)))
             await release_for_dead(self.store, entry)
@@ -367,7 +367,7 @@ class Recovery:
                     raise ValueError("its delay is no finite number")
             except Exception as exc:  # unreadable: filed in dead as it is, never dropped
                 target, delay = "dead", 0.0
-                entry = job.encode(job.unparseable_entry(
+                entry = wire.encode(wire.unparseable_entry(
                     record, queue=queue, reason=f"unreadable hand-over record: {exc!r}",
                     now=time.time()), MAX_ENTRY_BYTES)
             if not await self.store.file_unsettled(queue, record, target, entry, delay):

@@ -38,8 +38,8 @@ from typing import Any, Final
 
 import anyio
 
-from cogworker_async import job, retries, status
 from cogworker_async.errors import CogworkerError, why
+from cogworker_async.jobs import retries, status, wire
 from cogworker_async.redis.errors import RedisError, Unavailable, maybe_ran
 from cogworker_async.redis.store import Failure, SetName, Store
 from cogworker_async.worker import outcome
@@ -68,16 +68,16 @@ def failure_of(disposition: Filing, target: SetName) -> Failure | None:
     """What a failed job's status record keeps of its failure (None: no jid to file
     it under: an unreadable job)."""
     entry = disposition.entry
-    jid = job.text(entry, "jid")
+    jid = wire.text(entry, "jid")
     if jid is None:
         return None
-    runs = (job.count(entry, "retry_count") or 0) + 1  # the run that failed
-    return Failure(jid=jid, error=status.error_text(str(job.value(entry, "error_class", "")),
-                                                    str(job.value(entry, "error_message", ""))),
+    runs = (wire.count(entry, "retry_count") or 0) + 1  # the run that failed
+    return Failure(jid=jid, error=status.error_text(str(wire.value(entry, "error_class", "")),
+                                                    str(wire.value(entry, "error_message", ""))),
                    # The next run's number, read from the entry as filed: a limiter's
                    # reschedule keeps retry_count (it is not a retry).
                    attempt=retries.attempt_of(entry) if target == "retry" else runs,
-                   keep=job.number(entry, "keep_result"))
+                   keep=wire.number(entry, "keep_result"))
 
 
 class Settler:
@@ -105,7 +105,7 @@ class Settler:
             except NotListed:
                 self.ledger.remember(work.raw, disposition, queue=work.queue)
                 log.warning("jid=%s was not on this process's list (Redis lost it?): "
-                            "listing it again, then settling it", job.jid_of(work.raw))
+                            "listing it again, then settling it", wire.jid_of(work.raw))
                 return
             except Unavailable as exc:
                 if maybe_ran(exc):
@@ -115,7 +115,7 @@ class Settler:
                     return
                 await anyio.sleep(RETRY_PAUSE * attempt)
             except Exception as exc:  # a bug, not Redis: don't retry the same thing
-                log.exception("settling jid=%s failed", job.jid_of(work.raw))
+                log.exception("settling jid=%s failed", wire.jid_of(work.raw))
                 if isinstance(disposition, Filing) and not fallback:
                     # The simplest possible entry (the bytes as fetched) cannot fail
                     # the same way: file that instead, never leave a stray to re-run.
@@ -142,7 +142,7 @@ class Settler:
         if isinstance(disposition, Ack):
             if self.reliable:
                 await store.ack(identity, queue,
-                                [(work.raw, job.jid_of(work.raw), disposition.ended)])
+                                [(work.raw, wire.jid_of(work.raw), disposition.ended)])
         elif isinstance(disposition, Filing):
             target, entry, delay = self._encoded(work, disposition)
             if self.reliable:
@@ -171,7 +171,7 @@ class Settler:
         if not done and raw not in ledger.disowned:
             if raw not in ledger.unsure:
                 ledger.want_relist()
-                raise NotListed(f"jid={job.jid_of(raw)} is not on the in-progress list")
+                raise NotListed(f"jid={wire.jid_of(raw)} is not on the in-progress list")
             ledger.doubt(raw, disposition, work.queue or ledger.queue_of(raw))
         ledger.left_list(raw)  # off the list: a relist must not put it back
 
@@ -181,30 +181,30 @@ class Settler:
 
         An entry that cannot be written back as JSON goes to dead with the job's bytes
         as fetched. Python's parser reads ``NaN``, ``Infinity`` and ``1e999``, which
-        ``job.encode`` refuses: escaping, that error would stop the worker, and the job,
+        ``wire.encode`` refuses: escaping, that error would stop the worker, and the job,
         requeued by the hand-over, every worker that fetched it
         (tests/worker/units/test_settler.py::test_an_entry_that_is_not_json_still_reaches_dead).
         """
         try:
-            entry = job.encode(disposition.entry, MAX_ENTRY_BYTES)
+            entry = wire.encode(disposition.entry, MAX_ENTRY_BYTES)
         except CogworkerError as exc:  # SerializationError, PayloadTooLarge
             failed = disposition.entry
-            reason = (f"{job.value(failed, 'error_class')}: "
-                      f"{job.value(failed, 'error_message')} "
+            reason = (f"{wire.value(failed, 'error_class')}: "
+                      f"{wire.value(failed, 'error_message')} "
                       f"(and its entry could not be written as JSON: {exc})")
-            queue = work.queue or str(job.value(failed, "queue") or "")
-            fallback = job.unparseable_entry(work.raw, queue=queue, reason=reason,
+            queue = work.queue or str(wire.value(failed, "queue") or "")
+            fallback = wire.unparseable_entry(work.raw, queue=queue, reason=reason,
                                              now=time.time())
-            fallback["jid"] = job.value(failed, "jid", fallback["jid"])
-            fallback["error_class"] = job.value(failed, "error_class", fallback["error_class"])
+            fallback["jid"] = wire.value(failed, "jid", fallback["jid"])
+            fallback["error_class"] = wire.value(failed, "error_class", fallback["error_class"])
             log.error("jid=%s: %s; filed in dead with its bytes as fetched",
-                      job.jid_of(work.raw), reason)
+                      wire.jid_of(work.raw), reason)
             # No size limit here: the raw bytes are all there is left of the job.
-            return "dead", job.encode(fallback, job.NO_SIZE_LIMIT), 0.0
+            return "dead", wire.encode(fallback, wire.NO_SIZE_LIMIT), 0.0
         return disposition.target, entry, disposition.delay
 
     def _remember(self, work: Work, disposition: Disposition, exc: Exception) -> None:
-        jid = job.jid_of(work.raw)
+        jid = wire.jid_of(work.raw)
         if isinstance(disposition, GiveBack):
             # Still on the in-progress list: requeued with the rest at shutdown.
             log.error("couldn't give back jid=%s (left in progress): %s", jid, why(exc))

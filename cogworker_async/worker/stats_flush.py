@@ -17,9 +17,9 @@ from typing import Final
 
 import anyio
 
+from cogworker_async.observe.run_metrics import Tally
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import StatsFlush, Store
-from cogworker_async.run_metrics import Tally
 from cogworker_async.worker.execute import Counters
 from cogworker_async.worker.streak import Streak
 

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from cogworker_async import unique
+from cogworker_async.jobs import unique
+from cogworker_async.observe.run_metrics import minute_of
 from cogworker_async.redis.dependencies import Parent, Watcher
 from cogworker_async.redis.keys import BATCH_SETS, Keys
 from cogworker_async.redis.store import Store
-from cogworker_async.run_metrics import minute_of
 from tests.redis.lua.helpers import fetched, make_job
 
 RedisType = Literal["string", "hash", "list", "set", "zset"]

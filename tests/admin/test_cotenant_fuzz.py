@@ -26,8 +26,8 @@ import redis
 
 from cogworker_async import App
 from cogworker_async.errors import CogworkerError, WrongTypeKey
+from cogworker_async.jobs.signature import callback_jid
 from cogworker_async.redis.store import Store
-from cogworker_async.signature import callback_jid
 from cogworker_async.web import create_dashboard
 from tests.admin.cotenant import (
     BID,

@@ -15,7 +15,7 @@ import redis.asyncio
 from cogworker_async import App
 from cogworker_async.admin import Inspector
 from cogworker_async.admin.api import MAX_QUEUES_READ, QUEUES_PAGE_SIZE, TOP_QUEUES
-from cogworker_async.lookup import MAX_QUEUES_LOOKED_IN
+from cogworker_async.enqueue.lookup import MAX_QUEUES_LOOKED_IN
 from cogworker_async.redis.keys import Keys
 from cogworker_async.web import create_dashboard
 from tests.prometheus.scraping import parse, value

@@ -14,7 +14,7 @@ import pytest
 from cogworker_async import App
 from cogworker_async.admin import Inspector
 from cogworker_async.admin.run_metrics import MetricsSummary
-from cogworker_async.run_metrics import BUCKETS, MAX_WINDOW_MINUTES
+from cogworker_async.observe.run_metrics import BUCKETS, MAX_WINDOW_MINUTES
 from tests.waiting import wait_until
 
 FLUSHED: Final = 15.0

@@ -13,7 +13,7 @@ from cogworker_async.admin.run_metrics import (
     summarize,
     window_of,
 )
-from cogworker_async.run_metrics import BUCKETS, JobMinute, Tally, parse
+from cogworker_async.observe.run_metrics import BUCKETS, JobMinute, Tally, parse
 
 
 def minute_of_runs(*runs: tuple[str, float, bool]) -> dict[str, JobMinute]:

@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from cogworker_async.client import epoch_from, seconds_from
+from cogworker_async.enqueue.client import epoch_from, seconds_from
 
 
 def test_delays() -> None:

@@ -28,9 +28,10 @@ from typing import Any
 import pytest
 import redis
 
-from cogworker_async import App, embedded
-from cogworker_async.embedded import EmbeddedServer, find_binary, ping
+from cogworker_async import App
 from cogworker_async.errors import EmbeddedServerError
+from cogworker_async.redis import embedded
+from cogworker_async.redis.embedded import EmbeddedServer, find_binary, ping
 from tests.conftest import FAST
 from tests.waiting import wait_until
 
@@ -170,7 +171,7 @@ def aof_written(socket_path: str) -> bool:
 CHILD = textwrap.dedent("""
     import json, os, sys, time
     import redis
-    from cogworker_async.embedded import EmbeddedServer
+    from cogworker_async.redis.embedded import EmbeddedServer
 
     mode, data_dir = sys.argv[1], sys.argv[2]
     if mode == "gate":  # start together with the others: when the gate file appears

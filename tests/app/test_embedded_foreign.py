@@ -27,8 +27,8 @@ import pytest
 import redis
 
 from cogworker_async import App
-from cogworker_async.embedded import EmbeddedServer, find_binary, ping
 from cogworker_async.errors import EmbeddedServerError
+from cogworker_async.redis.embedded import EmbeddedServer, find_binary, ping
 from tests.conftest import FAST
 
 WAIT = 10.0

@@ -6,16 +6,16 @@ from typing import get_args
 
 import pytest
 
-from cogworker_async import job
 from cogworker_async.errors import PayloadTooLarge, SerializationError, UnparseablePayload
+from cogworker_async.jobs import wire
 from cogworker_async.worker import outcome
 from cogworker_async.worker.recovery import process_died_entry
 
 
 def test_build_and_encode_round_trip() -> None:
-    payload = job.build("m.f", (1, "a"), {"k": [1, 2]}, queue="q", retry=3, now=10.0)
-    raw = job.encode(payload, 1000)
-    decoded = job.decode(raw, 1000)
+    payload = wire.build("m.f", (1, "a"), {"k": [1, 2]}, queue="q", retry=3, now=10.0)
+    raw = wire.encode(payload, 1000)
+    decoded = wire.decode(raw, 1000)
     assert decoded == {**payload, "args": [1, "a"]}
     assert set(payload) >= {"jid", "class", "args", "kwargs", "queue", "retry", "created_at",
                             "enqueued_at"}
@@ -23,20 +23,20 @@ def test_build_and_encode_round_trip() -> None:
 
 @pytest.mark.parametrize("bad", [object(), {1, 2}, datetime.now(UTC), b"bytes"])
 def test_non_json_arguments_are_refused_with_a_type_error(bad: object) -> None:
-    payload = job.build("m.f", [bad], {}, queue="q", retry=True, now=1.0)
+    payload = wire.build("m.f", [bad], {}, queue="q", retry=True, now=1.0)
     with pytest.raises(TypeError, match="JSON-serialisable"):
-        job.encode(payload, 10_000)
+        wire.encode(payload, 10_000)
 
 
 def test_nan_is_refused() -> None:
     with pytest.raises(SerializationError):
-        job.encode(job.build("m.f", [float("nan")], {}, queue="q", retry=True, now=1.0), 1000)
+        wire.encode(wire.build("m.f", [float("nan")], {}, queue="q", retry=True, now=1.0), 1000)
 
 
 def test_oversized_payload_is_refused_with_a_value_error() -> None:
-    payload = job.build("m.f", ["x" * 2000], {}, queue="q", retry=True, now=1.0)
+    payload = wire.build("m.f", ["x" * 2000], {}, queue="q", retry=True, now=1.0)
     with pytest.raises(ValueError, match="max_payload_bytes") as info:
-        job.encode(payload, 1000)
+        wire.encode(payload, 1000)
     assert isinstance(info.value, PayloadTooLarge)
 
 
@@ -56,18 +56,18 @@ def test_oversized_payload_is_refused_with_a_value_error() -> None:
 )
 def test_decode_refuses_whatever_is_not_a_job(raw: bytes) -> None:
     with pytest.raises(UnparseablePayload):
-        job.decode(raw, 10_000_000)
+        wire.decode(raw, 10_000_000)
 
 
 def test_decode_refuses_oversized_raw_without_parsing() -> None:
     with pytest.raises(UnparseablePayload, match="over the limit"):
-        job.decode(b'{"jid": "x", "class": "m.f"}' + b" " * 100, 50)
+        wire.decode(b'{"jid": "x", "class": "m.f"}' + b" " * 100, 50)
 
 
 def test_jid_of_reads_what_it_can() -> None:
-    assert job.jid_of(json.dumps({"jid": "abc"}).encode()) == "abc"
-    assert job.jid_of(b"garbage") is None
-    assert job.jid_of(b'{"jid": 5}') is None
+    assert wire.jid_of(json.dumps({"jid": "abc"}).encode()) == "abc"
+    assert wire.jid_of(b"garbage") is None
+    assert wire.jid_of(b'{"jid": 5}') is None
 
 
 # -- the payload's fields ----------------------------------------------------------------
@@ -76,47 +76,47 @@ def test_jid_of_reads_what_it_can() -> None:
 def test_field_names_are_the_payload_keys() -> None:
     """``Field`` (what the accessors take) and ``Payload`` (what mypy checks a payload
     against) name the same fields, once each."""
-    names = get_args(job.Field)
+    names = get_args(wire.Field)
     assert len(names) == len(set(names))
-    assert set(names) == job.Payload.__required_keys__ | job.Payload.__optional_keys__
-    assert job.Payload.__required_keys__ == {"jid", "class", "args", "kwargs"}
+    assert set(names) == wire.Payload.__required_keys__ | wire.Payload.__optional_keys__
+    assert wire.Payload.__required_keys__ == {"jid", "class", "args", "kwargs"}
 
 
 def test_every_field_the_package_writes_is_declared() -> None:
     """The writers' entries hold only ``Payload`` fields (mypy checks the literals; this
     checks what they build at run time)."""
-    new = job.build("m.f", [1], {"k": 2}, queue="q", retry=3, now=10.0)
+    new = wire.build("m.f", [1], {"k": 2}, queue="q", retry=3, now=10.0)
     policy = outcome.RetryPolicy(1.0, 10.0)
     failed = outcome.after_failure(new, ValueError("boom"), now=11.0, policy=policy).entry
     again = outcome.after_failure(failed, ValueError("boom"), now=12.0, policy=policy).entry
-    interrupted = outcome.interrupt(job.encode(failed, 10_000), RuntimeError("x"), now=13.0)
-    raw = job.encode(new, 10_000)
+    interrupted = outcome.interrupt(wire.encode(failed, 10_000), RuntimeError("x"), now=13.0)
+    raw = wire.encode(new, 10_000)
     entries: list[Mapping[str, object]] = [
         new, failed, again, interrupted.entry,
-        job.unparseable_entry(b"\xff", queue="q", reason="not JSON", now=1.0),
+        wire.unparseable_entry(b"\xff", queue="q", reason="not JSON", now=1.0),
         process_died_entry(raw, max_orphanings=3, identity="h:1:a", info={"pid": 1}, now=2.0),
         process_died_entry(b"\xff", max_orphanings=3, identity="h:1:a", info=None, now=2.0),
     ]
-    declared = set(get_args(job.Field))
+    declared = set(get_args(wire.Field))
     for entry in entries:
         assert set(entry) <= declared
 
 
 def test_text_fields_are_strings_or_none() -> None:
     payload = {"jid": "j1", "class": 5, "queue": None, "periodic": ["p"]}
-    assert job.jid(payload) == "j1"
-    assert job.name(payload) is None
-    assert job.name({"class": "m.f"}) == "m.f"
-    assert job.text(payload, "queue") is None
-    assert job.text(payload, "periodic") is None
-    assert job.text({}, "unique_digest") is None
+    assert wire.jid(payload) == "j1"
+    assert wire.name(payload) is None
+    assert wire.name({"class": "m.f"}) == "m.f"
+    assert wire.text(payload, "queue") is None
+    assert wire.text(payload, "periodic") is None
+    assert wire.text({}, "unique_digest") is None
 
 
 @pytest.mark.parametrize(("stored", "read"), [
     (0, 0), (3, 3), (-1, -1), (True, None), (False, None), (1.0, None), ("2", None), (None, None),
 ])
 def test_counts_are_ints_and_never_bools(stored: object, read: int | None) -> None:
-    assert job.count({"retry_count": stored}, "retry_count") == read
+    assert wire.count({"retry_count": stored}, "retry_count") == read
 
 
 @pytest.mark.parametrize(("stored", "read"), [
@@ -124,26 +124,26 @@ def test_counts_are_ints_and_never_bools(stored: object, read: int | None) -> No
     (math.nan, None), (math.inf, None), (-math.inf, None), (10**400, None),
 ])
 def test_numbers_are_finite_floats(stored: object, read: float | None) -> None:
-    assert job.number({"enqueued_at": stored}, "enqueued_at") == read
-    assert job.finite_number(stored) == read
+    assert wire.number({"enqueued_at": stored}, "enqueued_at") == read
+    assert wire.finite_number(stored) == read
 
 
 def test_arguments_read_as_a_list_and_a_dict() -> None:
-    assert job.args_of({"args": [1]}) == [1]
-    assert job.args_of({"args": {"a": 1}}) == []
-    assert job.kwargs_of({"kwargs": {"a": 1}}) == {"a": 1}
-    assert job.kwargs_of({"kwargs": [1]}) == {}
-    assert job.args_of({}) == []
-    assert job.kwargs_of({}) == {}
+    assert wire.args_of({"args": [1]}) == [1]
+    assert wire.args_of({"args": {"a": 1}}) == []
+    assert wire.kwargs_of({"kwargs": {"a": 1}}) == {"a": 1}
+    assert wire.kwargs_of({"kwargs": [1]}) == {}
+    assert wire.args_of({}) == []
+    assert wire.kwargs_of({}) == {}
 
 
 def test_value_and_has_read_what_is_stored() -> None:
     payload = {"failed_at": None, "error_class": 5}
-    assert job.has(payload, "failed_at")
-    assert not job.has(payload, "retried_at")
-    assert job.value(payload, "error_class") == 5
-    assert job.value(payload, "failed_at", "x") is None  # present: its value, even None
-    assert job.value(payload, "retried_at", "x") == "x"
+    assert wire.has(payload, "failed_at")
+    assert not wire.has(payload, "retried_at")
+    assert wire.value(payload, "error_class") == 5
+    assert wire.value(payload, "failed_at", "x") is None  # present: its value, even None
+    assert wire.value(payload, "retried_at", "x") == "x"
 
 
 @pytest.mark.parametrize(("stored", "queue"), [
@@ -152,12 +152,12 @@ def test_value_and_has_read_what_is_stored() -> None:
     (5, "fallback"), (None, "fallback"),
 ])
 def test_queue_of_is_a_valid_queue_name_or_the_fallback(stored: object, queue: str) -> None:
-    assert job.queue_of({"queue": stored}, "fallback") == queue
-    assert job.queue_of({}, "fallback") == "fallback"
-    assert job.queue_of(None, "fallback") == "fallback"
+    assert wire.queue_of({"queue": stored}, "fallback") == queue
+    assert wire.queue_of({}, "fallback") == "fallback"
+    assert wire.queue_of(None, "fallback") == "fallback"
 
 
 def test_no_size_limit_refuses_nothing() -> None:
-    payload = job.build("m.f", ["x" * 100_000], {}, queue="q", retry=True, now=1.0)
-    raw = job.encode(payload, job.NO_SIZE_LIMIT)
-    assert job.decode(raw, job.NO_SIZE_LIMIT) == payload
+    payload = wire.build("m.f", ["x" * 100_000], {}, queue="q", retry=True, now=1.0)
+    raw = wire.encode(payload, wire.NO_SIZE_LIMIT)
+    assert wire.decode(raw, wire.NO_SIZE_LIMIT) == payload

@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 
 from cogworker_async import App, ConfigurationError, OverLimit, Settings
-from cogworker_async.job import Payload
-from cogworker_async.limiter import (
+from cogworker_async.jobs.wire import Payload
+from cogworker_async.limits.limiter import (
     FIRST_POLL,
     MAX_POLL,
     LimitSpec,

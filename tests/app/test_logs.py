@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import pytest
 
-from cogworker_async.context import CURRENT, JobContext
+from cogworker_async.jobs.context import CURRENT, JobContext
 from cogworker_async.logs import (
     TEXT_FORMAT,
     JobContextFilter,

@@ -1,4 +1,4 @@
-"""Reading stored jobs trusts nothing: ``job.decode`` answers a job or
+"""Reading stored jobs trusts nothing: ``wire.decode`` answers a job or
 ``UnparseablePayload``, whatever the bytes, and the dead entry of bytes it refused can
 always be written.
 
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from cogworker_async import job
 from cogworker_async.errors import UnparseablePayload
+from cogworker_async.jobs import wire
 from cogworker_async.settings import MAX_PAYLOAD_BYTES
 from tests.strategies import (
     ANY_TEXT,
@@ -41,7 +41,7 @@ def decoded_or_refused(raw: bytes, max_bytes: int) -> dict[str, Any] | None:
     """``decode(raw)``, checked to be a job; None if refused as ``UnparseablePayload``
     (any other exception fails the test)."""
     try:
-        payload = job.decode(raw, max_bytes)
+        payload = wire.decode(raw, max_bytes)
     except UnparseablePayload as exc:
         refusal = exc
     else:
@@ -57,8 +57,8 @@ def decoded_or_refused(raw: bytes, max_bytes: int) -> dict[str, Any] | None:
 
 
 def assert_dead_entry_writable(raw: bytes) -> None:
-    entry = job.unparseable_entry(raw, queue="default", reason="not JSON", now=NOW)
-    written = job.encode(entry, job.NO_SIZE_LIMIT)
+    entry = wire.unparseable_entry(raw, queue="default", reason="not JSON", now=NOW)
+    written = wire.encode(entry, wire.NO_SIZE_LIMIT)
     kept = json.loads(written)
     assert base64.b64decode(kept["raw_payload_base64"]) == raw
 
@@ -93,9 +93,9 @@ def test_a_job_written_as_escaped_json_reads_back_equal(payload: dict[str, Any])
     """Whatever ``encode`` writes (it escapes non-ASCII, surrogates included), ``decode``
     reads back as it was, when the fields have the types of a job and the fields that
     end up in key names are valid text (a lone surrogate there is refused)."""
-    raw = job.encode(payload, job.NO_SIZE_LIMIT)
-    decoded = decoded_or_refused(raw, job.NO_SIZE_LIMIT)
-    keyed = [payload.get(f) for f in job.KEYED_FIELDS]
+    raw = wire.encode(payload, wire.NO_SIZE_LIMIT)
+    decoded = decoded_or_refused(raw, wire.NO_SIZE_LIMIT)
+    keyed = [payload.get(f) for f in wire.KEYED_FIELDS]
     shaped = (isinstance(payload["jid"], str) and isinstance(payload["class"], str)
               and isinstance(payload["args"], list) and isinstance(payload["kwargs"], dict)
               and not any(isinstance(v, str) and has_surrogate(v) for v in keyed))
@@ -136,7 +136,7 @@ def test_a_job_that_is_json_only_in_another_encoding_is_refused(raw: bytes) -> N
 def test_the_dead_entry_of_any_bytes_can_be_encoded(raw: bytes, reason: str, queue: str) -> None:
     """The reason and queue name are what the worker had at hand: a parser message, a
     queue name read from Redis; neither may stop the entry being written."""
-    entry = job.unparseable_entry(raw, queue=queue, reason=reason, now=NOW)
-    kept = json.loads(job.encode(entry, job.NO_SIZE_LIMIT))
+    entry = wire.unparseable_entry(raw, queue=queue, reason=reason, now=NOW)
+    kept = json.loads(wire.encode(entry, wire.NO_SIZE_LIMIT))
     assert base64.b64decode(kept["raw_payload_base64"]) == raw
     assert kept["error_message"] == reason

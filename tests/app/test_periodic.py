@@ -2,7 +2,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cogworker_async.periodic import Periodic, parse_tz, tick_to_claim
+from cogworker_async.jobs.periodic import Periodic, parse_tz, tick_to_claim
 
 
 def epoch(*args: int) -> float:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cogworker_async import retries
+from cogworker_async.jobs import retries
 
 
 @pytest.mark.parametrize(("retry", "expected"), [

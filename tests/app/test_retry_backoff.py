@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from cogworker_async import retries
+from cogworker_async.jobs import retries
 
 
 @pytest.mark.parametrize(

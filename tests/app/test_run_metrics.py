@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cogworker_async import run_metrics
-from cogworker_async.run_metrics import BUCKET_BOUNDS_MS, JobMinute, Tally, minute_of, parse
+from cogworker_async.observe import run_metrics
+from cogworker_async.observe.run_metrics import BUCKET_BOUNDS_MS, JobMinute, Tally, minute_of, parse
 
 
 def test_a_run_lands_in_the_bucket_its_time_falls_in() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from cogworker_async import App
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.urls import check, mask
+from cogworker_async.redis.urls import check, mask
 
 SECRET = "s3cr:et"
 

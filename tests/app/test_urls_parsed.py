@@ -19,7 +19,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.urls import (
+from cogworker_async.redis.urls import (
     CLUSTER_SCHEMES,
     MASK,
     PLAIN_OPTIONS,

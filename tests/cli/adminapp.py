@@ -20,7 +20,7 @@ from typing import Any, Final
 import anyio
 
 from cogworker_async import App
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from tests.conftest import FAST
 
 NAMESPACE_ENV: Final = "ADMIN_NAMESPACE"

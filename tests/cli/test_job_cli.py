@@ -17,7 +17,7 @@ import pytest
 from cogworker_async import current_job
 from cogworker_async.admin import Inspector
 from cogworker_async.cli.job import EXIT_UNKNOWN
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from tests.cli import adminapp
 from tests.cli.conftest import THREAD_JOIN, eventually, in_loop, invoke, invoke_json, work_until
 

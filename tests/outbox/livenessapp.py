@@ -28,8 +28,8 @@ import redis.asyncio
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from cogworker_async import App, current_job
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.outbox import Outbox
-from cogworker_async.registry import JobFunction
 from tests.clients import async_client
 from tests.outbox.outboxapp import DB_ENV
 from tests.worker.e2e.jobsapp import NAMESPACE_ENV, SETTINGS_ENV, URL_ENV

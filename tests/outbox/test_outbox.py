@@ -20,10 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from cogworker_async import App
 from cogworker_async import outbox as outbox_module
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.outbox import Outbox, outbox_table
+from cogworker_async.outbox.relay import OutboxRelay
 from cogworker_async.redis.keys import Keys
-from cogworker_async.registry import JobFunction
-from cogworker_async.worker.outbox_relay import OutboxRelay
 from tests.outbox import outboxapp
 from tests.waiting import wait_until
 from tests.workerproc import WorkerProcess

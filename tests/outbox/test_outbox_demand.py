@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from cogworker_async import App
 from cogworker_async import outbox as outbox_module
 from cogworker_async.admin import Inspector
+from cogworker_async.outbox.relay import OutboxRelay
 from cogworker_async.prometheus.system import render
-from cogworker_async.worker.outbox_relay import OutboxRelay
 from tests.outbox import outboxapp
 from tests.outbox.test_outbox import app_job
 from tests.prometheus.scraping import parse, value

@@ -16,9 +16,9 @@ from sqlalchemy import create_engine
 
 from cogworker_async import App
 from cogworker_async import outbox as outbox_module
+from cogworker_async.enqueue.handles import JobFunction
+from cogworker_async.outbox.relay import OutboxRelay
 from cogworker_async.redis.keys import Keys
-from cogworker_async.registry import JobFunction
-from cogworker_async.worker.outbox_relay import OutboxRelay
 from tests import postgres
 from tests.outbox import outboxapp
 

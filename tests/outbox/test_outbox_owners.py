@@ -25,10 +25,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from cogworker_async import App
 from cogworker_async import outbox as outbox_module
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.outbox import Outbox, outbox_table
+from cogworker_async.outbox.relay import OutboxRelay
 from cogworker_async.redis.keys import Keys
-from cogworker_async.registry import JobFunction
-from cogworker_async.worker.outbox_relay import OutboxRelay
 from tests.outbox import outboxapp
 from tests.outbox.test_outbox import app_job, queued, rows
 
@@ -56,7 +56,7 @@ async def test_a_full_batch_of_rows_redis_refuses_holds_up_no_other(
         fine = [await outbox_module.enqueue(session, job.s(f"f{n}")) for n in range(5)]
     relay = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
 
-    caplog.set_level(logging.WARNING, "cogworker_async.worker.outbox_relay")
+    caplog.set_level(logging.WARNING, "cogworker_async.outbox.relay")
     for _ in range(4):  # 3 passes read every refused row once; the 4th finds nothing due
         await relay.relay_once()
     assert sorted(p["jid"] for p in await queued(app, namespace)) == sorted(fine)
@@ -134,7 +134,7 @@ async def test_a_row_naming_a_job_the_app_does_not_register_is_left_and_said(
     finally:
         await elsewhere_app.close()
     relay = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
-    caplog.set_level(logging.WARNING, "cogworker_async.worker.outbox_relay")
+    caplog.set_level(logging.WARNING, "cogworker_async.outbox.relay")
 
     assert await relay.relay_once() == 1
     assert [p["jid"] for p in await queued(app, namespace)] == [own]

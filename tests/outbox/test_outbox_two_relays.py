@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from cogworker_async import outbox as outbox_module
+from cogworker_async.outbox.relay import OutboxRelay
 from cogworker_async.redis.keys import Keys
-from cogworker_async.worker.outbox_relay import OutboxRelay
 from tests.outbox import outboxapp
 from tests.outbox.test_outbox import app_job, queued
 

@@ -19,7 +19,14 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.urls import CLUSTER_OPTIONS, CLUSTER_SCHEMES, MASK, check, cluster_url, mask
+from cogworker_async.redis.urls import (
+    CLUSTER_OPTIONS,
+    CLUSTER_SCHEMES,
+    MASK,
+    check,
+    cluster_url,
+    mask,
+)
 
 CREDENTIALS: Final = ("username", "password")
 TLS_OPTIONS: Final = tuple(name for name in CLUSTER_OPTIONS if name not in CREDENTIALS)

@@ -178,7 +178,7 @@ def _has_waitaof(binary: str) -> bool:
 
 
 async def test_aof_waits_for_the_fsync_where_the_server_has_waitaof(namespace: str) -> None:
-    from cogworker_async.embedded import find_binary
+    from cogworker_async.redis.embedded import find_binary
 
     binary = find_binary()
     if not _has_waitaof(binary):
@@ -219,7 +219,7 @@ async def test_aof_where_the_server_has_no_waitaof_says_so_and_writes_nothing(
 async def test_aof_on_a_server_whose_aof_is_off_says_so_and_writes_nothing(
     namespace: str,
 ) -> None:
-    from cogworker_async.embedded import find_binary
+    from cogworker_async.redis.embedded import find_binary
 
     binary = find_binary()
     if not _has_waitaof(binary):

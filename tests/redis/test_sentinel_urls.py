@@ -7,7 +7,7 @@ import pytest
 
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.redis.durability import Durability, NotDurable
-from cogworker_async.urls import SentinelURL, check, mask, sentinel_url
+from cogworker_async.redis.urls import SentinelURL, check, mask, sentinel_url
 
 SECRET = "s3cr3t-pw"
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from cogworker_async import job as job_module
-from cogworker_async.priority import MAX_PRIORITY, MIN_PRIORITY
+from cogworker_async.jobs import wire as job_module
+from cogworker_async.jobs.priority import MAX_PRIORITY, MIN_PRIORITY
 from cogworker_async.redis.store import Store
 
 ME = "model:1:me"

@@ -21,9 +21,9 @@ import anyio
 import pytest
 
 from cogworker_async import App, Retry, current_job
-from cogworker_async.context import JobContext
+from cogworker_async.jobs.context import JobContext
+from cogworker_async.jobs.status import JobStatus
 from cogworker_async.middleware import Enqueue, EnqueueNext, RunNext
-from cogworker_async.status import JobStatus
 from tests.waiting import wait_until
 
 TIMEOUT: Final = 20.0

@@ -11,7 +11,7 @@ import pytest
 
 from cogworker_async import App
 from cogworker_async.errors import ConfigurationError
-from cogworker_async.tracing import JobTracer, job_tracer
+from cogworker_async.observe.tracing import JobTracer, job_tracer
 from cogworker_async.worker.execute import Counters, Executor
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from cogworker_async import App
 from cogworker_async.admin import Inspector
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.web import create_dashboard
 from tests.waiting import wait_until
 

@@ -17,7 +17,7 @@ import markupsafe
 import pytest
 
 from cogworker_async import current_job
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.web import format
 from tests.conftest import url_of_topology
 from tests.waiting import wait_until

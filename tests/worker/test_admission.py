@@ -10,12 +10,12 @@ import logging
 from typing import Any, Final, cast
 
 from cogworker_async import App
-from cogworker_async.context import RunControl
-from cogworker_async.definition import JobDefinition
 from cogworker_async.errors import InvalidArguments, UnknownJob
-from cogworker_async.job import Payload
+from cogworker_async.jobs.context import RunControl
+from cogworker_async.jobs.definition import JobDefinition
+from cogworker_async.jobs.status import Ended
+from cogworker_async.jobs.wire import Payload
 from cogworker_async.redis.store import Store
-from cogworker_async.status import Ended
 from cogworker_async.testing.memory import MemoryStore
 from cogworker_async.worker import admission
 from cogworker_async.worker.admission import (

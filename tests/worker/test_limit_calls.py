@@ -14,8 +14,8 @@ from typing import cast
 import anyio
 import pytest
 
-from cogworker_async.limit_calls import LimitCalls
-from cogworker_async.limiter import RUNNER, Limiter, Runner
+from cogworker_async.limits.calls import LimitCalls
+from cogworker_async.limits.limiter import RUNNER, Limiter, Runner
 from cogworker_async.redis.limits import LimitSpec, holder_member
 from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.redis.store import Store

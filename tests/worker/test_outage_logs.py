@@ -20,7 +20,8 @@ import pytest
 import redis
 import redis.exceptions
 
-from cogworker_async import App, job
+from cogworker_async import App
+from cogworker_async.jobs import wire
 from cogworker_async.redis.keys import Keys
 from cogworker_async.worker.streak import Streak
 from tests.conftest import FAST
@@ -165,9 +166,9 @@ async def test_redis_refusing_the_move_is_logged_as_what_redis_said(
     caplog.set_level(logging.INFO, logger="cogworker_async")
     try:
         async with jobs.worker():
-            payload = job.build(work.definition.name, ["refused-then-run"], {},
+            payload = wire.build(work.definition.name, ["refused-then-run"], {},
                                 queue="default", retry=False, now=time.time())
-            queued = job.encode(payload, jobs.settings.max_payload_bytes)
+            queued = wire.encode(payload, jobs.settings.max_payload_bytes)
             # The job and the memory limit in one step: the worker's next fetch is the
             # first command to meet the limit.
             with raw.pipeline(transaction=True) as pipe:

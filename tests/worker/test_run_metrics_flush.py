@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import cast
 
 from cogworker_async import App
+from cogworker_async.observe.run_metrics import RETENTION, JobMinute, minute_of, parse, summed
 from cogworker_async.redis.store import StatsFlush, Store
-from cogworker_async.run_metrics import RETENTION, JobMinute, minute_of, parse, summed
 from cogworker_async.worker.manager import Manager
 from tests.waiting import wait_until
 

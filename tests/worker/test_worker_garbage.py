@@ -16,8 +16,9 @@ import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from cogworker_async import App, job
+from cogworker_async import App
 from cogworker_async.errors import UnparseablePayload
+from cogworker_async.jobs import wire
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import MAX_PAYLOAD_BYTES
 from tests.hypothesis_profiles import examples
@@ -42,7 +43,7 @@ async def dead_entries(store: Store) -> list[dict[str, Any]]:
 
 def readable(raw: bytes) -> dict[str, Any] | None:
     try:
-        return cast("dict[str, Any]", job.decode(raw, MAX_PAYLOAD_BYTES))
+        return cast("dict[str, Any]", wire.decode(raw, MAX_PAYLOAD_BYTES))
     except UnparseablePayload:
         return None
 

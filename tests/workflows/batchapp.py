@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 
 from cogworker_async import App, current_job
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from tests.clients import async_client
 from tests.worker.e2e.jobsapp import FAST, NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
 

@@ -12,8 +12,9 @@ from typing import Any, Final
 
 import pytest
 
-from cogworker_async import App, context, current_job
+from cogworker_async import App, current_job
 from cogworker_async.admin import Inspector
+from cogworker_async.jobs import context
 from cogworker_async.redis.errors import ResponseError
 from cogworker_async.worker.batch_reaper import BatchReaper
 from cogworker_async.worker.batch_relay import UNSERVED_EVERY, BatchRelay

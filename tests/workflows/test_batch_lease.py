@@ -20,10 +20,10 @@ import anyio
 import pytest
 
 from cogworker_async import App
-from cogworker_async.batch import HOLD
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.redis.batches import HoldLapsed
 from cogworker_async.redis.part import as_bytes
-from cogworker_async.registry import JobFunction
+from cogworker_async.workflows.batch import HOLD
 from tests.clients import async_client
 from tests.waiting import wait_until
 from tests.workerproc import ROOT, WorkerProcess, worker_pool

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from cogworker_async import App
-from cogworker_async.signature import callback_payload
+from cogworker_async.jobs.signature import callback_payload
 from tests.waiting import wait_until
 
 WAIT = 15.0

@@ -1,13 +1,14 @@
 # Checked by mypy in tests/app/test_typing.py, not collected by pytest.
-from cogworker_async import JobContext, job
+from cogworker_async import JobContext
+from cogworker_async.jobs import wire
 from cogworker_async.middleware import Enqueue, EnqueueNext
 
 
-def fields(payload: job.Payload) -> None:
+def fields(payload: wire.Payload) -> None:
     payload["queue"] = "emails"
     payload["qeue"] = "emails"
-    job.number(payload, "enqueued_at")
-    job.number(payload, "enqued_at")
+    wire.number(payload, "enqueued_at")
+    wire.number(payload, "enqued_at")
 
 
 async def tag_tenant(enqueue: Enqueue, call_next: EnqueueNext) -> str | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cogworker_async.embedded import EmbeddedServer
+from cogworker_async.redis.embedded import EmbeddedServer
 from tests.cli.supervisor import embeddedapp
 from tests.waiting import wait_until
 from tests.workerproc import ROOT

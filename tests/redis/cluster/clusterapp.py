@@ -20,7 +20,7 @@ import anyio
 import redis.asyncio
 
 from cogworker_async import App, current_job
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from tests.clients import async_client
 from tests.worker.e2e.jobsapp import NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 import redis.asyncio
 
 from cogworker_async import App
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from tests.worker.e2e.jobsapp import FAST, NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
 
 RECORD_URL_ENV: Final = "DEPLOY_RECORD_URL"

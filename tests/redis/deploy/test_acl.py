@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from cogworker_async import App
 from cogworker_async.admin import Inspector
 from cogworker_async.cli import cli
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.redis.keys import Keys
-from cogworker_async.registry import JobFunction
 from cogworker_async.web import create_dashboard
 from tests.cluster_harness import ClusterProcess
 from tests.redis.deploy import deployapp

@@ -83,7 +83,7 @@ async def run_raw(store: Store, name: str, keys: Sequence[str], args: Sequence[A
 async def stored_record(client: Any, keys: Any, queue: str, jid: str) -> dict[str, str]:
     """The fields of a job's status record wherever it lives (its field of the queue's
     live hash, else its key: ``lua/_record.lua``), without the live record's bound."""
-    from cogworker_async.status import unpack
+    from cogworker_async.jobs.status import unpack
     try:
         live = await client.hget(keys.live_records(queue), jid)
     except redis.ResponseError:  # a live hash of the wrong type (a test plants one)
@@ -102,7 +102,7 @@ async def stored_record(client: Any, keys: Any, queue: str, jid: str) -> dict[st
 async def record_ttl(client: Any, keys: Any, queue: str, jid: str) -> int:
     """Seconds a job's status record is kept: a live record's bound less Redis' clock,
     a finished one's TTL (-2: no record, -1: no bound)."""
-    from cogworker_async.status import unpack
+    from cogworker_async.jobs.status import unpack
     try:
         live = await client.hget(keys.live_records(queue), jid)
     except redis.ResponseError:

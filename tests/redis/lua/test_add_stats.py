@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
+from cogworker_async.observe.run_metrics import RETENTION, parse
 from cogworker_async.redis.store import FLUSH_NUMBER_TTL, StatsFlush, Store
-from cogworker_async.run_metrics import RETENTION, parse
 
 IDENTITY = "host:1:abc"
 MINUTE = 29_000_000

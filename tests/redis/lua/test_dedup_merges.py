@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from redis.exceptions import ResponseError
 
-from cogworker_async import dedup
-from cogworker_async import job as job_module
+from cogworker_async.jobs import dedup
+from cogworker_async.jobs import wire as job_module
 from cogworker_async.redis.admin import Admin
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.moves import Failure

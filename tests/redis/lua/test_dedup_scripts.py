@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cogworker_async import job as job_module
 from cogworker_async.errors import WrongTypeKey
+from cogworker_async.jobs import wire as job_module
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
 from tests.redis.lua.helpers import items, redis_now, scored, stored_record

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
+from cogworker_async.jobs.status import Ended
 from cogworker_async.redis.batches import parse_note
 from cogworker_async.redis.dependencies import Parent, Watcher
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Failure, Store
-from cogworker_async.status import Ended
 from cogworker_async.worker import dependents_relay
 from tests.redis.lua.helpers import jid_of, make_job
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 
+from cogworker_async.jobs.status import LIVE_TTL, Ended
 from cogworker_async.redis.batches import parse_note
 from cogworker_async.redis.dependencies import Parent, Watcher
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
-from cogworker_async.status import LIVE_TTL, Ended
 from tests.redis.lua.helpers import make_job, redis_now
 from tests.redis.lua.test_dependencies import (
     CHILDREN,

@@ -7,9 +7,9 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
-from cogworker_async.status import LIVE_TTL
 from tests.redis.lua.helpers import (
     NOT_UTF8,
     items,

@@ -4,10 +4,10 @@ in-progress lists: whatever empties a list frees its share)."""
 
 from __future__ import annotations
 
+from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import KEEP_STATUS
-from cogworker_async.status import LIVE_TTL
 from tests.redis.lua.helpers import make_job, run_raw
 
 ME, OTHER, GONE = "host:1:me", "host:2:other", "host:3:gone"

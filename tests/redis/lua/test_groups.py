@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from cogworker_async import job as job_module
+from cogworker_async.jobs import wire as job_module
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
 from tests.redis.lua.helpers import items, make_job, plant_wrong_type, scored, still_planted

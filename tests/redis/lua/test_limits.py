@@ -23,7 +23,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from cogworker_async.limiter import MIN_PERIOD
+from cogworker_async.limits.limiter import MIN_PERIOD
 from cogworker_async.redis import limits
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.limits import HOLDERS_IDLE_TTL, Decision, holder_member

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from cogworker_async import job as job_module
 from cogworker_async.errors import WrongTypeKey
+from cogworker_async.jobs import wire as job_module
+from cogworker_async.jobs.status import CANCELLED, CANCELS_TTL, LIVE_TTL, Ended, unpack
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.liveness import Requeued, as_bytes
 from cogworker_async.redis.store import Failure, SetName, Store
 from cogworker_async.settings import KEEP_STATUS
-from cogworker_async.status import CANCELLED, CANCELS_TTL, LIVE_TTL, Ended, unpack
 from tests.redis.lua.helpers import (
     NOT_UTF8,
     fetched,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
-from cogworker_async.status import LIVE_TTL
 from tests.redis.lua.helpers import jid_of, make_job, redis_now, stored_record
 
 QUEUE = "default"

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from cogworker_async.jobs.status import Ended
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Failure, Store
-from cogworker_async.status import Ended
 from tests.redis.lua.helpers import jid_of, make_job
 
 IDENTITY = "host:1:abc"

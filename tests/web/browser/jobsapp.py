@@ -18,7 +18,7 @@ import anyio
 import redis.asyncio
 
 from cogworker_async import App
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from tests.worker.e2e.jobsapp import FAST, NAMESPACE_ENV, SETTINGS_ENV, URL_ENV
 
 TARGET: Final = "tests.web.browser.jobsapp:jobs"

@@ -26,7 +26,7 @@ import redis
 import redis.asyncio
 
 from cogworker_async import App, JobCancelled, current_job
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from tests.clients import async_client, sync_client
 
 URL_ENV: Final = "E2E_REDIS_URL"

@@ -13,7 +13,7 @@ import pytest
 
 from cogworker_async import App, Death, JobFailed
 from cogworker_async.admin import Inspector
-from cogworker_async.registry import JobFunction
+from cogworker_async.enqueue.handles import JobFunction
 from tests.waiting import wait_until
 
 TIMEOUT = 20.0

@@ -52,7 +52,7 @@ async def test_a_slot_whose_release_met_a_redis_blip_is_not_held_for_ever(
         async with pay:
             probes.append("ran")
 
-    caplog.set_level(logging.WARNING, logger="cogworker_async.limiter")
+    caplog.set_level(logging.WARNING, logger="cogworker_async.limits.limiter")
     try:
         async with jobs.worker():
             first = await hold.enqueue()

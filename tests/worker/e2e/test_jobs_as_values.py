@@ -12,8 +12,8 @@ import pytest
 import redis.asyncio
 
 from cogworker_async import JobCancelled, JobFailed
+from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.keys import Keys
-from cogworker_async.status import LIVE_TTL
 from tests.redis.lua.helpers import record_ttl
 from tests.waiting import wait_until
 from tests.worker.e2e import jobsapp

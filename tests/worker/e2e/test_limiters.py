@@ -14,8 +14,8 @@ import pytest
 from anyio.abc import TaskStatus
 
 from cogworker_async import App, OverLimit, current_job
-from cogworker_async.context import JobContext
-from cogworker_async.limiter import Limiter
+from cogworker_async.jobs.context import JobContext
+from cogworker_async.limits.limiter import Limiter
 from cogworker_async.redis.limits import limiter_usage
 from tests.waiting import wait_until
 

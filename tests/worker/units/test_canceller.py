@@ -3,7 +3,7 @@ a process's cancel set by a run that ended first never stops a later run of the 
 
 from __future__ import annotations
 
-from cogworker_async.context import RunControl
+from cogworker_async.jobs.context import RunControl
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.canceller import Canceller
 from tests.redis.lua.helpers import jid_of, make_job

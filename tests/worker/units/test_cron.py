@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from cogworker_async import App
-from cogworker_async.periodic import Periodic
+from cogworker_async.jobs.periodic import Periodic
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.cron import TICK_GRACE, CronTicker, periodic_job
 from tests.waiting import wait_until

@@ -1,4 +1,4 @@
-from cogworker_async.status import SUCCEEDED
+from cogworker_async.jobs.status import SUCCEEDED
 from cogworker_async.worker import handover
 from cogworker_async.worker.outcome import Ack, Filing
 

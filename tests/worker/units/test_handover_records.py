@@ -4,8 +4,8 @@ record says what became of it (the requeue's drop records a plain success)."""
 
 from __future__ import annotations
 
+from cogworker_async.jobs.status import CANCELLED, Ended
 from cogworker_async.redis.store import Store
-from cogworker_async.status import CANCELLED, Ended
 from cogworker_async.worker import handover
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.outcome import ACK, Ack

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cogworker_async.periodic import RUNNING_LOCK_TTL
+from cogworker_async.jobs.periodic import RUNNING_LOCK_TTL
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.locks import JobLocks, release_for_dead
 from cogworker_async.worker.outcome import Ack, Filing

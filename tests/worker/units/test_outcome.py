@@ -1,9 +1,9 @@
 import random
 
-from cogworker_async import job
 from cogworker_async.errors import UnknownJob
-from cogworker_async.job import Payload
-from cogworker_async.status import Ended
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.status import Ended
+from cogworker_async.jobs.wire import Payload
 from cogworker_async.worker import outcome
 from cogworker_async.worker.outcome import Ack, Filing, RetryPolicy
 
@@ -112,7 +112,7 @@ def test_interrupt_of_unreadable_bytes_keeps_them() -> None:
 
 
 def _with_deadline(deadline: float, **fields: object) -> Payload:
-    payload = job.build("work", [1], {}, queue="default", retry=True, now=100.0,
+    payload = wire.build("work", [1], {}, queue="default", retry=True, now=100.0,
                         expires_at=deadline)
     payload.update(fields)  # type: ignore[typeddict-item]
     return payload
@@ -124,7 +124,7 @@ EXPIRY_POLICY = RetryPolicy(base_delay=15.0, max_delay=3600.0)
 def test_a_job_before_or_at_its_deadline_may_run() -> None:
     assert outcome.expired(_with_deadline(200.0), now=150.0, policy=EXPIRY_POLICY) is None
     assert outcome.expired(_with_deadline(200.0), now=200.0, policy=EXPIRY_POLICY) is None
-    no_deadline = job.build("work", [], {}, queue="default", retry=True, now=100.0)
+    no_deadline = wire.build("work", [], {}, queue="default", retry=True, now=100.0)
     assert outcome.expired(no_deadline, now=1e12, policy=EXPIRY_POLICY) is None
 
 

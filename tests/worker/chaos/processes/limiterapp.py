@@ -23,8 +23,8 @@ import anyio
 import redis.asyncio
 
 from cogworker_async import App, current_job
+from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.redis.liveness import as_bytes
-from cogworker_async.registry import JobFunction
 from tests.worker.chaos.processes import chaosapp
 from tests.worker.chaos.processes.queuelimitapp import Run
 from tests.worker.e2e.jobsapp import NAMESPACE_ENV, SETTINGS_ENV, URL_ENV

@@ -26,10 +26,10 @@ from typing import Final
 import pytest
 import redis.asyncio
 
-from cogworker_async.job import jid_of
+from cogworker_async.jobs.status import CancelOutcome
+from cogworker_async.jobs.wire import jid_of
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.liveness import as_bytes
-from cogworker_async.status import CancelOutcome
 from tests.servers import ServerProcess
 from tests.waiting import wait_until
 from tests.worker.chaos.processes import chaosapp, valuesapp

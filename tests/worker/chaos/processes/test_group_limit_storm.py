@@ -28,7 +28,7 @@ from typing import Final
 import anyio
 import redis.asyncio
 
-from cogworker_async.groups import group_of
+from cogworker_async.jobs.groups import group_of
 from cogworker_async.redis.keys import Keys
 from tests.clients import async_client, is_cluster_url
 from tests.waiting import wait_until

@@ -28,7 +28,7 @@ from typing import Any, Final
 import pytest
 import redis.asyncio
 
-from cogworker_async import status
+from cogworker_async.jobs import status
 from cogworker_async.redis.keys import Keys
 from tests.redis.lua.helpers import stored_record
 from tests.servers import ServerProcess

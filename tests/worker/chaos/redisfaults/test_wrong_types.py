@@ -30,7 +30,7 @@ import anyio
 import pytest
 import redis.asyncio
 
-from cogworker_async import job
+from cogworker_async.jobs import wire
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.liveness import as_bytes
 from tests.servers import ServerProcess
@@ -63,8 +63,8 @@ FAKE = "fault-8-dead"
 
 
 def raw_job(tag: str) -> bytes:
-    payload = job.build("record", [tag], {}, queue="default", retry=True, now=time.time())
-    return job.encode(payload, 1 << 20)
+    payload = wire.build("record", [tag], {}, queue="default", retry=True, now=time.time())
+    return wire.encode(payload, 1 << 20)
 
 
 async def key_state(r: redis.asyncio.Redis, key: str) -> tuple[str, Any]:

@@ -44,9 +44,9 @@ from typing import Final
 
 import anyio
 
-from cogworker_async.context import CURRENT
 from cogworker_async.errors import OverLimit, why
-from cogworker_async.limit_calls import LimitCalls
+from cogworker_async.jobs.context import CURRENT
+from cogworker_async.limits.calls import LimitCalls
 from cogworker_async.redis import limits
 from cogworker_async.redis.limits import Decision, LimiterUsage, LimitStore, limiter_usage
 from cogworker_async.redis.limits import Kind as Kind  # where a limit is described

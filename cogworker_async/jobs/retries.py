@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:  # job imports settings, which imports this module
-    from cogworker_async.job import Payload
+    from cogworker_async.jobs.wire import Payload
 
 DEFAULT_RETRIES: Final = 25
 """What ``retry=True`` means: this many retries after the first failure (Sidekiq's)."""

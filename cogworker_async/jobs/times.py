@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from cogworker_async.definition import Delay, When
+from cogworker_async.jobs.definition import Delay, When
 
 
 def seconds_from(delay: Delay) -> float:

@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
-from cogworker_async import lifespan
+from cogworker_async.worker import lifespan
 
 T = TypeVar("T")
 

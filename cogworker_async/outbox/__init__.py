@@ -60,8 +60,8 @@ from sqlalchemy import insert as sql_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateColumn
 
-from cogworker_async import context
-from cogworker_async.signature import Signature
+from cogworker_async.jobs import context
+from cogworker_async.jobs.signature import Signature
 
 TABLE_NAME: Final = "cogworker_outbox"
 RELAY_BATCH: Final = 100

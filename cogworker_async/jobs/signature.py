@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cogworker_async import job
-from cogworker_async.definition import JobDefinition, JobOptions
-from cogworker_async.priority import MAX_PRIORITY, MIN_PRIORITY
+from cogworker_async.jobs import wire
+from cogworker_async.jobs.definition import JobDefinition, JobOptions
+from cogworker_async.jobs.priority import MAX_PRIORITY, MIN_PRIORITY
 
 
 class Enqueuer(Protocol):
@@ -98,7 +98,7 @@ def callback_jid(bid: str, kind: str) -> str:
 
 
 def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: str,
-                     kind: str, now: float) -> job.Payload:
+                     kind: str, now: float) -> wire.Payload:
     """The job a batch's stored callback (``Signature.stored``) is enqueued as: by the
     relay (``worker/batch_relay.py``) and by the testing fake alike."""
     options = definition.options
@@ -108,7 +108,7 @@ def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: 
     expires_in, expires_at = _seconds(stored.get("expires_in")), _seconds(stored.get("expires_at"))
     timeout = _seconds(stored.get("timeout"))
     deadline = expires_at or (now + expires_in if expires_in else None)
-    payload = job.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
+    payload = wire.build(definition.name, stored.get("args", []), stored.get("kwargs", {}),
                         queue=stored.get("queue") or options.queue,
                         retry=retry if isinstance(retry, bool | int) else options.retry,
                         now=now, jid=callback_jid(bid, kind),
@@ -144,7 +144,7 @@ def make(enqueuer: Enqueuer, args: Sequence[Any], kwargs: Mapping[str, Any],
         except TypeError:
             raise exc from None
         incomplete = str(exc)
-    job.encode_new(job.build(definition.name, args, kwargs, queue=enqueuer.job_options.queue,
+    wire.encode_new(wire.build(definition.name, args, kwargs, queue=enqueuer.job_options.queue,
                              retry=enqueuer.job_options.retry, now=0.0), max_bytes)
     return Signature(enqueuer, tuple(args), dict(kwargs), incomplete)
 

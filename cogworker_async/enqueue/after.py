@@ -15,13 +15,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
-from cogworker_async.definition import JobOptions
+from cogworker_async.enqueue.lookup import JobLookup
 from cogworker_async.errors import UNTRACKED, ConfigurationError
-from cogworker_async.lookup import JobLookup
+from cogworker_async.jobs.definition import JobOptions
+from cogworker_async.jobs.status import JobStatus
 from cogworker_async.redis.dependencies import ARM_GRACE, Parent
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import Store
-from cogworker_async.status import JobStatus
 
 log = logging.getLogger(__name__)
 

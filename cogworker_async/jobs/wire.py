@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, Required, TypedDict, cast
 
 from cogworker_async.errors import PayloadTooLarge, SerializationError, UnparseablePayload
-from cogworker_async.names import check_queue_name
-from cogworker_async.unique import UniquePolicy
+from cogworker_async.jobs.names import check_queue_name
+from cogworker_async.jobs.unique import UniquePolicy
 
 Payload = TypedDict("Payload", {
     # job.py's: every job has them (``build``); ``queue`` and ``enqueued_at`` are

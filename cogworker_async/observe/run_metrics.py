@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from cogworker_async import stored
+from cogworker_async.jobs import stored
 
 BUCKET_BOUNDS_MS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000,
                            30_000, 60_000, 300_000, 1_800_000)

@@ -30,11 +30,11 @@ from typing import Final, Literal, Protocol
 
 import anyio
 
-from cogworker_async import context, signature
+from cogworker_async.jobs import context, signature
+from cogworker_async.jobs.signature import Signature
+from cogworker_async.jobs.status import CancelOutcome, JobStatus, check_jid
 from cogworker_async.redis.batches import OPEN_TTL, BatchDamaged, BatchRecord, HoldLapsed
 from cogworker_async.settings import Settings
-from cogworker_async.signature import Signature
-from cogworker_async.status import CancelOutcome, JobStatus, check_jid
 
 
 class BatchBackend(Protocol):

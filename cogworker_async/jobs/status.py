@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from cogworker_async import stored
+from cogworker_async.jobs import stored
 
 State = Literal["queued", "scheduled", "running", "retrying", "dead", "succeeded",
                 "cancelled", "unknown", "waiting"]

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from cogworker_async.errors import UNTRACKED, ConfigurationError, JobCancelled, JobFailed
+from cogworker_async.jobs.status import CancelOutcome, JobStatus, check_jid, unknown
 from cogworker_async.redis.store import Store
-from cogworker_async.status import CancelOutcome, JobStatus, check_jid, unknown
 
 FIRST_LOOK: Final = 0.05
 """Seconds before ``result`` looks at the record again; doubled each time, up to

@@ -27,8 +27,8 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from cogworker_async import context, unique
 from cogworker_async.errors import ConfigurationError
+from cogworker_async.jobs import context, unique
 
 MAX_WINDOW: Final = 366 * 24 * 3600.0
 """Longest throttle window or debounce delay (a year)."""

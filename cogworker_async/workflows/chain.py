@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
-from cogworker_async import dedup
 from cogworker_async.errors import UNTRACKED, ConfigurationError
-from cogworker_async.signature import Signature, check
+from cogworker_async.jobs import dedup
+from cogworker_async.jobs.signature import Signature, check
 
 CHAIN_KEEP_RESULT: Final = 86400.0
 """Seconds a chained job's result is kept for the next one (with ``pass_result``), when

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Link, Span, SpanContext
 
-    from cogworker_async.context import JobContext
+    from cogworker_async.jobs.context import JobContext
     from cogworker_async.middleware import RunNext
 
     CallerContext: TypeAlias = Context

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from cogworker_async import signature
-from cogworker_async.client import Client, Push, epoch_from, seconds_from
-from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
-from cogworker_async.signature import Signature
+from cogworker_async.enqueue.client import Client, Push, epoch_from, seconds_from
+from cogworker_async.jobs import signature
+from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, When
+from cogworker_async.jobs.signature import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")

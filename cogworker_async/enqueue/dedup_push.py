@@ -8,10 +8,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cogworker_async import dedup
+from cogworker_async.jobs import dedup
 
 if TYPE_CHECKING:
-    from cogworker_async.definition import Delay, JobDefinition, JobOptions, When
+    from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, When
     from cogworker_async.redis.store import Store
 
 

@@ -5,14 +5,11 @@ arguments that don't fit the function, a bad queue name, a payload over the size
 The worker should never be the first to find out. An enqueue is never retried blindly
 (a lost reply would push the job twice): a connection error reaches the caller.
 
-With tracing on (``tracing.py``), each enqueue path runs in a PRODUCER span that covers
-the checks and the push (so a refusal or a Redis error is recorded on it), and the
-payload carries the span's context to the worker.
+With tracing on (``observe/tracing.py``), each enqueue runs in a PRODUCER span over the
+checks and the push, and the payload carries the span's context to the worker.
 
 A test can swap the last step only (``Client.sink``, ``cogworker_async.testing``): every
-check, the payload and the client middleware stay the real path, and the prepared job
-goes to the sink instead of Redis. Unset (the normal case) it costs one attribute check
-per enqueue.
+check, the payload and the client middleware stay the real path (unset: one check).
 """
 
 from __future__ import annotations
@@ -30,19 +27,22 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from cogworker_async import context, dedup, dedup_push, dependents, job, tracing, unique
-from cogworker_async.definition import Delay, JobDefinition, JobOptions, When, enqueue_group
+from cogworker_async.enqueue import after as dependents
+from cogworker_async.enqueue import dedup_push
+from cogworker_async.enqueue.lookup import JobLookup, QueueHints
 from cogworker_async.errors import UNTRACKED, ConfigurationError
-from cogworker_async.lookup import JobLookup, QueueHints
+from cogworker_async.jobs import context, dedup, unique, wire
+from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, When, enqueue_group
+from cogworker_async.jobs.times import epoch_from, seconds_from
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
+from cogworker_async.observe import tracing
 from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.settings import Settings
-from cogworker_async.times import epoch_from, seconds_from
 
 if TYPE_CHECKING:
-    from cogworker_async.status import CancelOutcome, JobStatus
-    from cogworker_async.tracing import CallerContext
+    from cogworker_async.jobs.status import CancelOutcome, JobStatus
+    from cogworker_async.observe.tracing import CallerContext
 
 log = logging.getLogger(__name__)
 __all__ = ["Client", "Push", "Sink", "epoch_from", "seconds_from"]  # the times: re-exported
@@ -110,11 +110,11 @@ async def mark_unique(enqueue: Enqueue, call_next: EnqueueNext) -> str | None:
     return await call_next(enqueue)
 
 
-def _fields(enqueue: Enqueue) -> job.Payload:
+def _fields(enqueue: Enqueue) -> wire.Payload:
     """The payload a middleware passed on, seen as the job it was built as (middleware
     sees a plain dict: it may add fields of its own, and ``encode_new`` refuses what
     is not JSON)."""
-    return cast(job.Payload, enqueue.payload)
+    return cast(wire.Payload, enqueue.payload)
 
 
 class Client:
@@ -181,7 +181,7 @@ class Client:
                              f"{'its due time' if due else 'now'} ({max(now, due or now):.3f})")
         batch = context.BATCH.get()
         group = enqueue_group(definition, options, args, kwargs, self.settings.fetch)
-        payload = job.build(definition.name, args, kwargs, queue=options.queue,
+        payload = wire.build(definition.name, args, kwargs, queue=options.queue,
                             retry=options.retry, now=now, jid=options.jid,
                             keep_result=options.keep_result, expires_at=deadline,
                             dead_on_expiry=options.dead_on_expiry,
@@ -191,15 +191,15 @@ class Client:
             # which may read or drop it
             self._tracer.inject(cast("dict[str, Any]", payload))
         if not self.middleware and options.unique is None:  # nothing to pass it through
-            raw = job.encode_new(payload, self.settings.max_payload_bytes)
+            raw = wire.encode_new(payload, self.settings.max_payload_bytes)
             return Push(options.queue, raw, payload["jid"])
         prepared: list[Push] = []
 
         async def accept(enqueue: Enqueue) -> str | None:
             body = _fields(enqueue)
-            raw = job.encode_new(body, self.settings.max_payload_bytes)
-            digest = job.value(body, "unique_digest")
-            lock = (str(digest), float(job.value(body, "unique_ttl") or unique.DEFAULT_TTL)) \
+            raw = wire.encode_new(body, self.settings.max_payload_bytes)
+            digest = wire.value(body, "unique_digest")
+            lock = (str(digest), float(wire.value(body, "unique_ttl") or unique.DEFAULT_TTL)) \
                 if digest else None
             prepared.append(Push(options.queue, raw, body["jid"], lock))
             return str(body["jid"])

@@ -24,12 +24,12 @@ from dataclasses import replace
 from typing import Any, Final
 
 from cogworker_async.errors import why
+from cogworker_async.limits.waiters import settle_all
 from cogworker_async.redis import limits
 from cogworker_async.redis.errors import LostReply
 from cogworker_async.redis.limits import Decision, LimitSpec, LimitStore
-from cogworker_async.waiters import settle_all
 
-log = logging.getLogger("cogworker_async.limiter")
+log = logging.getLogger("cogworker_async.limits.limiter")
 
 MAX_BATCH: Final = 500
 """Calls sent in one script call at most."""

@@ -1,0 +1,1 @@
+"""The caller's side: the client, the enqueue handles, lookups by jid."""

@@ -1,0 +1,1 @@
+"""What a job is: its wire format, its options and their rules, pure (no I/O)."""

@@ -1,0 +1,1 @@
+"""Rate and concurrency limits a job acquires while it runs."""

@@ -1,0 +1,1 @@
+"""What watches runs: traces and run metrics."""

@@ -1,0 +1,1 @@
+"""Batches and chains: jobs that wait for other jobs."""
