@@ -34,14 +34,14 @@ def test_the_fast_tier_holds_no_process_or_topology_test_and_keeps_the_rest() ->
                            "tests/redis/deploy/"):
         assert not any(name.startswith(slow_directory) for name in files), slow_directory
     assert not any("[cluster" in node or "-cluster" in node for node in fast)
-    assert "tests/app/test_job.py" in files  # pure
+    assert "tests/jobs/test_job.py" in files  # pure
     assert "tests/redis/lua/test_enqueue.py" in files  # a script's own tests, on one server
     assert "tests/worker/units/test_acks.py" in files  # the worker's parts, no process
 
 
 def test_pure_tests_need_no_server() -> None:
     pure = {node.split("::")[0] for node in collected("pure")}
-    assert "tests/app/test_job.py" in pure
+    assert "tests/jobs/test_job.py" in pure
     assert not any(name.startswith("tests/redis/lua/") for name in pure)
     assert "tests/redis/test_durability.py" not in pure
     assert "tests/worker/units/test_acks.py" not in pure  # it uses the session server

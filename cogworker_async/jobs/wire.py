@@ -112,7 +112,7 @@ Field = Literal[
     "raw_payload_base64", "raw_payload_preview", "orphaned_from", "orphaned_process",
 ]
 """The name of a ``Payload`` field: what the accessors take, so that mypy checks it
-(tests/app/test_job.py::test_field_names_are_the_payload_keys pins it to ``Payload``)."""
+(tests/jobs/test_job.py::test_field_names_are_the_payload_keys pins it to ``Payload``)."""
 
 NO_SIZE_LIMIT: Final = sys.maxsize
 """``max_bytes`` for an ``encode``/``decode`` that must never refuse for size (a job

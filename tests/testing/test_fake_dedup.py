@@ -1,4 +1,4 @@
-"""The dedup modes in the testing fake keep the rules Redis keeps (tests/scheduling/
+"""The dedup modes in the testing fake keep the rules Redis keeps (tests/jobs/
 test_dedup.py proves them on a real server): a throttle's second enqueue returns None, a
 debounced burst is one scheduled job with the last arguments, a coalesced job merges
 while it waits and keeps one follow-up while it runs."""

@@ -493,7 +493,7 @@ def test_a_server_started_by_hand_on_the_socket_is_refused(
 ) -> None:
     """Not started by cogworker (issue 40, defect 23: its pid is not the one a server we
     start writes in ``server.pid``): refused, left alone, the way to use it on purpose
-    said (``tests/app/test_embedded_foreign.py`` has the rest)."""
+    said (``tests/redis/test_embedded_foreign.py`` has the rest)."""
     data_dir.mkdir()
     server = reaper.server(data_dir)
     by_hand = reaper.popen(foreign_args(data_dir, server.socket_path,

@@ -9,11 +9,11 @@ from typing import Any, Final
 
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.tracing import tracedapp
+from tests.observe import tracedapp
 from tests.waiting import wait_until
 from tests.workerproc import WorkerProcess
 
-TARGET: Final = "tests.tracing.tracedapp:jobs"
+TARGET: Final = "tests.observe.tracedapp:jobs"
 WORKER_TIMEOUT: Final = 30.0
 """Seconds a worker process may take to start and run a job (imports on a busy machine)."""
 
@@ -22,7 +22,7 @@ Span = dict[str, Any]
 
 @dataclass(frozen=True)
 class TracedWorker:
-    """A ``cogworker-async run tests.tracing.tracedapp:jobs`` process and its span file."""
+    """A ``cogworker-async run tests.observe.tracedapp:jobs`` process and its span file."""
 
     process: WorkerProcess
     spans_path: Path

@@ -1,7 +1,7 @@
 """One trace from a web request to the job's runs in a worker process.
 
 The test process plays the web app (FastAPI, its SDK's in-memory exporter); the worker is
-a real ``cogworker-async run`` process with an SDK of its own (tests/tracing/tracedapp.py).
+a real ``cogworker-async run`` process with an SDK of its own (tests/observe/tracedapp.py).
 The only thing the two share is the payload in Redis: the trace crosses in it. The
 request's SERVER span is FastAPI's own (it makes one whenever the OpenTelemetry API is
 installed, child of the caller's ``traceparent`` header).
@@ -16,8 +16,8 @@ from fastapi import FastAPI
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.tracing import tracedapp
-from tests.tracing.harness import Span, TracedWorker, consumer_of, finished, only
+from tests.observe import tracedapp
+from tests.observe.harness import Span, TracedWorker, consumer_of, finished, only
 
 
 def ancestry(spans: list[Span], span: Span) -> list[Span]:

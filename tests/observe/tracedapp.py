@@ -1,6 +1,6 @@
 """The job app of the tracing tests, and the worker process that runs it:
 
-    cogworker-async run tests.tracing.tracedapp:jobs      (cwd: the repository root)
+    cogworker-async run tests.observe.tracedapp:jobs      (cwd: the repository root)
 
 In the worker process (configured from the environment like tests/worker/e2e/jobsapp.py, plus
 ``TRACING_SPANS_FILE``) this module sets up the process's own OpenTelemetry SDK, as an

@@ -29,7 +29,7 @@ def test_mypy_checks_payload_field_names_and_middleware_may_add_its_own() -> Non
         capture_output=True, text=True, timeout=120, check=False,
     )
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
-    assert any("payload_sample.py:8" in e and '"qeue"' in e for e in errors), result.stdout
-    assert any("payload_sample.py:10" in e and "'enqued_at'" in e for e in errors), (
+    assert any("payload_sample.py:9" in e and '"qeue"' in e for e in errors), result.stdout
+    assert any("payload_sample.py:11" in e and "'enqued_at'" in e for e in errors), (
         result.stdout)
     assert len(errors) == 2, result.stdout

@@ -3,7 +3,7 @@
 ``spans`` sets an SDK provider with an in-memory exporter as the global one for the
 test, and takes it back afterwards (the API lets a process set its provider only once:
 the reset is what the OpenTelemetry project's own test helpers do), so that no other
-test runs with spans recorded. ``start_worker(**settings)`` runs tests/tracing/tracedapp.py
+test runs with spans recorded. ``start_worker(**settings)`` runs tests/observe/tracedapp.py
 in a ``cogworker-async run`` process that writes its spans to a file of its own.
 """
 
@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
-from tests.tracing import tracedapp
-from tests.tracing.harness import TARGET, TracedWorker
+from tests.observe import tracedapp
+from tests.observe.harness import TARGET, TracedWorker
 from tests.workerproc import WorkerProcess, worker_pool
 
 
@@ -43,7 +43,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
 @pytest.fixture
 def tracer(spans: InMemorySpanExporter) -> trace.Tracer:
     """The test's own tracer (for the caller's spans around an enqueue)."""
-    return trace.get_tracer("tests.tracing")
+    return trace.get_tracer("tests.observe")
 
 
 @pytest.fixture

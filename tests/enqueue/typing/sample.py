@@ -1,4 +1,4 @@
-# Checked by mypy in tests/app/test_typing.py, not collected by pytest.
+# Checked by mypy in tests/enqueue/test_typing.py, not collected by pytest.
 from cogworker_async import App
 
 jobs = App("redis://localhost")

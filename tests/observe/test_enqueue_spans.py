@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from cogworker_async import App
 from cogworker_async.redis.store import Store
+from tests.observe.harness import finished, only
 from tests.servers import free_port
-from tests.tracing.harness import finished, only
 
 
 async def queued(store: Store, queue: str = "default") -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from opentelemetry.util._once import Once
 
 from cogworker_async import App
 from cogworker_async.middleware import Enqueue, EnqueueNext
-from tests.tracing.harness import consumer_of, finished
+from tests.observe.harness import consumer_of, finished
 
 TRACE_ID: Final = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN_ID: Final = "00f067aa0ba902b7"

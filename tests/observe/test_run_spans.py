@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from cogworker_async import App
 from cogworker_async.redis.store import Store
-from tests.tracing.harness import consumer_of, finished, only
+from tests.observe.harness import consumer_of, finished, only
 from tests.waiting import wait_until
 
 
