@@ -21,11 +21,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
-from cogworker_async.worker import lifespan
-
 T = TypeVar("T")
 
 MAX_INFO_BYTES: Final = 64 * 1024
+
+LIFESPAN_STATE: ContextVar[Any] = ContextVar("cogworker_lifespan_state", default=None)
+"""What the worker's lifespan yielded (``worker/lifespan.py`` sets it while the lifespan
+is entered; None without one), read by ``current_job().state``."""
 """Largest progress ``info`` (as JSON): it is written to Redis, over and over."""
 
 
@@ -89,12 +91,12 @@ class JobContext:
     def state(self) -> Any:
         """What the worker's lifespan yielded (``@jobs.lifespan``): the resources its jobs
         share, a pool or a client; None when the App has no lifespan."""
-        return lifespan.STATE.get()
+        return LIFESPAN_STATE.get()
 
     def state_as(self, kind: type[T]) -> T:
         """``state``, typed: a TypeError if the lifespan yielded something else (a typo
         in a test's fake state, a lifespan that yields a dict where a class is meant)."""
-        found = lifespan.STATE.get()
+        found = LIFESPAN_STATE.get()
         if not isinstance(found, kind):
             raise TypeError(f"the lifespan's state is {type(found).__name__}, not "
                             f"{kind.__name__}")

@@ -19,11 +19,11 @@ from cogworker_async.errors import ConfigurationError
 from cogworker_async.jobs import dedup
 from cogworker_async.jobs import unique as unique_module
 from cogworker_async.jobs.groups import GroupKey, check_group, group_for
+from cogworker_async.jobs.names import check_queue_name
 from cogworker_async.jobs.priority import DEFAULT_PRIORITY, check_priority
 from cogworker_async.jobs.retries import check_retry
 from cogworker_async.jobs.status import check_jid, check_keep_result
 from cogworker_async.jobs.unique import UniqueKey, UniquePolicy
-from cogworker_async.settings import check_queue_name
 
 Delay = float | int | timedelta
 """How long from now: seconds, or a timedelta."""

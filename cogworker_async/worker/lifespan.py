@@ -25,12 +25,12 @@ import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from contextvars import ContextVar
 from typing import Any, Final, TypeVar
 
 import anyio
 
 from cogworker_async.errors import LifespanExitFailed, LifespanFailed, why
+from cogworker_async.jobs.context import LIFESPAN_STATE as STATE
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,6 @@ def entering() -> bool:
     as soon as it runs."""
     return _entering > 0
 
-STATE: ContextVar[Any] = ContextVar("cogworker_lifespan_state", default=NO_STATE)
-"""What the worker's lifespan yielded: set while it is entered, read by
-``current_job().state``."""
 
 
 def lifespan_of(func: object) -> Lifespan:
