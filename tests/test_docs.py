@@ -80,13 +80,31 @@ def module_tree(text: str) -> list[str]:
     return paths
 
 
+def _module_map() -> list[str]:
+    return module_tree((ROOT / "docs" / "development.md").read_text("utf-8"))
+
+
 def test_the_module_tree_names_modules_that_exist() -> None:
     """docs/development.md's map of the package names only what is there."""
-    paths = module_tree((ROOT / "docs" / "development.md").read_text("utf-8"))
+    paths = _module_map()
     assert "cogworker_async/worker/manager.py" in paths
-    assert "cogworker_async/cli/migrate.py" in paths  # three on one line
+    assert "cogworker_async/cli/migrate.py" in paths  # four on one line
     missing = [path for path in paths if not (ROOT / path).exists()]
     assert not missing, f"docs/development.md's module tree names what is gone: {missing}"
+
+
+def test_the_module_tree_names_every_module() -> None:
+    """... and everything that is there: a module added without its line in the map
+    fails here. A package's ``__init__.py`` is named by its package's line (which says
+    what the package is), or by a line of its own."""
+    named = set(_module_map())
+    package = ROOT / "cogworker_async"
+    unnamed = sorted(
+        relative for path in package.rglob("*.py")
+        if (relative := path.relative_to(ROOT).as_posix()) not in named
+        and not (path.name == "__init__.py"
+                 and f"{path.parent.relative_to(ROOT).as_posix()}/" in named))
+    assert not unnamed, f"docs/development.md's module tree leaves out: {unnamed}"
 
 
 def test_the_readme_is_a_front_page_not_a_manual() -> None:
