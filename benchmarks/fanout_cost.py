@@ -39,7 +39,7 @@ async def one(url: str, n: int) -> None:
 
     try:
         jid = await parent.enqueue()
-        client = app.store().client
+        client = app._store().client
         await client.execute_command("CONFIG", "RESETSTAT")
         started = time.perf_counter()
         await child.options(after=[jid]).enqueue_many([((i,), {}) for i in range(n)])

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
 import anyio
 
 from cogworker_async import environment, logs
+from cogworker_async.enqueue.app_queues import AppQueues
 from cogworker_async.enqueue.client import Client
 from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.enqueue.lookup import JobLookup, outcome_of
@@ -42,11 +43,11 @@ from cogworker_async.redis.pausing import Pause
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.running import JobDecorator
 from cogworker_async.running import Worker as Worker  # re-exported: hosts import it here
-from cogworker_async.settings import Settings, check_queue_name
+from cogworker_async.settings import Settings
 from cogworker_async.worker.hooks import DeathHook, FailureHook, Hooks, check_hook
 from cogworker_async.worker.lifespan import Lifespan, LifespanFunction, lifespan_of
 from cogworker_async.worker.manager import Manager
-from cogworker_async.workflows import batch as batch_module
+from cogworker_async.workflows.app_batches import AppBatches
 from cogworker_async.workflows.batch import Batch, BatchBackend, BatchStatus
 from cogworker_async.workflows.chain import Chain
 
@@ -229,7 +230,7 @@ class App:
                                          f"{existing!r}")
             return existing
         made = self.limiters[name] = Limiter(name, spec, wait=wait, lease=lease,
-                                             store=self.store)
+                                             store=self._store)
         return made
 
     def add_client_middleware(self, middleware: ClientMiddleware) -> None:
@@ -337,23 +338,10 @@ class App:
 
     # -- workflows ----------------------------------------------------------------------
 
-    def batch(self, description: str | None = None, *, on_success: Signature | None = None,
-              on_complete: Signature | None = None, on_death: Signature | None = None,
-              bid: str | None = None, parent: str | None = None,
-              hold: float | None = None) -> Batch:
-        """A batch: every job enqueued inside ``async with jobs.batch(...) as batch:``
-        joins it; once the block has exited, ``on_complete`` (every member ended),
-        ``on_success`` (every member succeeded) and ``on_death`` (a member died) are
-        enqueued, each once (signatures: ``report.s(*args)``). ``bid=`` opens again a
-        batch not ended; ``parent=`` (or opening it inside a batch's job) makes it a
-        child batch, which its parent waits for. ``hold``: outside a worker, seconds the
-        block holds the batch without an add (``batch.HOLD``): killed, it is let go of."""
-        if not self.settings.tracked:
-            raise ConfigurationError("batches need job records: this App has "
-                                     "track_jobs=False")
-        return Batch(self, description=description, on_success=on_success,
-                     on_complete=on_complete, on_death=on_death, bid=bid, parent=parent,
-                     hold=hold)
+    @cached_property
+    def batches(self) -> AppBatches:
+        """This App's batches: ``open``, ``status``, ``results``, ``cancel``."""
+        return AppBatches(self)
 
     def chain(self, *signatures: Signature, pass_result: bool = False) -> Chain:
         """Jobs that run one after another: ``await jobs.chain(a.s(1), b.s()).enqueue()``
@@ -361,7 +349,7 @@ class App:
         ``pass_result`` takes its return value as its first argument."""
         return Chain(signatures, pass_result=pass_result, tracked=self.settings.tracked)
 
-    def batch_backend(self) -> BatchBackend:
+    def _batch_backend(self) -> BatchBackend:
         """Where batches are kept: Redis (this event loop's Store), or the testing
         fake's memory inside a ``testing.fake()``/``inline()`` block."""
         if self._client.sink is not None:
@@ -369,41 +357,46 @@ class App:
             return backend
         return self._client.store().batches
 
-    async def batch_status(self, bid: str) -> BatchStatus:
-        """What batch ``bid`` has come to: its state, counts, children, callbacks."""
-        return await batch_module.status_of(self, bid)
-
-    async def cancel_batch(self, bid: str) -> int:
-        """Cancel every member of batch ``bid`` not ended (child batches included);
-        how many were cancelled or asked to stop."""
-        return await batch_module.cancel(self, bid)
-
-    async def batch_results(self, bid: str) -> dict[str, object]:
-        """jid -> the result of each member of ``bid`` that succeeded and keeps one."""
-        return await batch_module.results(self, bid)
-
     # -- flow control -------------------------------------------------------------------
 
+    @cached_property
+    def queues(self) -> AppQueues:
+        """This App's queues: ``pause``, ``resume``, ``paused``."""
+        return AppQueues(self._store, self.settings)
+
+    # -- older spellings of the namespaces' methods (API.md: they keep working) -----------
+
+    def batch(self, description: str | None = None, *, on_success: Signature | None = None,
+              on_complete: Signature | None = None, on_death: Signature | None = None,
+              bid: str | None = None, parent: str | None = None,
+              hold: float | None = None) -> Batch:
+        """``jobs.batches.open(...)``."""
+        return self.batches.open(description, on_success=on_success, on_complete=on_complete,
+                                 on_death=on_death, bid=bid, parent=parent, hold=hold)
+
+    async def batch_status(self, bid: str) -> BatchStatus:
+        """``jobs.batches.status(bid)``."""
+        return await self.batches.status(bid)
+
+    async def batch_results(self, bid: str) -> dict[str, object]:
+        """``jobs.batches.results(bid)``."""
+        return await self.batches.results(bid)
+
+    async def cancel_batch(self, bid: str) -> int:
+        """``jobs.batches.cancel(bid)``."""
+        return await self.batches.cancel(bid)
+
     async def pause(self, queue: str) -> bool:
-        """Pause ``queue``: no worker starts a job from it (the fetch script reads the
-        flag in the step that would take the job); running jobs finish, enqueues still
-        land. Lasts until ``resume``, through restarts. False if it was paused already."""
-        return await self._client.store().pause(check_queue_name(queue))
+        """``jobs.queues.pause(queue)``."""
+        return await self.queues.pause(queue)
 
     async def resume(self, queue: str) -> bool:
-        """Resume a paused ``queue`` (idle workers are woken at once); False if it was
-        not paused."""
-        return await self._client.store().resume(check_queue_name(queue))
+        """``jobs.queues.resume(queue)``."""
+        return await self.queues.resume(queue)
 
     async def paused(self, queues: Sequence[str] | None = None) -> dict[str, Pause]:
-        """The paused queues among ``queues`` (default: every registered queue and this
-        App's own), each with since when and by whom."""
-        store = self._client.store()
-        if queues is None:
-            names = [*await store.queue_names(), *self.settings.queue_names]
-        else:
-            names = [check_queue_name(queue) for queue in queues]
-        return await store.pauses(list(dict.fromkeys(names)))
+        """``jobs.queues.paused(queues)``."""
+        return await self.queues.paused(queues)
 
     # -- connection -------------------------------------------------------------------
 
@@ -423,7 +416,7 @@ class App:
             return self._embedded.start()
         return urls.check(url)
 
-    def store(self) -> Store:
+    def _store(self) -> Store:
         """This event loop's Store: the Redis operations on this App's namespace, for
         tools (the admin model, scripts, tests). Its pool is bound to the running event
         loop and released by ``close()``; jobs are enqueued through the job functions."""

@@ -305,7 +305,7 @@ async def write_history() -> None:
     from cogworker_async.observe.run_metrics import Tally
     from cogworker_async.redis.stats import HISTORY_TTL, StatsFlush
 
-    store, now, tally, rng = jobs.store(), time.time(), Tally(), random.Random(31)
+    store, now, tally, rng = jobs._store(), time.time(), Tally(), random.Random(31)
     for minute in range(60, 0, -1):
         busy = 1.0 + 0.6 * (minute % 20 < 6)  # a busier spell every 20 minutes
         for name, (mean, spread, per_minute) in RUN_TIMES_MS.items():

@@ -301,7 +301,7 @@ class Inspector:
 
     def admin(self) -> Admin:
         """The Redis reads and moves behind every call, on this event loop's pool."""
-        return Admin(self.app.store(), self.known_queues())
+        return Admin(self.app._store(), self.known_queues())
 
     def known_queues(self) -> set[str]:
         """The App's own queues (its settings', and each registered job's): their sets

@@ -103,7 +103,7 @@ class JobStatuses:
                  for job in process.running if job.queue is not None][:MAX_RUNNING_READ]
         if not pairs:
             return {}
-        found = await self._inspector.app.store().running_statuses(pairs, RUNNING_FIELDS)
+        found = await self._inspector.app._store().running_statuses(pairs, RUNNING_FIELDS)
         return {pair: status for pair, status in zip(pairs, found, strict=True)
                 if status.state == "running"}
 

@@ -34,7 +34,7 @@ class PeriodicSource(Protocol):
     @property
     def settings(self) -> Settings: ...
 
-    def store(self) -> Store: ...
+    def _store(self) -> Store: ...
 
 
 async def periodic_infos(app: PeriodicSource) -> list[PeriodicInfo]:
@@ -46,7 +46,7 @@ async def periodic_infos(app: PeriodicSource) -> list[PeriodicInfo]:
     queues = {p.name: _queue_of(app, p.name) for p in periodics}
     # No known queues given to Admin (the Inspector's are its App's): the periodic
     # state is read at the keys named here, not from any queue's sets.
-    state = await Admin(app.store()).periodic_state(
+    state = await Admin(app._store()).periodic_state(
         [(p.name, queues[p.name] or default_queue) for p in periodics])
     now = time.time()
     infos = []

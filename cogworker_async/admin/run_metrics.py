@@ -230,7 +230,7 @@ class RunMetrics:
                     now: float | None) -> tuple[list[int], list[dict[str, JobMinute]]]:
         minutes = window_of(check_window(window_minutes),
                             time.time() if now is None else now)
-        stored = await self._inspector.app.store().run_metrics(minutes)
+        stored = await self._inspector.app._store().run_metrics(minutes)
         return minutes, [parse(fields) for fields in stored]
 
     async def summary(self, window_minutes: int = DEFAULT_WINDOW_MINUTES,

@@ -67,7 +67,7 @@ def _command(load_app: common.LoadApp) -> Any:
         async def work(insp: Inspector) -> MigrationReport | OldWorkersAlive:
             try:
                 return await migrate(
-                    insp.app.store(), old_namespace or app.settings.namespace,
+                    insp.app._store(), old_namespace or app.settings.namespace,
                     default_queue=insp.default_queue, periodic_queues=periodic_queues,
                     dry_run=dry_run, force=force)
             except OldWorkersAlive as exc:  # refused: not bad usage (exit 1, not 2)

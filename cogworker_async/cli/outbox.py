@@ -42,7 +42,7 @@ def _command(load_app: common.LoadApp) -> Any:
 async def _relay(app: Any) -> None:
     from cogworker_async.outbox.relay import OutboxRelay
 
-    relay = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
+    relay = OutboxRelay(app.settings.outbox, app._store(), app.registry.keys())
     with anyio.open_signal_receiver(*STOPPING) as signals:
         async with anyio.create_task_group() as tg:
             tg.start_soon(relay.run)

@@ -95,7 +95,7 @@ async def read(inspector: Inspector) -> SystemGauges:
     scheduled, retries, dead = await inspector.admin().set_sizes(
         ["schedule", "retry", "dead"], names)
     processes = sum(1 for process in await inspector.processes.all() if process.alive)
-    batches_open = await inspector.app.store().batches.open_count()
+    batches_open = await inspector.app._store().batches.open_count()
     return SystemGauges(tuple(queues), scheduled, retries, dead, processes,
                         count - len(names), batches_open, await _outbox(inspector))
 

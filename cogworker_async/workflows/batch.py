@@ -1,4 +1,4 @@
-"""Batches from the caller's side: ``async with jobs.batch(...) as batch:``.
+"""Batches from the caller's side: ``async with jobs.batches.open(...) as batch:``.
 
 Every job enqueued inside the block, by any enqueue path, joins the batch: its jid is
 added to the batch's pending set *before* the job is pushed (``context.BATCH``, read by
@@ -6,8 +6,8 @@ the client), so a member that ends at once is already counted. Leaving the block
 the batch: from then on its callbacks can fire, never before (a member ending before its
 siblings are added cannot end the batch early). An exception inside the block seals
 nothing and cancels the members already enqueued. A batch not ended can be opened again
-(``jobs.batch(bid=...)``) to add members. Opened inside a job that is a member of a
-batch (or with ``parent=``), a batch is that batch's child: the parent ends only after it.
+(``jobs.batches.open(bid=...)``) to add members. Opened inside a job that is a member of
+a batch (or with ``parent=``), a batch is that batch's child: the parent ends only after it.
 A block in a process that is not a worker holds its batch on a lease (``hold``, renewed
 by its open and each member it adds): killed inside it, it is let go of once the lease
 lapses (``worker/batch_reaper.py``); alive, it hears so (``HoldLapsed``).
@@ -72,7 +72,7 @@ class App(Protocol):
 
     def redis_url(self) -> str: ...
 
-    def batch_backend(self) -> BatchBackend: ...
+    def _batch_backend(self) -> BatchBackend: ...
 
     async def cancel(self, jid: str, *, queue: str | None = None) -> CancelOutcome: ...
 
@@ -95,8 +95,8 @@ for good. Only for a batch where that process beats (its App's URL and namespace
 another App's, nobody knows the process, and the block holds on a lease."""
 HOLD: Final = 600.0
 """Seconds a batch block in a process that is not a worker holds its batch without an
-open or an add (``jobs.batch(..., hold=)``): killed inside its block, its batch (and the
-batch's parent) is let go of that long after its last add and a relay pass; alive but
+open or an add (``jobs.batches.open(..., hold=)``): killed inside its block, its batch (and
+the batch's parent) is let go of that long after its last add and a relay pass; alive but
 silent longer, it is let go of all the same and told at its next add or its exit
 (``HoldLapsed``). A worker's blocks are judged by their process instead (``OWNER``)."""
 MAX_AROUND: Final = 16
@@ -109,7 +109,7 @@ identity died inside its block, or a seal failed)."""
 
 @dataclass(frozen=True, slots=True)
 class BatchStatus:
-    """What ``jobs.batch_status(bid)`` says of a batch."""
+    """What ``jobs.batches.status(bid)`` says of a batch."""
 
     bid: str
     state: BatchState
@@ -188,7 +188,7 @@ class Batch:
         self._holder = holder_token(self._reopen, self.hold, self._owner())
         LIVE_HOLDERS.add(self._holder)  # before the open: Redis never has it alone
         try:
-            await self._app.batch_backend().open(
+            await self._app._batch_backend().open(
                 self.bid, description=self.description or "",
                 callbacks=json.dumps({kind: sig.stored() for kind, sig in self.callbacks.items()}),
                 parent=parent, now=time.time(), token=self._holder, reopen=self._reopen)
@@ -220,7 +220,7 @@ class Batch:
         return around[:MAX_AROUND]
 
     async def joining(self, jids: Sequence[str]) -> list[str]:
-        joined = await self._app.batch_backend().add(self.bid, jids, token=self._holder,
+        joined = await self._app._batch_backend().add(self.bid, jids, token=self._holder,
                                                      renew=self._around)
         self._joined += joined
         return joined
@@ -229,7 +229,7 @@ class Batch:
         """Jids that joined at a push refused as a duplicate: they leave (the client
         passes only those its own ``joining`` added, never a member already there)."""
         if jids:
-            await self._app.batch_backend().leave(self.bid, jids, token=self._holder)
+            await self._app._batch_backend().leave(self.bid, jids, token=self._holder)
             self._joined = [jid for jid in self._joined if jid not in jids]
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -237,7 +237,7 @@ class Batch:
         if self._token is not None:
             context.BATCH.reset(self._token)
             self._token = None
-        backend = self._app.batch_backend()
+        backend = self._app._batch_backend()
         # Shielded: a job's timeout or a cancel that ends the block must not leave the
         # batch held open (its parent would wait for it forever).
         with anyio.CancelScope(shield=True):
@@ -287,7 +287,7 @@ async def status_of(app: App, bid: str) -> BatchStatus:
     are not what the batch scripts write."""
     check_jid(bid)
     try:
-        record = await app.batch_backend().read(bid)
+        record = await app._batch_backend().read(bid)
         if record is None:
             return BatchStatus(bid, "unknown")
         return _status(bid, record)
@@ -339,7 +339,7 @@ async def cancel(app: App, bid: str) -> int:
     its members have. A pending jid with no job behind it (joined, then never pushed:
     its enqueuer died between the two) is counted cancelled in the batch, so the batch
     can end."""
-    backend = app.batch_backend()
+    backend = app._batch_backend()
     record = await _record(backend, check_jid(bid))
     await backend.release(bid, None, record.fields.get("parent") or None if record else None)
     cancelled, never_pushed = 0, []
@@ -361,7 +361,7 @@ async def cancel(app: App, bid: str) -> int:
 async def results(app: App, bid: str) -> dict[str, object]:
     """jid -> result of each member that succeeded and keeps its result."""
     found: dict[str, object] = {}
-    for jid in await app.batch_backend().members(check_jid(bid), "succeeded"):
+    for jid in await app._batch_backend().members(check_jid(bid), "succeeded"):
         status = await app.status(jid)
         if status.state == "succeeded" and status.result is not None:
             found[jid] = status.result

@@ -163,7 +163,7 @@ async def test_an_entry_is_found_in_the_set_that_holds_it_whatever_it_says(
     says_default = entry("x", "default")  # a hand-written entry, or an older version's
     says_nothing = entry("y", None)
     await store.client.zadd(keys.dead("mail"), {says_default: 1.0, says_nothing: 2.0})
-    admin = Admin(jobs.store())
+    admin = Admin(jobs._store())
     raws = [says_default.encode(), says_nothing.encode()]
     assert await admin.locate("dead", raws) == ["mail", "mail"]
     assert await admin.set_contains("dead", raws) == [True, True]
@@ -214,7 +214,7 @@ async def test_on_a_cluster_the_sets_of_queues_on_other_nodes_are_one(
     queues = ["default", "mail", "zeta"]
     jobs = App(cluster_url, namespace=namespace, queues=queues)
     try:
-        store = jobs.store()
+        store = jobs._store()
         assert store.cluster
         keys = Keys(namespace)
         assert len({ClusterProcess.slot_of(keys.dead(q)) for q in queues}) == 3

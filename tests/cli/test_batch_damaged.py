@@ -19,7 +19,7 @@ def test_a_damaged_batch_is_one_line_and_exit_1(jobs: adminapp.Jobs, damage: str
     async def make() -> str:
         async with jobs.app.batch("nightly") as batch:
             await jobs.ok.enqueue_in(3600, "later")
-        store = jobs.app.store()
+        store = jobs.app._store()
         key = store.keys.batch(batch.bid)
         if damage == "deep callbacks":
             await store.client.hset(key, "callbacks", DEEP)

@@ -178,7 +178,7 @@ def test_a_database_that_is_not_a_number_is_refused(url: str) -> None:
 async def test_allowed_url_options_still_connect(redis_url: str, namespace: str) -> None:
     jobs = App(f"{redis_url}?client_name=probe", namespace=namespace)
     try:
-        store = jobs.store()
+        store = jobs._store()
         assert await store.client.ping()
     finally:
         await jobs.close()

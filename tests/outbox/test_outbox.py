@@ -40,7 +40,7 @@ async def rows(engine: AsyncEngine) -> int:
 
 
 async def queued(app: App, namespace: str) -> list[dict[str, Any]]:
-    client = app.store().client
+    client = app._store().client
     raws = await client.lrange(Keys(namespace).queue("default"), 0, -1)
     return [json.loads(raw) for raw in raws]
 
@@ -54,7 +54,7 @@ async def test_a_rolled_back_transaction_enqueues_nothing_and_a_committed_one_on
     app: App, engine: AsyncEngine, namespace: str,
 ) -> None:
     job = app_job(app)
-    relay = OutboxRelay(app.settings.outbox, app.store())
+    relay = OutboxRelay(app.settings.outbox, app._store())
     async with AsyncSession(engine) as session:
         async with session.begin():
             await outbox_module.enqueue(session, job.s("rolled back"))
@@ -86,7 +86,7 @@ async def test_a_sync_session_writes_in_its_transaction_too(
             session.rollback()
     finally:
         sync_engine.dispose()
-    relay = OutboxRelay(app.settings.outbox, app.store())
+    relay = OutboxRelay(app.settings.outbox, app._store())
 
     assert await relay.relay_once() == 1
     assert [p["jid"] for p in await queued(app, namespace)] == [jid]
@@ -101,8 +101,8 @@ async def test_a_relay_that_died_between_push_and_delete_pushes_nothing_twice(
     async with engine.connect() as conn:
         [(raw,)] = (await conn.execute(select(outbox_module.DEFAULT_TABLE.c.job))).all()
     # the dead pass: its push went through, its delete never committed
-    assert await app.store().enqueue("default", [bytes(raw)], jids=[jid], chosen="once") > 0
-    relay = OutboxRelay(app.settings.outbox, app.store())
+    assert await app._store().enqueue("default", [bytes(raw)], jids=[jid], chosen="once") > 0
+    relay = OutboxRelay(app.settings.outbox, app._store())
 
     assert await relay.relay_once() == 1  # taken again, refused as a duplicate, deleted
     assert [p["jid"] for p in await queued(app, namespace)] == [jid]
@@ -115,7 +115,7 @@ async def test_workers_relay_and_run_the_jobs(app: App, engine: AsyncEngine,
     async with AsyncSession(engine) as session, session.begin():
         for n in range(30):
             await outbox_module.enqueue(session, job.s(f"t{n}"))
-    client = app.store().client
+    client = app._store().client
     async with app.worker():
         await wait_until(lambda: _ran_count(client, namespace, 30), timeout=WAIT)
     ran = Counter(t.decode() for t in await client.lrange(outboxapp.ran_key(namespace), 0, -1))
@@ -178,7 +178,7 @@ async def test_a_relay_sigkilled_over_and_over_relays_each_row_exactly_once(
         kills += 1
         replayed += await _pushed_and_left(app, engine, namespace)
         assert kills < 200, "the relay never finished"
-    client = app.store().client
+    client = app._store().client
     async with app.worker():
         await wait_until(lambda: _ran_count(client, namespace, ROWS), timeout=60)
         await anyio.sleep(0.5)  # nothing more arrives
@@ -214,12 +214,12 @@ async def test_a_row_redis_refuses_holds_up_no_other(
     marked, for a later pass; the rows after it are relayed all the same (a full batch
     of such rows: ``test_outbox_owners.py``)."""
     job = app_job(app)
-    client = app.store().client
+    client = app._store().client
     await client.hset(Keys(namespace).queue("broken"), "planted", "by a test")
     async with AsyncSession(engine) as session, session.begin():
         stuck = await outbox_module.enqueue(session, job.options(queue="broken").s("stuck"))
         fine = await outbox_module.enqueue(session, job.s("fine"))
-    relay = OutboxRelay(app.settings.outbox, app.store())
+    relay = OutboxRelay(app.settings.outbox, app._store())
 
     assert await relay.relay_once() == 1
     assert [p["jid"] for p in await queued(app, namespace)] == [fine]

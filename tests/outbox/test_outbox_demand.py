@@ -43,7 +43,7 @@ async def test_rows_committed_while_no_worker_runs_count_in_the_demand(
     assert value(now, "cogworker_outbox_rows", queue="default") == 3
 
     # relayed: the same demand, now from Redis (counted once, not twice)
-    relay = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
+    relay = OutboxRelay(app.settings.outbox, app._store(), app.registry.keys())
     assert await relay.relay_once() == 5
     now = await gauges(app)
     assert value(now, "cogworker_queue_demand", queue="default") == 3

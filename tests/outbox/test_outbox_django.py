@@ -94,10 +94,10 @@ async def test_a_django_transaction_enqueues_with_its_commit_and_never_on_a_roll
         await anyio.to_thread.run_sync(_in_django, alias, note.s("rolled back"), False)
         jid = await anyio.to_thread.run_sync(_in_django, alias, note.s("committed"), True)
         assert app.settings.outbox is not None
-        relay = OutboxRelay(app.settings.outbox, app.store())
+        relay = OutboxRelay(app.settings.outbox, app._store())
 
         assert await relay.relay_once() == 1
-        raws = await app.store().client.lrange(Keys(namespace).queue("default"), 0, -1)
+        raws = await app._store().client.lrange(Keys(namespace).queue("default"), 0, -1)
         assert [(p["jid"], p["args"]) for p in map(json.loads, raws)] == [
             (jid, ["committed"])]
     finally:

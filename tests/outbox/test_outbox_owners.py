@@ -48,13 +48,13 @@ async def test_a_full_batch_of_rows_redis_refuses_holds_up_no_other(
     batches (20), written before 5 good ones: the good ones go on the first passes; the
     refused are marked and said, and go once the queue is mended and their wait is up."""
     job = app_job(app)
-    client = app.store().client
+    client = app._store().client
     await client.hset(Keys(namespace).queue("broken"), "planted", "by a test")
     async with AsyncSession(engine) as session, session.begin():
         stuck = [await outbox_module.enqueue(session, job.options(queue="broken").s(f"s{n}"))
                  for n in range(45)]
         fine = [await outbox_module.enqueue(session, job.s(f"f{n}")) for n in range(5)]
-    relay = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
+    relay = OutboxRelay(app.settings.outbox, app._store(), app.registry.keys())
 
     caplog.set_level(logging.WARNING, "cogworker_async.outbox.relay")
     for _ in range(4):  # 3 passes read every refused row once; the 4th finds nothing due
@@ -78,7 +78,7 @@ async def test_a_full_batch_of_rows_redis_refuses_holds_up_no_other(
     while await relay.relay_once():
         pass
     assert await rows(engine) == 0
-    broken = await app.store().client.lrange(Keys(namespace).queue("broken"), 0, -1)
+    broken = await app._store().client.lrange(Keys(namespace).queue("broken"), 0, -1)
     assert len(broken) == 45
 
 
@@ -101,8 +101,8 @@ async def test_two_apps_sharing_a_database_each_relay_their_own_rows(
         for n in range(10):
             await outbox_module.enqueue(session, mine.s(f"a{n}"))
             await outbox_module.enqueue(session, theirs.s(f"b{n}"))
-    relay_a = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
-    relay_b = OutboxRelay(other_app.settings.outbox, other_app.store(),
+    relay_a = OutboxRelay(app.settings.outbox, app._store(), app.registry.keys())
+    relay_b = OutboxRelay(other_app.settings.outbox, other_app._store(),
                           other_app.registry.keys())
 
     assert await relay_a.relay_once() == 10
@@ -133,7 +133,7 @@ async def test_a_row_naming_a_job_the_app_does_not_register_is_left_and_said(
             own = await outbox_module.enqueue(session, app_job(app).s("own"))
     finally:
         await elsewhere_app.close()
-    relay = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
+    relay = OutboxRelay(app.settings.outbox, app._store(), app.registry.keys())
     caplog.set_level(logging.WARNING, "cogworker_async.outbox.relay")
 
     assert await relay.relay_once() == 1
@@ -168,7 +168,7 @@ async def test_rows_of_a_table_made_by_the_first_version_are_relayed_after_an_up
         await conn.execute(sql_insert(legacy).values(
             jid="foreign-1", queue="default", job=foreign, created_at=2.0))
     table = outbox_table(name="legacy_outbox")
-    relay = OutboxRelay(Outbox(engine, table=table), app.store(), app.registry.keys())
+    relay = OutboxRelay(Outbox(engine, table=table), app._store(), app.registry.keys())
 
     assert await relay.relay_once() == 1
     assert [p["jid"] for p in await queued(app, namespace)] == [push.jid]
@@ -200,14 +200,14 @@ async def test_a_relayed_job_leaves_no_once_marker_only_its_record(
     job = app_job(app)
     async with AsyncSession(engine) as session, session.begin():
         jids = [await outbox_module.enqueue(session, job.s(f"m{n}")) for n in range(5)]
-    relay = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
+    relay = OutboxRelay(app.settings.outbox, app._store(), app.registry.keys())
     assert relay.once_kept == max(60.0, 10 * relay.outbox.interval)
     assert relay.once_kept <= 600  # the default interval's: minutes, not days
     assert await relay.relay_once() == 5
 
-    client = app.store().client
+    client = app._store().client
     keys = Keys(namespace)
     for jid in jids:
         assert 0 < await client.ttl(keys.once("default", str(jid))) <= relay.once_kept
     [raw] = await client.lrange(keys.queue("default"), -1, -1)
-    assert await app.store().enqueue("default", [raw], jids=[jids[0]], chosen="once") < 0
+    assert await app._store().enqueue("default", [raw], jids=[jids[0]], chosen="once") < 0

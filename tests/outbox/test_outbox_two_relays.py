@@ -48,8 +48,8 @@ async def test_two_relays_on_sqlite_push_one_row_once(
     job = app_job(app)
     async with AsyncSession(engine) as session, session.begin():
         jid = await outbox_module.enqueue(session, job.s("once"))
-    a = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
-    b = Paused(app.settings.outbox, app.store(), app.registry.keys())
+    a = OutboxRelay(app.settings.outbox, app._store(), app.registry.keys())
+    b = Paused(app.settings.outbox, app._store(), app.registry.keys())
     async with anyio.create_task_group() as tg:
         tg.start_soon(b.relay_once)
         with anyio.fail_after(10):
@@ -76,15 +76,15 @@ async def test_a_relay_pushes_no_row_it_read_longer_ago_than_the_marker_is_kept(
     job = app_job(app)
     async with AsyncSession(engine) as session, session.begin():
         jid = await outbox_module.enqueue(session, job.s("once"))
-    a = OutboxRelay(app.settings.outbox, app.store(), app.registry.keys())
-    b = Paused(app.settings.outbox, app.store(), app.registry.keys())
+    a = OutboxRelay(app.settings.outbox, app._store(), app.registry.keys())
+    b = Paused(app.settings.outbox, app._store(), app.registry.keys())
     async with anyio.create_task_group() as tg:
         tg.start_soon(b.relay_once)
         with anyio.fail_after(10):
             await b.read.wait()
         with anyio.fail_after(10):
             assert await a.relay_once() == 1
-        await app.store().client.delete(Keys(namespace).once("default", str(jid)))  # expired
+        await app._store().client.delete(Keys(namespace).once("default", str(jid)))  # expired
         b._read_at -= b.once_kept  # held up since its read
         b.go.set()
     try:

@@ -337,7 +337,7 @@ async def _quiet(app: App, identity: str) -> bool:
     """Nothing of the namespace waits or runs any more: queue, schedule, retries and the
     worker's in-progress list are empty, read in one transaction (a job moves between
     them in one script; read one by one, a move between two reads would hide it)."""
-    store = app.store()
+    store = app._store()
     keys = store.keys
     async with store.client.pipeline(transaction=True) as pipe:
         for queue in app.settings.queue_names:

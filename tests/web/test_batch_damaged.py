@@ -23,7 +23,7 @@ async def test_the_tab_shows_a_damaged_batch_as_unreadable(board: Board,
         async with board.app.batch(how) as batch:
             pass
         damaged.append(batch.bid)
-    store = board.app.store()
+    store = board.app._store()
     await store.client.hset(store.keys.batch(damaged[0]), "callbacks", DEEP)
     await store.client.delete(store.keys.batch_set(damaged[1], "kids"))
     await store.client.set(store.keys.batch_set(damaged[1], "kids"), "x")

@@ -54,7 +54,7 @@ async def test_a_damaged_batch_holds_up_no_other_batch_and_reads_as_damaged(
     make_app: Callable[..., App],
 ) -> None:
     app, seen, jobs = shop(make_app)
-    store = app.store()
+    store = app._store()
     report = jobs["report"]
     bids = {}
     for name in ("deep", "wrong-type", "field", "good"):
@@ -119,7 +119,7 @@ async def test_a_block_of_a_process_that_is_gone_is_let_go_and_its_parent_ends(
     token names that process; recovery forgot it): the relay abandons the child, cancels
     what it left pending, and the parent ends with the child the recovered run made."""
     app, seen, jobs = shop(make_app)
-    store = app.store()
+    store = app._store()
     async with app.batch(on_complete=jobs["report"].s("parent")) as parent:
         await jobs["work"].enqueue_in(3600, 1)  # the member (its run the "recovered" one)
     await store.batches.open("dead-child", parent=parent.bid, token="n1.n@gone:1:abc",
@@ -159,7 +159,7 @@ async def test_one_worker_at_a_time_relays_the_unserved_queues(
     make_app: Callable[..., App],
 ) -> None:
     app, _, jobs = shop(make_app)
-    store = app.store()
+    store = app._store()
     async with app.batch() as batch:
         await jobs["work"].options(queue="nobody-serves").enqueue_in(3600, 1)
     await app.cancel_batch(batch.bid)
@@ -177,7 +177,7 @@ async def test_garbage_in_an_unserved_queue_stops_no_other(
     make_app: Callable[..., App], garbage: str,
 ) -> None:
     app, _, jobs = shop(make_app)
-    store = app.store()
+    store = app._store()
     async with app.batch() as batch:
         await jobs["work"].options(queue="z-unserved").enqueue_in(3600, 1)
     await app.cancel_batch(batch.bid)
@@ -201,7 +201,7 @@ async def test_a_reopening_block_killed_between_its_add_and_its_push_lets_the_ba
     was never pushed must count cancelled, or the batch waits for it for good. A member
     that was pushed is left to run."""
     app, seen, jobs = shop(make_app)
-    store = app.store()
+    store = app._store()
     async with app.batch(on_complete=jobs["report"].s("done")) as batch:
         await jobs["work"].enqueue(1)
     await store.batches.open(batch.bid, token="n2.r@gone:2:abc", reopen=True)
@@ -225,7 +225,7 @@ async def test_a_dead_reopeners_member_ends_after_a_live_block_seals_the_batch(
     its push); the live block then seals normally. The member never pushed must still
     count cancelled, and the batch end with its callback."""
     app, seen, jobs = shop(make_app)
-    store = app.store()
+    store = app._store()
     async with app.batch(on_complete=jobs["report"].s("done")) as batch:
         await jobs["work"].enqueue(1)
     dead = "n2.r@gone:2:abc"  # a worker process recovery forgot
@@ -257,7 +257,7 @@ async def test_a_dead_blocks_members_are_cancelled_even_if_a_relay_died_after_th
     async def work(n: int) -> int:
         return n
 
-    store = app.store()
+    store = app._store()
     token = "0123456789abcdef.n@gone:1:abc"  # a worker process recovery forgot
     await store.batches.open("dead-block", token=token)
     await store.batches.add("dead-block", ["member-1"], token=token)

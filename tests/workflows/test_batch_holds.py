@@ -80,7 +80,7 @@ async def test_a_live_workers_block_is_not_let_go_after_a_redis_restart(
             await opener.enqueue()
             await asyncio.wait_for(inside.wait(), WAIT)
             # Another worker's relay (its orphan_threshold, as every worker's relay has).
-            other = BatchReaper(app.store(), OTHER, judge_after=judge_after)
+            other = BatchReaper(app._store(), OTHER, judge_after=judge_after)
             released = await other.reap() + await other.reap()
             state = (await app.batch_status(seen["bid"])).state
             gate.set()
@@ -99,7 +99,7 @@ async def test_a_process_found_gone_for_its_threshold_is_let_go_of(
     """The other side: a process found gone by every pass over ``judge_after`` is let go
     of (its batch abandoned); one that beats again in between starts over."""
     app = make_app(track_jobs=True)
-    store = app.store()
+    store = app._store()
     dead, back = "n1.n@dead:1:abc", "n2.n@back:2:abc"
     for bid, token in (("dead-block", dead), ("back-block", back)):
         await store.batches.open(bid, token=token)
@@ -142,7 +142,7 @@ async def test_a_block_in_the_lifespan_exit_is_not_let_go_while_it_runs(
         try:
             async with app.batch() as batch:  # e.g. a last flush, as one batch
                 await work.enqueue_in(3600, 1)
-                seen["released"] = await BatchReaper(app.store(), OTHER).reap()
+                seen["released"] = await BatchReaper(app._store(), OTHER).reap()
                 seen["state"] = (await app.batch_status(batch.bid)).state
                 await work.enqueue_in(3600, 2)
         except BatchEnded as exc:
@@ -184,7 +184,7 @@ async def test_a_workers_block_on_another_apps_batch_is_not_judged_gone(
         async with app.worker():
             await opener.enqueue()
             await asyncio.wait_for(inside.wait(), WAIT)
-            released = await BatchReaper(other.store(), OTHER).reap()  # B's relay's pass
+            released = await BatchReaper(other._store(), OTHER).reap()  # B's relay's pass
             state = (await other.batch_status(seen["bid"])).state
             gate.set()
         assert (released, state) == (0, "open")
@@ -210,7 +210,7 @@ async def test_a_block_busy_adding_to_its_child_batch_keeps_its_own_hold(
     async def work(n: int) -> int:
         return n
 
-    store = app.store()
+    store = app._store()
     outcome: dict[str, Any] = {}
     clock = asyncio.get_running_loop().time
     try:
@@ -239,7 +239,7 @@ async def test_a_block_on_a_lease_silent_in_its_child_block_is_still_let_go_of(
     """The renewal is the adds': a parent whose child block adds nothing for longer than
     the parent's hold is let go of as before (its process may be stuck)."""
     app = make_app(track_jobs=True)
-    store = app.store()
+    store = app._store()
     parent = app.batch(hold=0.5)
     released = []
 

@@ -68,7 +68,7 @@ def leaf(app: App) -> JobFunction[..., Any]:
 
 
 async def calls(app: App, namespace: str) -> list[str]:
-    client = app.store().client
+    client = app._store().client
     return [as_bytes(c).decode() for c in
             await client.lrange(batchapp.calls_key(namespace), 0, -1)]
 
@@ -78,7 +78,7 @@ async def test_an_enqueuer_killed_inside_its_block_lets_its_batch_end_within_the
     redis_url: str, namespace: str, how: str,
 ) -> None:
     jobs = batchapp.build(redis_url, namespace)
-    app, store = jobs.app, jobs.app.store()
+    app, store = jobs.app, jobs.app._store()
     process: subprocess.Popen[bytes] | None = None
     try:
         bid = ""

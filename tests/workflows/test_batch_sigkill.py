@@ -27,7 +27,7 @@ async def test_a_block_killed_with_its_process_lets_its_batch_and_parent_end(
     redis_url: str, namespace: str, how: str,
 ) -> None:
     jobs = batchapp.build(redis_url, namespace)
-    app, store = jobs.app, jobs.app.store()
+    app, store = jobs.app, jobs.app._store()
     try:
         async with app.batch("parent", on_complete=jobs.called.s("parent")) as parent:
             await jobs.spawner.enqueue(parent.bid if how == "reopen" else None)

@@ -34,7 +34,7 @@ class Calls:
 async def relayed(app: App, queues: tuple[str, ...] = QUEUES) -> bool:
     """Nothing left for the relay: no member's end waits to be applied and no batch has a
     callback to enqueue (after this, no callback can fire any more)."""
-    store = app.store()
+    store = app._store()
     notes = [await store.client.llen(store.keys.batch_notes(q)) for q in queues]
     return not any(notes) and await store.client.zcard(store.keys.batches_firing) == 0
 
@@ -173,7 +173,7 @@ async def test_an_exception_in_the_block_cancels_its_members_and_abandons_it(
     assert (await app.status(jid)).state == "cancelled"
     async with app.worker():
         async def dropped() -> bool:  # the cancelled copy is gone, its end applied
-            store = app.store()
+            store = app._store()
             return (await store.client.llen(store.keys.queue("default")) == 0
                     and (await app.batch_status(batch.bid)).cancelled == 1)
         await wait_until(dropped, timeout=WAIT)
@@ -311,7 +311,7 @@ async def test_a_callback_a_worker_does_not_know_stays_due_for_one_that_does(
     app, calls, jobs = shop(make_app)
     async with app.batch(on_complete=jobs["report"].s("complete")) as batch:
         pass  # no member: due at once
-    store = app.store()
+    store = app._store()
     await BatchRelay(store, {}, list(QUEUES)).relay_once()  # knows no job at all
     assert await store.batches.firing() == [batch.bid]
     async with app.worker():  # one that knows it
@@ -326,7 +326,7 @@ async def test_cancel_batch_ends_a_batch_holding_a_jid_that_was_never_pushed(
     behind it: cancel_batch counts it cancelled, and the batch can end."""
     app, calls, jobs = shop(make_app)
     async with app.batch(on_complete=jobs["report"].s("complete")) as batch:
-        await app.store().batches.add(batch.bid, ["joined-never-pushed"])
+        await app._store().batches.add(batch.bid, ["joined-never-pushed"])
         await jobs["work"].enqueue_in(3600, 1)
     assert await app.cancel_batch(batch.bid) == 2
     async with app.worker():
@@ -345,7 +345,7 @@ async def test_a_member_whose_payload_is_garbled_ends_its_batch_dead(
     async with app.batch(on_complete=report.s("complete"), on_death=report.s("death")) as batch:
         good = await jobs["work"].enqueue(1)
         garbled = await jobs["work"].enqueue(2)
-    store = app.store()
+    store = app._store()
     key = store.keys.queue("default")
     for raw in await store.client.lrange(key, 0, -1):
         if garbled.encode() in raw:  # its arguments are not a list any more

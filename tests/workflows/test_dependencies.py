@@ -103,7 +103,7 @@ async def test_a_failed_parent_does_what_on_parent_failure_says(
         assert status.error is not None
         assert bad in status.error
     if policy == "dead":
-        store = app.store()
+        store = app._store()
         dead = [json.loads(raw) for raw in await store.client.zrange(store.keys.dead("reports"),
                                                                      0, -1)]
         assert [(entry["jid"], entry["error_class"]) for entry in dead] == [
@@ -199,7 +199,7 @@ async def test_bad_after_is_refused_at_the_call(make_app: Callable[..., App]) ->
     parent = await jobs["step"].enqueue(1)
     with pytest.raises(ValueError, match="enqueue_in"):
         await collect.options(after=[parent]).enqueue_in(10, "x")
-    assert await app.store().client.zcard(app.store().keys.waiting("default")) == 0
+    assert await app._store().client.zcard(app._store().keys.waiting("default")) == 0
 
 
 async def test_cancelling_a_waiting_job_cancels_its_dependents_and_it_never_runs(
@@ -215,12 +215,12 @@ async def test_cancelling_a_waiting_job_cancels_its_dependents_and_it_never_runs
         await wait_until(lambda: _state_is(app, grandchild, "cancelled"), timeout=WAIT)
         gates.setdefault("p", anyio.Event()).set()
         await wait_until(lambda: _state_is(app, parent, "succeeded"), timeout=WAIT)
-        store = app.store()
+        store = app._store()
         await wait_until(lambda: _no_waiting(app), timeout=WAIT)
         assert not await store.client.exists(store.keys.dep("default", child))
     assert names(seen, "collect") == []
 
 
 async def _no_waiting(app: App) -> bool:
-    store = app.store()
+    store = app._store()
     return not any([await store.client.zcard(store.keys.waiting(q)) for q in QUEUES])

@@ -38,7 +38,7 @@ def shop(make_app: Callable[..., App]) -> tuple[App, dict[str, Any]]:
 
 async def _nothing_written(app: App) -> bool:
     """No job queued or waiting in the namespace's queues."""
-    store = app.store()
+    store = app._store()
     for queue in ("default", "emails"):
         if await store.client.llen(store.keys.queue(queue)) or \
                 await store.client.zcard(store.keys.waiting(queue)):
@@ -103,7 +103,7 @@ async def test_a_callback_keeps_its_expiry(make_app: Callable[..., App]) -> None
         async with app.batch(on_complete=jobs["collect"].options(
                 queue="unserved", expires_in=60, dead_on_expiry=False).s("x")) as batch:
             await jobs["step"].enqueue(1)
-        store = app.store()
+        store = app._store()
         await wait_until(lambda: _queued(app, "unserved"), timeout=WAIT)
     [raw] = await store.client.lrange(store.keys.queue("unserved"), 0, -1)
     payload = json.loads(raw)
@@ -113,7 +113,7 @@ async def test_a_callback_keeps_its_expiry(make_app: Callable[..., App]) -> None
 
 
 async def _queued(app: App, queue: str) -> bool:
-    store = app.store()
+    store = app._store()
     return bool(await store.client.llen(store.keys.queue(queue)))
 
 
@@ -143,7 +143,7 @@ async def test_a_chain_step_with_its_own_after_under_pass_result_is_refused(
     parent = await step.enqueue(0)
     with pytest.raises(ValueError, match=r"chain step 2.*after="):
         app.chain(step.s(1), step.options(after=[parent]).s(), pass_result=True)
-    store = app.store()
+    store = app._store()
     assert await store.client.llen(store.keys.queue("default")) == 1  # the parent only
 
 
@@ -158,7 +158,7 @@ async def test_a_chain_on_an_untracked_app_is_refused_before_any_step(
 
     with pytest.raises(Exception, match="track_jobs"):
         app.chain(step.s(1), step.s(2))
-    store = app.store()
+    store = app._store()
     assert await store.client.llen(store.keys.queue("default")) == 0
 
 
@@ -171,7 +171,7 @@ async def test_a_parent_queued_past_the_records_bound_still_releases_its_depende
     """A queue paused longer than a live record's bound (14 days, shortened here by
     ageing the record): the sweep must not drop what notes the parent's end."""
     app, jobs = shop(make_app)
-    store = app.store()
+    store = app._store()
     parent = await jobs["step"].options(queue="later").enqueue(1)  # nobody serves it yet
     child = await jobs["collect"].options(after=[parent], pass_result=True).enqueue()
     live = store.keys.live_records("later")
@@ -197,7 +197,7 @@ async def test_a_cleared_parents_record_is_not_kept_for_ever_by_its_watchers(
     parent = await jobs["step"].options(queue="parked").enqueue(1)
     child = await jobs["collect"].options(after=[parent]).enqueue("c")
     assert await Inspector(app).queue("parked").clear() == 1
-    store = app.store()
+    store = app._store()
     live = store.keys.live_records("parked")
     for _ in range(3):  # three sweeps, each past the record's bound
         text = await store.client.hget(live, parent)
@@ -228,7 +228,7 @@ async def test_a_vanished_parent_on_a_queue_no_worker_serves_still_ends_its_depe
     await jobs["step"].options(queue="parked").enqueue_in(3600, 2)  # keeps its name
     child = await jobs["collect"].options(after=[parent]).enqueue("c")
     assert await Inspector(app).queue("parked").clear() == 1
-    store = app.store()
+    store = app._store()
     live = store.keys.live_records("parked")
     parts = (await store.client.hget(live, parent)).decode().split("\t")
     parts[3] = "1000"  # its bound long passed
@@ -250,7 +250,7 @@ async def test_a_parent_on_a_paused_queue_with_jobs_keeps_its_record_past_its_bo
     await Inspector(app).queues.pause("parked")
     parent = await jobs["step"].options(queue="parked").enqueue(1)
     child = await jobs["collect"].options(after=[parent], pass_result=True).enqueue()
-    store = app.store()
+    store = app._store()
     live = store.keys.live_records("parked")
     parts = (await store.client.hget(live, parent)).decode().split("\t")
     parts[3] = "1000"
@@ -288,7 +288,7 @@ async def test_a_parent_that_kept_no_result_is_refused_at_the_call_or_fails_the_
     assert "ParentResultMissing" in status.error
     assert child in status.error
     assert late in status.error
-    store = app.store()
+    store = app._store()
     [entry] = await store.client.zrange(store.keys.dead("default"), 0, -1)
     assert json.loads(entry)["args"] == [None]  # readable, not "?"
 
@@ -313,7 +313,7 @@ async def test_a_result_too_large_for_the_child_fails_it_saying_so(
     status = await app.status(child)
     assert status.error is not None
     assert "ParentResultTooLarge" in status.error
-    store = app.store()
+    store = app._store()
     [entry] = await store.client.zrange(store.keys.dead("default"), 0, -1)
     payload = json.loads(entry)
     assert (payload["class"], payload["args"][0]) == ("take", None)

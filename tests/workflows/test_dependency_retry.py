@@ -56,7 +56,7 @@ async def _retry_dead(app: App, jid: str) -> None:
 
 
 async def _dead_entry(app: App, jid: str) -> dict[str, Any]:
-    store = app.store()
+    store = app._store()
     raws = await store.client.zrange(store.keys.dead("default"), 0, -1)
     entries: list[dict[str, Any]] = [json.loads(cast(bytes, raw)) for raw in raws]
     [entry] = [e for e in entries if e["jid"] == jid]

@@ -43,7 +43,7 @@ async def test_a_shard_away_holds_up_only_the_batches_whose_callbacks_live_there
     @app.job(name="member", queue=healthy)
     async def member(n: int) -> None: ...
 
-    store = app.store()
+    store = app._store()
     try:
         bids = []
         for callback in (on_away, on_away, on_healthy):  # the held-up ones due first

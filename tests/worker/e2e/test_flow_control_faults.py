@@ -74,10 +74,10 @@ async def test_a_slot_whose_release_met_a_redis_blip_is_not_held_for_ever(
             # The late release rides the worker's upkeep (every recovery_interval),
             # which may come just after the settlement: the slot is back within a bound.
             async def slot_free() -> bool:
-                return (await limiter_usage(jobs.store()))["pay"].in_use == 0
+                return (await limiter_usage(jobs._store()))["pay"].in_use == 0
             with anyio.move_on_after(8):
                 await wait_until(slot_free, timeout=8, every=0.1)
-            in_use = (await limiter_usage(jobs.store()))["pay"].in_use
+            in_use = (await limiter_usage(jobs._store()))["pay"].in_use
             await probe.enqueue()
             with anyio.move_on_after(8):
                 await wait_until(lambda: probes == ["ran"], timeout=8)

@@ -43,15 +43,15 @@ class Gauge:
         self.reschedules[tag] = int(current_job().payload.get("limited_count") or 0)
 
     async def sample(self, app: App, name: str) -> None:
-        key = app.store().keys.limiter(name, "holders")
+        key = app._store().keys.limiter(name, "holders")
         while True:
-            self.sampled = max(self.sampled, int(await app.store().client.zcard(key)))
+            self.sampled = max(self.sampled, int(await app._store().client.zcard(key)))
             await anyio.sleep(0.005)
 
 
 async def stats(app: App) -> tuple[int, int]:
     """(processed, failed), as the workers flushed them."""
-    store = app.store()
+    store = app._store()
     processed, failed = await store.client.mget([store.keys.stats_processed,
                                                  store.keys.stats_failed])
     return int(processed or 0), int(failed or 0)
@@ -83,7 +83,7 @@ async def test_a_concurrent_limiter_holds_across_the_slots_of_a_worker(
     processed, failed = await stats(jobs)
     assert failed == 0
     assert processed == 30 + sum(gauge.reschedules.values())  # a refused run is a run
-    usage = await limiter_usage(jobs.store())
+    usage = await limiter_usage(jobs._store())
     assert (usage["payments"].kind, usage["payments"].capacity) == ("concurrent", 3)
     assert usage["payments"].in_use == 0  # every slot given back
 
@@ -187,7 +187,7 @@ async def test_outside_a_worker_a_limiter_holds_and_refuses_the_caller(
         leave.set()  # the two leave: the waiting one enters
         with anyio.fail_after(TIMEOUT):
             await entered.wait()
-    store = jobs.store()
+    store = jobs._store()
     assert await store.client.zcard(store.keys.limiter("api", "holders")) == 0
 
 
@@ -240,7 +240,7 @@ async def test_a_worker_lists_its_apps_limiters_with_their_use(
         with pytest.raises(OverLimit):
             async with payments:
                 pass
-        usage = await limiter_usage(jobs.store())
+        usage = await limiter_usage(jobs._store())
 
     assert sorted(usage) == ["emails", "payments", "search"]
     assert (usage["emails"].kind, usage["emails"].capacity, usage["emails"].seconds,
@@ -249,5 +249,5 @@ async def test_a_worker_lists_its_apps_limiters_with_their_use(
             usage["payments"].over_recent) == ("concurrent", 2, 2, 1)
     assert (usage["search"].kind, usage["search"].in_use, usage["search"].over_recent) == (
         "bucket", 0, 0)
-    assert await limiter_usage(jobs.store(), ["search", "unknown"]) == {
+    assert await limiter_usage(jobs._store(), ["search", "unknown"]) == {
         "search": usage["search"]}
