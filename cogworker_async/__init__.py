@@ -6,6 +6,8 @@ A job, once enqueued, is never lost; a job that already ran is never silently ru
 from typing import TYPE_CHECKING
 
 from cogworker_async.app import App, Worker
+from cogworker_async.enqueue.app_queues import AppQueues
+from cogworker_async.enqueue.client import Push
 from cogworker_async.enqueue.handles import Enqueuer, JobFunction
 from cogworker_async.errors import (
     CogworkerError,
@@ -28,18 +30,28 @@ from cogworker_async.errors import (
     WrongTypeKey,
 )
 from cogworker_async.jobs.context import JobContext, current_job
+from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, RetryIn, When
+from cogworker_async.jobs.groups import GroupKey
 from cogworker_async.jobs.signature import Signature
 from cogworker_async.jobs.status import CancelOutcome, JobStatus
+from cogworker_async.jobs.unique import UniqueKey, UniquePolicy
 from cogworker_async.limits.limiter import Limiter
+from cogworker_async.middleware import ClientMiddleware, Enqueue, ServerMiddleware
+from cogworker_async.redis.batches import BatchEnded, HoldLapsed
 from cogworker_async.redis.durability import NotDurable
+from cogworker_async.redis.pausing import Pause
+from cogworker_async.running import JobDecorator
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
+from cogworker_async.worker.hooks import DeathHook, FailureHook
 from cogworker_async.worker.observers import Death
+from cogworker_async.workflows.app_batches import AppBatches
 from cogworker_async.workflows.batch import Batch, BatchStatus
 from cogworker_async.workflows.chain import Chain
 
 if TYPE_CHECKING:
     from cogworker_async.admin import Inspector
+    from cogworker_async.testing import Testing
 
 
 def __getattr__(name: str) -> object:
@@ -49,25 +61,42 @@ def __getattr__(name: str) -> object:
         from cogworker_async.admin import Inspector
 
         return Inspector
+    if name == "Testing":  # the type of ``App.testing``: loaded where tests ask for it
+        from cogworker_async.testing import Testing
+
+        return Testing
     raise AttributeError(f"module 'cogworker_async' has no attribute {name!r}")
 
 __all__ = [
     "App",
+    "AppBatches",
+    "AppQueues",
     "Batch",
+    "BatchEnded",
     "BatchStatus",
     "CancelOutcome",
     "Chain",
+    "ClientMiddleware",
     "CogworkerError",
     "ConfigurationError",
     "Death",
+    "DeathHook",
+    "Delay",
     "EmbeddedServerError",
+    "Enqueue",
     "Enqueuer",
+    "FailureHook",
+    "GroupKey",
+    "HoldLapsed",
     "Inspector",
     "InvalidArguments",
     "JobCancelled",
     "JobContext",
+    "JobDecorator",
+    "JobDefinition",
     "JobFailed",
     "JobFunction",
+    "JobOptions",
     "JobStatus",
     "JobTimeout",
     "LifespanExitFailed",
@@ -75,15 +104,23 @@ __all__ = [
     "Limiter",
     "NotDurable",
     "OverLimit",
+    "Pause",
     "PayloadTooLarge",
     "ProcessDied",
+    "Push",
     "ResultNotJSON",
     "Retry",
+    "RetryIn",
     "SerializationError",
+    "ServerMiddleware",
     "Settings",
     "Signature",
+    "Testing",
+    "UniqueKey",
+    "UniquePolicy",
     "UnknownJob",
     "UnparseablePayload",
+    "When",
     "Worker",
     "WrongTypeKey",
     "__version__",
