@@ -44,6 +44,7 @@ from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.running import JobDecorator
 from cogworker_async.running import Worker as Worker  # re-exported: hosts import it here
 from cogworker_async.settings import Settings
+from cogworker_async.wiring import WIRING
 from cogworker_async.worker.hooks import DeathHook, FailureHook, Hooks, check_hook
 from cogworker_async.worker.lifespan import Lifespan, LifespanFunction, lifespan_of
 from cogworker_async.worker.manager import Manager
@@ -457,7 +458,7 @@ class App:
                               middleware=self.server_middleware, hooks=self.hooks,
                               limiters={name: limiter.spec
                                         for name, limiter in self.limiters.items()},
-                              lifespan=self._lifespan)
+                              lifespan=self._lifespan, extras=WIRING)
             try:
                 async with anyio.create_task_group() as tg:
                     await tg.start(manager.run)

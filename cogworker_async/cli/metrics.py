@@ -175,11 +175,9 @@ def _metrics_command(load_app: common.LoadApp) -> Callable[..., None]:
                 log_format: LogFormat = "text") -> None:
         """Serve the system-wide Prometheus gauges (queues, sets, processes) until
         SIGTERM/SIGINT: an exporter for those who run no dashboard (the metrics extra)."""
-        try:
-            import prometheus_client  # noqa: F401  (only: is the extra there?)
-        except ImportError as exc:
+        if (missing := exporter.missing_extra()) is not None:
             common.fail("the metrics command needs the metrics extra "
-                        f"(pip install 'cogworker-async[metrics]'): {exc}")
+                        f"(pip install 'cogworker-async[metrics]'): {missing}")
         level = logging.getLevelName(log_level.upper())
         if not isinstance(level, int):
             common.fail(f"unknown log level {log_level!r}: use DEBUG, INFO, WARNING or ERROR")

@@ -61,6 +61,16 @@ async def export(app: App, url: str, host: str, port: int) -> None:
             await app.close()
 
 
+def missing_extra() -> str | None:
+    """Why the exporter cannot run here (the ``metrics`` extra is not installed), or
+    None. Asked here, not by the command: only this package imports prometheus_client."""
+    try:
+        import prometheus_client  # noqa: F401  (only: is the extra there?)
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
 def _reader(app: App, portal: BlockingPortal) -> Callable[[], SystemGauges | None]:
     """What a scrape (in a server thread) calls: one bounded read on the portal's loop."""
     from cogworker_async.prometheus.system import READING, read_bounded

@@ -43,8 +43,8 @@ each counter starts at 0 (``rate()`` and ``increase()`` see the first failure). 
 workers may run in one process (tests, an app embedding two), and the global registry
 refuses a second metric of the same name.
 
-This module imports nothing of the worker's: the worker imports it (``observers.
-process_metrics``, only when ``metrics_port`` is set), so it names what it reads of a
+This module imports nothing of the worker's: the App's ``wiring.py`` imports it (only
+when ``metrics_port`` is set) and hands it to the worker, so it names what it reads of a
 report and of the vitals as protocols (``Report``, ``Gauges``), which
 ``worker/observers.py``'s ``RunReport`` and ``Vitals`` are, and takes the list of
 outcomes from the worker (``outcomes``) instead of importing it.

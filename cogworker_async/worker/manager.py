@@ -57,7 +57,7 @@ from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, Loop
 from cogworker_async.worker.hooks import HookRunner, Hooks
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.lifespan import Lifespan, entered
-from cogworker_async.worker.observers import Observers, Vitals, process_metrics, relay_of
+from cogworker_async.worker.observers import Extras, Observers, Vitals
 from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor
 from cogworker_async.worker.reconcile import Reconciler
@@ -102,11 +102,12 @@ class Manager:
         hooks: Hooks | None = None,
         limiters: Mapping[str, LimitSpec] | None = None,
         lifespan: Lifespan | None = None,
+        extras: Extras,
     ) -> None:
         self.settings = settings
         self.lifespan = lifespan
         """``@jobs.lifespan``: entered before anything else, exited after everything."""
-        self.outbox = relay_of(settings, store, registry.keys())
+        self.outbox = extras.relay(settings, store, registry.keys())
         """The outbox relay (``App(outbox=...)``), None without one."""
         self.limiters = dict(limiters or {})
         """The App's limiters, registered at start (``_register_limiters``)."""
@@ -127,7 +128,7 @@ class Manager:
         self.stats = StatsFlusher(store, self.identity, self.counters, self.tally,
                                   self.streaks.stats)
         self.hooks = HookRunner(hooks) if hooks else None
-        self.metrics = process_metrics(settings, self.vitals, registry.keys())
+        self.metrics = extras.metrics(settings, self.vitals, registry.keys())
         self._jobs_queues = {definition.options.queue for definition in registry.values()}
         # The run metrics' tally is fed by the processor directly (always on, the
         # cheapest path); observers only when there are any.

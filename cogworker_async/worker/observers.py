@@ -2,10 +2,11 @@
 
 The processor decides a run's outcome, then reports it here before settling; so does
 recovery when it takes jobs back from a dead process or buries a repeat orphan. What
-listens: the Prometheus metrics (when ``metrics_port`` is set) and the error and death
-hooks (when registered) — each a small object with the methods of ``Observer`` it
-needs. With neither, no report is built at all. (The run metrics, always on, are fed
-by the processor directly: ``run_metrics.Tally``.)
+listens: the Prometheus metrics (when ``metrics_port`` is set: built by the App's
+``wiring.py``, handed in as ``Extras``) and the error and death hooks (when
+registered) — each a small object with the methods of ``Observer`` it needs. With
+neither, no report is built at all. (The run metrics, always on, are fed by the
+processor directly: ``observe/run_metrics.py``.)
 
 An observer is called on the event loop, synchronously, on the hot path: it must be
 cheap and must not block (the hooks only queue their calls). One that raises is logged
@@ -21,13 +22,11 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 from anyio.abc import TaskStatus
 
-from cogworker_async.errors import ConfigurationError
 from cogworker_async.jobs.context import JobContext
 from cogworker_async.settings import Settings
 from cogworker_async.worker.outcome import Ack, Disposition, Filing
 
 if TYPE_CHECKING:
-    from cogworker_async.outbox.relay import OutboxRelay
     from cogworker_async.redis.store import Store
 
 log = logging.getLogger(__name__)
@@ -214,29 +213,34 @@ class ProcessMetrics(Protocol):
         """Listen (then report started), serve until cancelled, close."""
 
 
-def relay_of(settings: Settings, store: Store, names: Collection[str]) -> OutboxRelay | None:
-    """The outbox relay if ``settings.outbox`` asks for one (the ``outbox`` extra,
-    SQLAlchemy, imported only then), else None. ``names``: the App's jobs (the rows it
-    takes)."""
-    if settings.outbox is None:
-        return None
-    from cogworker_async.outbox.relay import OutboxRelay
+class Backlogged(Protocol):
+    """What the outbox relay saw at its last look (``outbox/relay.py``'s ``Backlog``)."""
 
-    return OutboxRelay(settings.outbox, store, names)
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def lag(self) -> float: ...
 
 
-def process_metrics(settings: Settings, vitals: Callable[[], Vitals],
-                    registered: Collection[str] = ()) -> ProcessMetrics | None:
-    """The process's Prometheus metrics if ``settings.metrics_port`` asks for them (the
-    ``metrics`` extra: a clear error without it), else None — and nothing imported."""
-    if settings.metrics_port is None:
-        return None
-    try:
-        from cogworker_async.prometheus.process import WorkerMetrics
-    except ImportError as exc:
-        raise ConfigurationError(
-            "metrics_port needs the metrics extra: pip install 'cogworker-async[metrics]' "
-            f"({exc})") from None
-    # registered: series of their own; the outcomes passed, since the metrics do not
-    # import this module (that would be an import cycle): each counter starts at 0.
-    return WorkerMetrics(settings, vitals, registered, outcomes=OUTCOMES)
+class Relay(Protocol):
+    """The outbox relay as the Manager runs it: a task, and its backlog for ``Vitals``."""
+
+    @property
+    def backlog(self) -> Backlogged: ...
+
+    async def run(self) -> None: ...
+
+
+class Extras(Protocol):
+    """What builds the extras a worker process runs when its settings ask (the App's
+    ``wiring.py``): the worker imports neither extra's package (both sit above it), so
+    the Manager is handed their factories."""
+
+    def relay(self, settings: Settings, store: Store, names: Collection[str]
+              ) -> Relay | None:
+        """The outbox relay, if ``settings.outbox`` asks for one."""
+
+    def metrics(self, settings: Settings, vitals: Callable[[], Vitals],
+                registered: Collection[str] = ()) -> ProcessMetrics | None:
+        """The process's Prometheus metrics, if ``settings.metrics_port`` asks."""
