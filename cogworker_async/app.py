@@ -26,13 +26,12 @@ from cogworker_async import environment, logs
 from cogworker_async.enqueue.app_queues import AppQueues
 from cogworker_async.enqueue.client import Client
 from cogworker_async.enqueue.handles import JobFunction
-from cogworker_async.enqueue.lookup import JobLookup, outcome_of
 from cogworker_async.errors import LIFESPAN_ERRORS, ConfigurationError
 from cogworker_async.jobs.definition import JobDefinition, JobOptions, RetryIn, check_discard_on
 from cogworker_async.jobs.groups import GroupKey, split_group
 from cogworker_async.jobs.periodic import Periodic, parse_tz
 from cogworker_async.jobs.signature import Signature
-from cogworker_async.jobs.status import ALIVE, CancelOutcome, JobStatus, check_jid
+from cogworker_async.jobs.status import CancelOutcome, JobStatus
 from cogworker_async.jobs.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
 from cogworker_async.jobs.unique import UniqueKey, UniquePolicy, policy_of
 from cogworker_async.limits.limiter import DEFAULT_LEASE, Limiter, check_name, spec_of
@@ -87,8 +86,6 @@ class App:
         self._url_lock = threading.Lock()
         self._embedded: EmbeddedServer | None = None
         self._client = Client(self.settings, self.redis_url, self.client_middleware)
-        self._lookup = JobLookup(self._client.store, self.settings.tracked,
-                                 self._client.queue_hints)
 
     # -- registering jobs -------------------------------------------------------------
 
@@ -304,9 +301,7 @@ class App:
         times, progress, result or error). ``unknown`` when there is no record: never
         enqueued, or ended longer ago than ``keep_status`` (or its ``keep_result``).
         Inside a ``testing.fake()``/``inline()`` block: what the fake holds."""
-        if self._client.sink is not None:  # a test's fake: no server is reached
-            return self._client.sink.status(check_jid(jid), queue)
-        return await self._lookup.status(jid, queue=queue)
+        return await self._client.backend.status(jid, queue)
 
     async def result(self, jid: str, *, timeout: float | None = None,  # noqa: ASYNC109
                      queue: str | None = None) -> Any:
@@ -315,16 +310,7 @@ class App:
         ``TimeoutError``, or ``LookupError`` (no such job). Inside a
         ``testing.fake()`` block: at once, from what the fake holds (a job still
         waiting there raises ``TimeoutError``: ``drain()`` it first)."""
-        sink = self._client.sink
-        if sink is not None:  # a test's fake: nothing would ever finish it meanwhile
-            found = sink.status(check_jid(jid), queue)
-            if found.state == "unknown":
-                raise LookupError(f"no job {jid!r} in this fake() block")
-            if found.state in ALIVE:
-                raise TimeoutError(f"job {jid} is {found.state} in the fake: drain() it "
-                                   "before asking for its result")
-            return outcome_of(found)
-        return await self._lookup.result(jid, timeout=timeout, queue=queue)
+        return await self._client.backend.result(jid, timeout, queue)
 
     async def cancel(self, jid: str, *, queue: str | None = None) -> CancelOutcome:
         """Cancel job ``jid``: ``"cancelled"`` (it was waiting: it will never run),
@@ -333,9 +319,7 @@ class App:
         ended) or ``"unknown"``. A cancel outlives the process running the job: if it
         dies, recovery drops the job instead of running it again. Inside a
         ``testing.fake()`` block: in the fake."""
-        if self._client.sink is not None:
-            return self._client.sink.cancel(check_jid(jid), queue)
-        return await self._lookup.cancel(jid, queue=queue)
+        return await self._client.backend.cancel(jid, queue)
 
     # -- workflows ----------------------------------------------------------------------
 
@@ -353,10 +337,7 @@ class App:
     def _batch_backend(self) -> BatchBackend:
         """Where batches are kept: Redis (this event loop's Store), or the testing
         fake's memory inside a ``testing.fake()``/``inline()`` block."""
-        if self._client.sink is not None:
-            backend: BatchBackend = self._client.sink.batches
-            return backend
-        return self._client.store().batches
+        return self._client.backend.batches()
 
     # -- flow control -------------------------------------------------------------------
 

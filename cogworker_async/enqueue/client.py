@@ -8,8 +8,10 @@ The worker should never be the first to find out. An enqueue is never retried bl
 With tracing on (``observe/tracing.py``), each enqueue runs in a PRODUCER span over the
 checks and the push, and the payload carries the span's context to the worker.
 
-A test can swap the last step only (``Client.sink``, ``cogworker_async.testing``): every
-check, the payload and the client middleware stay the real path (unset: one check).
+What comes after the checks is the client's ``backend`` (``backend.py``): Redis, or the
+testing fake for a ``jobs.testing.fake()`` block (``cogworker_async.testing``), which
+swaps that one attribute: every check, the payload and the client middleware stay the real
+path, and no line here asks which backend it holds.
 """
 
 from __future__ import annotations
@@ -18,82 +20,32 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from cogworker_async.enqueue import after as dependents
 from cogworker_async.enqueue import dedup_push
-from cogworker_async.enqueue.lookup import JobLookup, QueueHints
+from cogworker_async.enqueue.backend import Backend, Push, RedisBackend, duplicate
+from cogworker_async.enqueue.lookup import QueueHints
 from cogworker_async.errors import UNTRACKED, ConfigurationError
 from cogworker_async.jobs import context, dedup, unique, wire
 from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, When, enqueue_group
 from cogworker_async.jobs.times import epoch_from, seconds_from
 from cogworker_async.middleware import ClientMiddleware, Enqueue, EnqueueNext, client_chain
 from cogworker_async.observe import tracing
-from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.store import Store, dead_limits_of, durability_of
 from cogworker_async.settings import Settings
 
 if TYPE_CHECKING:
-    from cogworker_async.jobs.status import CancelOutcome, JobStatus
     from cogworker_async.observe.tracing import CallerContext
 
 log = logging.getLogger(__name__)
-__all__ = ["Client", "Push", "Sink", "epoch_from", "seconds_from"]  # the times: re-exported
-
-@dataclass(slots=True)
-class Push:
-    """One prepared job on its way to Redis (or to a ``Sink``)."""
-
-    queue: str
-    raw: bytes
-    jid: str
-    unique: tuple[str, float] | None = None
-    """(digest, ttl) when a unique lock must be taken with the push."""
-
-
-class Sink(Protocol):
-    """Where prepared jobs go instead of Redis while a test fakes the client
-    (``cogworker_async.testing``). What comes before the push is the real path."""
-
-    async def push(self, push: Push, *, due: float | None, chosen: bool) -> bool:
-        """Take one job (``due``: epoch s, None: now); False if refused as Redis would
-        refuse it: a unique job's lock is held, or a ``chosen`` jid is alive."""
-
-    async def wait(self, push: Push, options: JobOptions, *, chosen: bool) -> bool:
-        """Take a job that runs after ``options.after``; ``push``'s answer."""
-
-    async def dedup(self, push: Push, options: JobOptions, mode: str, seconds: float,
-                    digest: str, due: float | None) -> str | None:
-        """Take a job of a dedup mode (``dedup.py``): the jid that runs it, or None."""
-
-    def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
-        """Run ``enqueue`` for ``enqueue_sync`` (which must not start a server)."""
-
-    def status(self, jid: str, queue: str | None) -> JobStatus:
-        """``jobs.status(jid)`` while faked: what the fake holds (no server is reached,
-        none is started)."""
-
-    @property
-    def batches(self) -> Any:
-        """The batch operations while faked (``testing/batches.py``)."""
-
-    def cancel(self, jid: str, queue: str | None) -> CancelOutcome:
-        """``jobs.cancel(jid)`` while faked: a waiting job is dropped unrun."""
-
-
-def _duplicate(jid: str) -> str | None:
-    """An enqueue's answer for a chosen jid that is alive: None, as for a unique job's
-    duplicate."""
-    log.debug("jid %s is already queued, scheduled, running or retrying: not enqueued", jid)
-    return None
-
+__all__ = ["Backend", "Client", "Push", "epoch_from", "seconds_from"]  # the times: re-exported
 
 async def mark_unique(enqueue: Enqueue, call_next: EnqueueNext) -> str | None:
     """Built-in client middleware: a unique job's payload carries its digest and policy
@@ -104,7 +56,7 @@ async def mark_unique(enqueue: Enqueue, call_next: EnqueueNext) -> str | None:
         definition: JobDefinition = enqueue.definition
         payload["unique_digest"] = unique.digest(definition.name, options.queue,
                                                  payload["args"], payload["kwargs"],
-                                                 definition.unique_key)
+                                                 options.unique_key or definition.unique_key)
         payload["unique_policy"] = options.unique
         payload["unique_ttl"] = options.unique_ttl
     return await call_next(enqueue)
@@ -135,14 +87,14 @@ class Client:
         self._portal_lock = threading.Lock()
         self._portal: BlockingPortal | None = None
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
-        self._policy_checked = False
         # The one import check for tracing on this side (None: off, at no cost per job).
         self._tracer = tracing.job_tracer(settings.tracing,
                                           tracing.TraceOptions.of(settings))
-        self.sink: Sink | None = None
-        """Set by ``cogworker_async.testing`` while a test fakes this client."""
         self.queue_hints = QueueHints()
         """Where this App's recent enqueues went, for ``status(jid)`` (``lookup.py``)."""
+        self.redis = RedisBackend(self)
+        self.backend: Backend = self.redis
+        """Where prepared jobs go: Redis, or a ``jobs.testing.fake()`` block's fake."""
 
     def store(self) -> Store:
         """This event loop's Store (a pool is bound to the loop that made it)."""
@@ -260,17 +212,14 @@ class Client:
         if push is None:
             return None
         batch = context.BATCH.get()
-        if batch is None and self.sink is None:
-            return await self._push(definition, options, push, epoch, seconds, None)
+        if batch is None:
+            return await self.backend.push(definition.name, options, push, epoch, seconds,
+                                           None)
         # Destination first: it is pending before it can end.
-        joined = await batch.joining([push.jid]) if batch is not None else []
-        if self.sink is not None:  # a test's fake: all of the above ran as for real
-            taken = await self.sink.push(push, due=due, chosen=options.jid is not None)
-            jid = push.jid if taken else None
-        else:
-            jid = await self._push(definition, options, push, epoch, seconds,
-                                   batch.bid if batch is not None else None)
-        if jid is None and batch is not None and joined:  # only what this push added
+        joined = await batch.joining([push.jid])
+        jid = await self.backend.push(definition.name, options, push, epoch, seconds,
+                                      batch.bid)
+        if jid is None and joined:  # only what this push added
             await batch.left(joined)
         return jid
 
@@ -288,55 +237,14 @@ class Client:
         joined = await batch.joining([push.jid]) if batch is not None else []
         refused: Exception | None = None
         try:
-            taken = await (self.sink.wait(push, options, chosen=options.jid is not None)
-                           if self.sink is not None else dependents.wait(
-                               self.store(), JobLookup(self.store, True, self.queue_hints),
-                               options, push, name=definition.name, batch=batch,
-                               max_bytes=self.settings.max_payload_bytes))
+            taken = await self.backend.wait(definition.name, options, push, batch)
         except (TypeError, ValueError) as exc:  # refused at the call: nothing written
             taken, refused = False, exc
         if not taken and batch is not None and joined:
             await batch.left(joined)
         if refused is not None:
             raise refused
-        return push.jid if taken else _duplicate(push.jid)
-
-    async def _push(self, definition: JobDefinition, options: JobOptions, push: Push,
-                    epoch: float | None, seconds: float | None, bid: str | None,
-                    ) -> str | None:
-        store = self.store()
-        if not self._policy_checked:
-            await self._warn_if_evicting(store)
-        chosen = options.jid is not None
-        if chosen and await self._alive_elsewhere(store, push):
-            return _duplicate(push.jid)
-        name, jids = definition.name, [push.jid]
-        if push.unique is not None:
-            digest, ttl = push.unique
-            if not await store.enqueue_unique(digest, push.jid, ttl, push.queue, push.raw,
-                                              at=epoch, delay=seconds, name=name,
-                                              chosen=chosen, batch=bid):
-                log.debug("%s: a unique job with the same digest (or jid) is already "
-                          "enqueued", definition.name)
-                return None
-        elif epoch is not None or seconds is not None:
-            if await store.schedule(push.queue, [push.raw], at=epoch, delay=seconds,
-                                    jids=jids, name=name, chosen=chosen, batch=bid) < 0:
-                return _duplicate(push.jid)
-        elif await store.enqueue(push.queue, [push.raw], jids=jids, name=name,
-                                 chosen=chosen, batch=bid) < 0:
-            return _duplicate(push.jid)
-        return push.jid
-
-    @staticmethod
-    async def _alive_elsewhere(store: Store, push: Push) -> bool:
-        """Whether a chosen jid is alive in another queue than the one it is pushed on
-        (the push's own script checks its queue, atomically). Records live in their
-        queue's slot, so this look is a step of its own: two enqueues of one chosen jid
-        onto two different queues at the same instant can both pass it (the only window
-        left; documented). A registered queue's record read per queue, pipelined."""
-        others = [queue for queue in await store.queue_names() if queue != push.queue]
-        return bool(others) and bool(await store.alive_in(push.jid, others))
+        return push.jid if taken else duplicate(push.jid)
 
     async def enqueue_many(
         self,
@@ -374,48 +282,15 @@ class Client:
             except (TypeError, ValueError):
                 raise TypeError(f"enqueue_many item {index} is not an (args, kwargs) pair") from None  # noqa: E501
             pushes.append(await self._prepare(definition, options, tuple(args), dict(kwargs)))
-        if self.sink is not None:  # a test's fake (see ``_enqueue``)
-            batch = context.BATCH.get()
-            joined = set(await batch.joining([push.jid for push in pushes if push is not None])
-                         if batch is not None else [])
-            jids = [push.jid if push is not None and await self.sink.push(
-                push, due=None, chosen=False) else None for push in pushes]
-            turned_away = [push.jid for push, jid in zip(pushes, jids, strict=True)
-                           if push is not None and jid is None and push.jid in joined]
-            if batch is not None and turned_away:
-                await batch.left(turned_away)
-            return jids
-        plain = [p for p in pushes if p is not None and p.unique is None]
-        locked = [p for p in pushes if p is not None and p.unique is not None]
-        store = self.store()
-        if not self._policy_checked:
-            await self._warn_if_evicting(store)
         batch = context.BATCH.get()
-        joined = set(await batch.joining([p.jid for p in (*plain, *locked)])
-                     if batch is not None else [])
-        taken = await store.push_batch(
-            options.queue, [p.raw for p in plain],
-            [(p.unique[0], p.jid, p.unique[1], p.raw) for p in locked if p.unique],
-            jids=[p.jid for p in plain], name=definition.name,
-            batch=batch.bid if batch is not None else None)
-        refused = {p.jid for p, ok in zip(locked, taken, strict=True) if not ok}
+        pushed = [push for push in pushes if push is not None]
+        joined = set(await batch.joining([p.jid for p in pushed]) if batch is not None
+                     else [])
+        refused = await self.backend.push_many(definition.name, options.queue, pushed,
+                                               batch.bid if batch is not None else None)
         if batch is not None and refused & joined:
             await batch.left(sorted(refused & joined))
         return [p.jid if p is not None and p.jid not in refused else None for p in pushes]
-
-    async def _warn_if_evicting(self, store: Store) -> None:
-        """Once per client, at its first enqueue: Redis set to evict keys under memory
-        pressure drops queued jobs silently, and an enqueuing process may never see a
-        worker's log (tests/worker/test_eviction_warning.py)."""
-        self._policy_checked = True
-        try:
-            policy = await store.eviction_policy()
-        except RedisError:  # never a reason to refuse the enqueue: the push says
-            return
-        if policy not in (None, "noeviction"):
-            log.warning("Redis maxmemory-policy is %r: under memory pressure Redis evicts "
-                        "keys, and queued jobs vanish without a trace. Set it to "
-                        "'noeviction'.", policy)
 
     def enqueue_sync(
         self,
@@ -426,18 +301,13 @@ class Client:
     ) -> str | None:
         """``enqueue`` from code that is not async: run on a private event loop thread
         (so client middleware and unique locks behave exactly as in ``enqueue``)."""
-        if self.sink is not None:  # a test's fake: no portal, no server to start
-            caller = self._tracer.current() if self._tracer is not None else None
-            return self.sink.run_sync(partial(self._enqueue_now, definition, options, args,
-                                              kwargs, caller))
         # The private loop does not see this thread's context: the enqueue's span is
         # made a child of the caller's (a sync web framework's request span) by hand.
         caller = self._tracer.current() if self._tracer is not None else None
-        jid: str | None = self._private_loop().call(self._enqueue_now, definition, options,
-                                                    args, kwargs, caller)
-        return jid
+        return self.backend.run_sync(partial(self._enqueue_now, definition, options, args,
+                                             kwargs, caller))
 
-    def _private_loop(self) -> BlockingPortal:
+    def private_loop(self) -> BlockingPortal:
         """The event loop thread of the sync calls, started on first use."""
         with self._portal_lock:
             if self._portal is None:
@@ -459,7 +329,7 @@ class Client:
     def prepare_sync(self, definition: JobDefinition, options: JobOptions,
                      args: Sequence[Any], kwargs: Mapping[str, Any]) -> Push | None:
         """``prepare`` from code that is not async (on the private event loop)."""
-        found: Push | None = self._private_loop().call(self.prepare, definition, options,
+        found: Push | None = self.private_loop().call(self.prepare, definition, options,
                                                        args, kwargs)
         return found
 

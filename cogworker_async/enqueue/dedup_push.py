@@ -1,6 +1,7 @@
 """The enqueue of a job of a dedup mode (``dedup.py``): prepared as any enqueue (checked,
-built, through the client middleware), then pushed by the mode's own script
-(``redis/dedup.py``), which keeps its rule in the same step."""
+built, through the client middleware), then taken by the backend (``backend.py``): on
+Redis, pushed by the mode's own script (``redis/dedup.py``, ``backend.dedup_push``), which
+keeps its rule in the same step."""
 
 from __future__ import annotations
 
@@ -8,20 +9,19 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cogworker_async.enqueue.backend import Backend, DedupCall, Push
 from cogworker_async.jobs import dedup
 
 if TYPE_CHECKING:
     from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, When
-    from cogworker_async.redis.store import Store
 
 
 class Enqueuing(Protocol):
     """What ``enqueue`` needs of the client (``client.Client``)."""
 
-    sink: Any
+    backend: Backend
     settings: Any
 
-    def store(self) -> Store: ...
     @staticmethod
     def _due(delay: Delay | None, at: When | None) -> tuple[float | None, float | None]: ...
     async def _prepare(self, definition: JobDefinition, options: JobOptions,
@@ -41,23 +41,12 @@ async def enqueue(client: Enqueuing, definition: JobDefinition, options: JobOpti
     due = epoch if later is None else time.time() + later
     if mode == "debounce":  # it may first start S seconds from now: ``expires_in`` counts
         due = time.time() + seconds  # from then, as an ``enqueue_in``'s does
-    push = await client._prepare(definition, options, args, kwargs, due)
+    push: Push | None = await client._prepare(definition, options, args, kwargs, due)
     if push is None:
         return None
     push.raw, jid_at = dedup.placed(push.raw, push.jid)  # where a merge writes its jid
     if mode == "coalesce":
         push.raw = dedup.mark(push.raw)
-    key, name = dedup.digest(definition.name, options, args, kwargs), definition.name
-    if client.sink is not None:  # a test's fake: the same rules, in memory
-        jid: str | None = await client.sink.dedup(push, options, mode, seconds, key, due)
-        return jid
-    store = client.store()
-    if mode == "throttle":
-        taken = await store.dedup.throttle(key, push.jid, seconds, push.queue, push.raw,
-                                           at=epoch, delay=later, name=name)
-        return push.jid if taken else None
-    if mode == "debounce":
-        return (await store.dedup.debounce(key, push.jid, seconds, push.queue, push.raw,
-                                           name=name, jid_at=jid_at))[1]
-    return (await store.dedup.coalesce(key, push.jid, push.queue, push.raw, name=name,
-                                       jid_at=jid_at))[1]
+    call = DedupCall(mode, seconds, dedup.digest(definition.name, options, args, kwargs),
+                     definition.name, epoch, later, due, jid_at)
+    return await client.backend.dedup(push, options, call)

@@ -10,7 +10,8 @@
         await send_email.enqueue("a@example.com")   # what it raises, raises here
 
 A faked enqueue is a real one up to the push: the client's own checks, payload and
-middleware run (``Client.sink``), and only the push lands here instead of Redis, with
+middleware run, and only the client's backend (``enqueue/backend.py``) is this fake's
+for the block (``FakeBackend``): the push lands here instead of Redis, with
 Redis' refusals: a unique job whose lock is held and a chosen jid that is alive return
 None. A drained run is the worker's own processor (``drain.py``); batches and jobs that
 run after others (``after=``, chains) are kept as the relay keeps them (``batches.py``,
@@ -24,17 +25,20 @@ outside a job) is not faked.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import anyio
 
+from cogworker_async.enqueue.backend import Backend, DedupCall
 from cogworker_async.enqueue.client import Client, Push
 from cogworker_async.enqueue.handles import JobFunction
+from cogworker_async.enqueue.lookup import outcome_of
 from cogworker_async.jobs import wire
 from cogworker_async.jobs.definition import JobDefinition, JobOptions
-from cogworker_async.jobs.status import CancelOutcome, JobStatus
+from cogworker_async.jobs.status import ALIVE, CancelOutcome, JobStatus, check_jid
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.settings import Settings
 from cogworker_async.testing.batches import FakeBatches
@@ -78,7 +82,7 @@ class Testing:
         self.dependencies = FakeDependencies(self._world)
         self._world.on_finish = self.dependencies.ended
         self.dedup = FakeDedup(self._world, self.dependencies, self._push, self._wait)
-        self._sink = _Sink(self)
+        self._backend: Backend = FakeBackend(self)
         self._inline = False
         self._depth = 0
 
@@ -99,21 +103,21 @@ class Testing:
     @property
     def active(self) -> bool:
         """A ``fake()`` or ``inline()`` block is in effect."""
-        return self._client.sink is self._sink
+        return self._client.backend is self._backend
 
     def _begin(self, inline: bool) -> None:
-        if self._client.sink is not None:
+        if self._client.backend is not self._client.redis:
             raise RuntimeError("this App's enqueues are already faked: leave the first "
                                "fake()/inline() block before entering another")
         self.clear()
         self._inline = inline
         self.batches.run_now = self._run_inline if inline else None
         self.dependencies.released = [] if inline else None
-        self._client.sink = self._sink
+        self._client.backend = self._backend
 
     def _end(self) -> None:
-        if self._client.sink is self._sink:
-            self._client.sink = None
+        if self._client.backend is self._backend:
+            self._client.backend = self._client.redis
 
     # -- reading -------------------------------------------------------------------------
 
@@ -306,21 +310,30 @@ class Mode:
         self.__exit__()
 
 
-class _Sink:
-    """The client's sink (``client.Sink``) while a block is in effect."""
+class FakeBackend:
+    """The client's backend (``enqueue/backend.py``'s ``Backend``) while a block is in
+    effect: every operation answers from the fake's memory, none reaches a server."""
 
     def __init__(self, testing: Testing) -> None:
         self._testing = testing
 
-    async def push(self, push: Push, *, due: float | None, chosen: bool) -> bool:
-        return await self._testing._push(push, due, chosen)
+    async def push(self, name: str, options: JobOptions, push: Push, epoch: float | None,
+                   seconds: float | None, bid: str | None) -> str | None:
+        due = epoch if seconds is None else time.time() + seconds
+        taken = await self._testing._push(push, due, options.jid is not None)
+        return push.jid if taken else None
 
-    async def wait(self, push: Push, options: JobOptions, *, chosen: bool) -> bool:
-        return await self._testing._wait(push, options, chosen)
+    async def push_many(self, name: str, queue: str, pushes: Sequence[Push],
+                        bid: str | None) -> set[str]:
+        return {push.jid for push in pushes
+                if not await self._testing._push(push, None, False)}  # in order
 
-    async def dedup(self, push: Push, options: JobOptions, mode: str, seconds: float,
-                    digest: str, due: float | None) -> str | None:
-        return await self._testing.dedup.enqueue(push, options, mode, seconds, digest, due)
+    async def wait(self, name: str, options: JobOptions, push: Push, batch: Any) -> bool:
+        return await self._testing._wait(push, options, options.jid is not None)
+
+    async def dedup(self, push: Push, options: JobOptions, call: DedupCall) -> str | None:
+        return await self._testing.dedup.enqueue(push, options, call.mode, call.seconds,
+                                                 call.key, call.due)
 
     def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
         """``enqueue_sync``: the enqueue on a private event loop in a thread (the
@@ -328,15 +341,26 @@ class _Sink:
         with ThreadPoolExecutor(max_workers=1) as pool:
             return pool.submit(anyio.run, enqueue).result()
 
-    def status(self, jid: str, queue: str | None) -> JobStatus:
-        return self._testing._world.status(jid, queue)
+    async def status(self, jid: str, queue: str | None) -> JobStatus:
+        return self._testing._world.status(check_jid(jid), queue)
 
-    @property
+    async def result(self, jid: str, timeout: float | None,  # noqa: ASYNC109
+                     queue: str | None) -> Any:
+        """At once, from what the fake holds: nothing would ever finish a job meanwhile
+        (a job still waiting raises ``TimeoutError``: ``drain()`` it first)."""
+        found = self._testing._world.status(check_jid(jid), queue)
+        if found.state == "unknown":
+            raise LookupError(f"no job {jid!r} in this fake() block")
+        if found.state in ALIVE:
+            raise TimeoutError(f"job {jid} is {found.state} in the fake: drain() it "
+                               "before asking for its result")
+        return outcome_of(found)
+
+    async def cancel(self, jid: str, queue: str | None) -> CancelOutcome:
+        return self._testing._cancel(check_jid(jid), queue)
+
     def batches(self) -> FakeBatches:
         return self._testing.batches
-
-    def cancel(self, jid: str, queue: str | None) -> CancelOutcome:
-        return self._testing._cancel(jid, queue)
 
 
 def _name_of(job: JobRef | None) -> str | None:
