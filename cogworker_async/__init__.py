@@ -29,12 +29,16 @@ from cogworker_async.errors import (
     UnparseablePayload,
     WrongTypeKey,
 )
+from cogworker_async.jobs.after import After
 from cogworker_async.jobs.context import JobContext, current_job
+from cogworker_async.jobs.dedup import Coalesce, Debounce, Throttle
 from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, RetryIn, When
-from cogworker_async.jobs.groups import GroupKey
+from cogworker_async.jobs.groups import Group, GroupKey
+from cogworker_async.jobs.keywords import JobKeywords
+from cogworker_async.jobs.retries import RetryPolicy
 from cogworker_async.jobs.signature import Signature
 from cogworker_async.jobs.status import CancelOutcome, JobStatus
-from cogworker_async.jobs.unique import UniqueKey, UniquePolicy
+from cogworker_async.jobs.unique import Unique, UniqueKey, UniquePolicy
 from cogworker_async.limits.limiter import Limiter
 from cogworker_async.middleware import ClientMiddleware, Enqueue, ServerMiddleware
 from cogworker_async.redis.batches import BatchEnded, HoldLapsed
@@ -68,6 +72,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'cogworker_async' has no attribute {name!r}")
 
 __all__ = [
+    "After",
     "App",
     "AppBatches",
     "AppQueues",
@@ -77,15 +82,18 @@ __all__ = [
     "CancelOutcome",
     "Chain",
     "ClientMiddleware",
+    "Coalesce",
     "CogworkerError",
     "ConfigurationError",
     "Death",
     "DeathHook",
+    "Debounce",
     "Delay",
     "EmbeddedServerError",
     "Enqueue",
     "Enqueuer",
     "FailureHook",
+    "Group",
     "GroupKey",
     "HoldLapsed",
     "Inspector",
@@ -96,6 +104,7 @@ __all__ = [
     "JobDefinition",
     "JobFailed",
     "JobFunction",
+    "JobKeywords",
     "JobOptions",
     "JobStatus",
     "JobTimeout",
@@ -111,11 +120,14 @@ __all__ = [
     "ResultNotJSON",
     "Retry",
     "RetryIn",
+    "RetryPolicy",
     "SerializationError",
     "ServerMiddleware",
     "Settings",
     "Signature",
     "Testing",
+    "Throttle",
+    "Unique",
     "UniqueKey",
     "UniquePolicy",
     "UnknownJob",

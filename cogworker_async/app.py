@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import tzinfo
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, Unpack, overload
 
 import anyio
 
@@ -27,13 +27,13 @@ from cogworker_async.enqueue.app_queues import AppQueues
 from cogworker_async.enqueue.client import Client
 from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.errors import LIFESPAN_ERRORS, ConfigurationError
-from cogworker_async.jobs.definition import JobDefinition, JobOptions, RetryIn, check_discard_on
-from cogworker_async.jobs.groups import GroupKey, split_group
+from cogworker_async.jobs.definition import JobDefinition, JobOptions
+from cogworker_async.jobs.groups import with_limit
+from cogworker_async.jobs.keywords import JobKeywords, resolve
 from cogworker_async.jobs.periodic import Periodic, parse_tz
+from cogworker_async.jobs.retries import RetryPolicy
 from cogworker_async.jobs.signature import Signature
 from cogworker_async.jobs.status import CancelOutcome, JobStatus
-from cogworker_async.jobs.unique import DEFAULT_TTL as DEFAULT_UNIQUE_TTL
-from cogworker_async.jobs.unique import UniqueKey, UniquePolicy, policy_of
 from cogworker_async.limits.limiter import DEFAULT_LEASE, Limiter, check_name, spec_of
 from cogworker_async.middleware import ClientMiddleware, ServerMiddleware
 from cogworker_async.redis import urls
@@ -93,74 +93,37 @@ class App:
     def job(self, func: Callable[P, R], /) -> JobFunction[P, R]: ...
 
     @overload
-    def job(
-        self,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | None = None,
-        retry: bool | int = True,
-        timeout: float | None = None,
-        unique: bool | UniquePolicy = False,
-        unique_ttl: float = DEFAULT_UNIQUE_TTL,
-        unique_key: UniqueKey | None = None,
-        retry_in: RetryIn | None = None,
-        discard_on: Sequence[type[BaseException]] = (),
-        keep_result: float | None = None,
-        expires_in: float | None = None,
-        priority: int = 0,
-        group: str | GroupKey | None = None,
-    ) -> JobDecorator: ...
+    def job(self, /, *, name: str | None = None,
+            **options: Unpack[JobKeywords]) -> JobDecorator: ...
 
-    def job(
-        self,
-        func: Callable[..., Any] | None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | None = None,
-        retry: bool | int = True,
-        timeout: float | None = None,
-        unique: bool | UniquePolicy = False,
-        unique_ttl: float = DEFAULT_UNIQUE_TTL,
-        unique_key: UniqueKey | None = None,
-        retry_in: RetryIn | None = None,
-        discard_on: Sequence[type[BaseException]] = (),
-        keep_result: float | None = None,
-        expires_in: float | None = None,
-        priority: int = 0,
-        group: str | GroupKey | None = None,
-    ) -> Any:
+    def job(self, func: Callable[..., Any] | None = None, /, *, name: str | None = None,
+            **options: Unpack[JobKeywords]) -> Any:
         """Register a function as a job (``@jobs.job`` or ``@jobs.job(queue=..., ...)``).
 
-        - ``name``: the registered name (default ``module.qualname``);
-        - ``queue``: default "default" (or the App's first queue if it has no "default");
-        - ``retry``: True (25 retries), False, or how many;
-        - ``timeout``: seconds before a run fails with ``JobTimeout``;
-        - ``unique``: True / "until_executed" or "until_started" (see ``unique.py``), with
-          ``unique_ttl`` and an optional ``unique_key(*args, **kwargs) -> str``;
-        - ``retry_in(attempt, error)``: seconds before the next attempt (None: default);
-        - ``discard_on``: exception types that send the job to dead at once;
-        - ``keep_result``: seconds its return value (JSON) is kept for ``result(jid)``;
-        - ``expires_in``: seconds after its enqueue by which a run must have started, else
-          it is not run (dead as ``Expired``; see ``options(expires_in=...)``);
-        - ``priority``: -10 to 10, higher runs sooner in its queue (``priority.py``);
-        - ``group``: a fair group's name, or ``fn(*args, **kwargs)`` naming it (``groups.py``).
-        """
-        options = JobOptions(queue=queue or self.settings.default_queue, retry=retry,
-                             timeout=timeout, unique=policy_of(unique), unique_ttl=unique_ttl,
-                             keep_result=keep_result, expires_in=expires_in,
-                             priority=priority, group=split_group(group)[0])
-        check_discard_on(discard_on)
+        ``name``: the registered name (default ``module.qualname``). Every other keyword
+        is one ``.options()`` takes too (``jobs/keywords.py``): ``queue`` (default
+        "default", or the App's first queue), ``retry`` (True: 25 retries, False, how
+        many, or ``RetryPolicy(max=, delay=, discard_on=)``), ``timeout``,
+        ``keep_result``, ``expires_in``/``expires_at``/``dead_on_expiry``, ``priority``
+        (-10 to 10, higher sooner), ``group`` (a name, ``fn(*args, **kwargs)``, or
+        ``Group(key, limit=n)``, ``limit`` being the queue's group limit: ``groups.py``),
+        ``dedup`` (``Unique(...)``, ``Throttle(s)``, ``Debounce(s)``, ``Coalesce()``),
+        ``after``, and the older flat spellings (``unique``, ``unique_ttl``,
+        ``unique_key``, ``retry_in``, ``discard_on``, ``throttle``...). No ``jid=``: a
+        jid names one enqueue (``.options(jid=...)``)."""
+        resolved = resolve(JobOptions(queue=self.settings.default_queue), options, call=False)
+        limits = with_limit(self.settings.group_limits, resolved.options.queue,
+                            resolved.group_limit)
+        if limits != self.settings.group_limits:  # the workers read the App's limits
+            self.settings = self._client.settings = dataclasses.replace(
+                self.settings, group_limits=limits)
 
         def register(function: Callable[..., Any]) -> JobFunction[..., Any]:
             job_name = name or f"{function.__module__}.{function.__qualname__}"
             existing = self.registry.get(job_name)
             if existing is not None and existing.func is not function:
                 raise ConfigurationError(f"two jobs are registered as {job_name!r}")
-            definition = JobDefinition(job_name, function, options, unique_key=unique_key,
-                                       retry_in=retry_in, discard_on=tuple(discard_on),
-                                       group_key=split_group(group)[1])
+            definition = resolved.definition(job_name, function)
             self.registry[job_name] = definition
             return JobFunction(self._client, definition)
 
@@ -174,7 +137,7 @@ class App:
         tz: str | tzinfo | None = None,
         name: str | None = None,
         queue: str | None = None,
-        retry: bool | int = False,
+        retry: bool | int | RetryPolicy = False,
         timeout: float | None = None,
         expires_in: float | None = None,
     ) -> JobDecorator:

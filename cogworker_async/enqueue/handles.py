@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, Unpack
 
-from cogworker_async.enqueue.client import Client, Push, epoch_from, seconds_from
+from cogworker_async.enqueue.client import Client, Push
 from cogworker_async.jobs import signature
 from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, When
+from cogworker_async.jobs.groups import check_call_limit
+from cogworker_async.jobs.keywords import JobKeywords, resolve
 from cogworker_async.jobs.signature import Signature
 
 P = ParamSpec("P")
@@ -28,48 +30,33 @@ class Enqueuer(Generic[P]):
         self._definition = definition
         self._options = options
 
-    def options(
-        self, *, queue: str | None = None, retry: bool | int | None = None,
-        timeout: float | None = None, keep_result: float | None = None,
-        jid: str | None = None, expires_in: Delay | None = None,
-        expires_at: When | None = None, dead_on_expiry: bool | None = None,
-        after: Iterable[str] | None = None, on_parent_failure: str | None = None,
-        pass_result: bool | None = None, priority: int | None = None,
-        group: str | None = None, throttle: float | None = None,
-        debounce: float | None = None, coalesce: bool | None = None, key: str | None = None,
-    ) -> Enqueuer[P]:
-        """The same job with other options for the enqueues made through the result:
-        ``keep_result`` seconds to keep its return value; ``jid`` a jid of your own (an
-        idempotent enqueue: None while a job with that jid is alive); ``expires_in``
-        (seconds or a timedelta) or ``expires_at`` (an aware datetime or epoch seconds):
-        the job is not run if it has not started by then — filed in dead as ``Expired``,
-        or dropped with ``dead_on_expiry=False``; ``after`` the jids of jobs it runs
-        after (it waits until each succeeded; ``on_parent_failure`` — ``cancel``,
-        ``run``, ``dead`` — says what it does when one does not), ``pass_result`` (one
-        parent) to take that parent's return value as its first argument; ``priority``
-        from -10 to 10, higher runs sooner within its queue; ``group`` the fair group it
-        waits in (groups of a queue are served in turn); ``throttle``, ``debounce`` (seconds)
-        or ``coalesce`` to dedup enqueues by ``key`` (default: the arguments; ``dedup.py``)."""
-        plain = {"queue": queue, "retry": retry, "timeout": timeout,
-                 "keep_result": keep_result, "jid": jid, "dead_on_expiry": dead_on_expiry,
-                 "on_parent_failure": on_parent_failure, "pass_result": pass_result,
-                 "priority": priority, "group": group, "throttle": throttle,
-                 "debounce": debounce, "coalesce": coalesce, "key": key}
-        changes: dict[str, Any] = {name: value for name, value in plain.items()
-                                   if value is not None}
-        if after is not None:
-            if isinstance(after, str | bytes):
-                raise TypeError("after must be a list of jids, not one string")
-            changes["after"] = tuple(after)
-        if expires_in is not None and expires_at is not None:
-            raise ValueError("give expires_in or expires_at, not both")
-        if expires_in is not None:
-            changes.update(expires_in=seconds_from(expires_in) if not isinstance(
-                expires_in, int | float) or isinstance(expires_in, bool) else expires_in,
-                expires_at=None)
-        if expires_at is not None:
-            changes.update(expires_at=epoch_from(expires_at, "expires_at"), expires_in=None)
-        return Enqueuer(self._client, self._definition, replace(self._options, **changes))
+    def options(self, *, jid: str | None = None,
+                **options: Unpack[JobKeywords]) -> Enqueuer[P]:
+        """The same job with other options for the enqueues made through the result.
+
+        Takes what ``@jobs.job(...)`` takes (``jobs/keywords.py``; ``None``: unchanged):
+        ``queue``, ``retry`` (an int, a bool, or ``RetryPolicy(max=...)``), ``timeout``,
+        ``keep_result`` (seconds its return value is kept), ``expires_in`` (seconds or a
+        timedelta) or ``expires_at`` (an aware datetime or epoch seconds) — the job is
+        not run if it has not started by then: dead as ``Expired``, or dropped with
+        ``dead_on_expiry=False`` —, ``priority`` (-10 to 10, higher sooner), ``group``
+        (a fair group's name, a function of the arguments naming it, or ``Group(...)``),
+        ``dedup`` (``Unique(...)``, ``Throttle(s)``, ``Debounce(s)``, ``Coalesce()``, each
+        with its ``key=``; it replaces the job's dedup), ``after`` (the jids it runs after,
+        or ``After(jids, on_failure=..., pass_result=...)``), and the older flat spellings
+        (``unique``, ``throttle``, ``debounce``, ``coalesce``, ``key``,
+        ``on_parent_failure``, ``pass_result``...).
+
+        Plus ``jid``: a jid of your own, for this call only (an idempotent enqueue: None
+        while a job with that jid is alive); the decorator has none, since every enqueue
+        would share it. A call cannot change what the worker reads from the job's
+        registration: ``RetryPolicy``'s ``delay`` and ``discard_on``, or a new group
+        limit (a ``ValueError`` says so)."""
+        resolved = resolve(self._options, options, call=True)
+        changed = resolved.options if jid is None else replace(resolved.options, jid=jid)
+        check_call_limit(self._client.settings.group_limits, changed.queue,
+                         resolved.group_limit)
+        return Enqueuer(self._client, self._definition, changed)
 
     @property
     def definition(self) -> JobDefinition:

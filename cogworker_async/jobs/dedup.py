@@ -1,7 +1,8 @@
 """Dedup modes: at most so many runs of one key, each rule kept in the step that pushes.
 
-A key is ``options(key="...")`` (scoped to the job's name and queue) or, by default, the
-job's name and arguments as ``unique`` digests them. The modes, one per enqueue:
+A key is ``key="..."`` (scoped to the job's name and queue), a function of the job's
+arguments naming it, or, by default, the job's name and arguments as ``unique`` digests
+them. The modes, one per enqueue:
 
 - ``options(throttle=S)``: the first enqueue of a key runs; any other within S seconds of
   it returns None, even after the first has finished (a window no run or cancel ends);
@@ -14,6 +15,12 @@ job's name and arguments as ``unique`` digests them. The modes, one per enqueue:
   keep exactly one follow-up, with the latest arguments, which runs after it, whatever
   its end.
 
+As values, on ``@jobs.job`` and ``.options()`` alike: ``dedup=Throttle(S, key=...)``,
+``Debounce(S, key=...)``, ``Coalesce(key=...)``, or ``Unique(...)`` (``unique.py``): one
+value of the family per job, and a value replaces the family the job had (an
+``.options(dedup=Throttle(5))`` of a unique job is throttled, not unique). The flat
+``throttle=``, ``debounce=``, ``coalesce=``, ``key=`` still work.
+
 Each is one script on the queue's slot (``redis/dedup.py``), so 20 enqueuers of one key
 at once keep the rule exactly. A coalesced follow-up is a dependent of the job it
 follows (``after=``), released by the same crash-safe relay; it needs status records.
@@ -24,7 +31,8 @@ from __future__ import annotations
 import json
 import math
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from cogworker_async.errors import ConfigurationError
@@ -32,8 +40,10 @@ from cogworker_async.jobs import context, unique
 
 MAX_WINDOW: Final = 366 * 24 * 3600.0
 """Longest throttle window or debounce delay (a year)."""
-MAX_KEY_LENGTH: Final = 1000
-"""Longest ``options(key=...)``, in characters."""
+MAX_KEY_LENGTH: Final = unique.MAX_KEY_LENGTH
+"""Longest ``key=...``, in characters."""
+DedupKey = Callable[..., str]
+"""``fn(*args, **kwargs) -> str``: the key of one enqueue."""
 MODES: Final = ("throttle", "debounce", "coalesce")
 _AT_FRONT: Final = len(b'{"jid":"')
 """Where job.build writes the jid: right after the payload's opening."""
@@ -54,10 +64,7 @@ def check(throttle: object, debounce: object, coalesce: object, key: object) -> 
     if len(chosen) > 1:
         raise ValueError(f"one dedup mode per job: {' and '.join(chosen)} were both given")
     if key is not None:
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"key must be a non-empty str, not {key!r}")
-        if len(key) > MAX_KEY_LENGTH:
-            raise ValueError(f"key must be at most {MAX_KEY_LENGTH} characters")
+        unique.check_key(key)
         if not chosen:
             raise ValueError("key names what throttle, debounce or coalesce dedup by: give "
                              "one of them with it")
@@ -85,7 +92,7 @@ class Options(Protocol):
     @property
     def coalesce(self) -> bool: ...
     @property
-    def key(self) -> str | None: ...
+    def key(self) -> str | DedupKey | None: ...
 
 
 def mode_of(options: Options) -> tuple[str, float] | None:
@@ -114,9 +121,7 @@ def check_call(mode: str, *, scheduled: bool, tracked: bool) -> None:
 
 def digest(name: str, options: Options, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     """The key of one enqueue: the job's name, queue and ``key`` (or its arguments)."""
-    key = options.key
-    return unique.digest(name, options.queue, args, kwargs,
-                         None if key is None else (lambda *_a, **_k: key))
+    return unique.digest(name, options.queue, args, kwargs, options.key)
 
 
 def placed(raw: bytes, jid: str) -> tuple[bytes, int]:
@@ -149,3 +154,72 @@ def mark(raw: bytes) -> bytes:
     if not body.endswith(b"}") or body.endswith(b"{}"):
         return raw
     return body[:-1] + b"," + COALESCED + b"}"
+
+
+def _window(name: str, value: object) -> None:
+    if value is None:
+        raise TypeError(f"{name} needs a number of seconds")
+    _seconds(name, value)
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    """``dedup=Throttle(S, key=...)``: the first enqueue of a key runs, any other within
+    S seconds of it returns None (module docstring)."""
+
+    seconds: float
+    key: str | DedupKey | None = None
+
+    def __post_init__(self) -> None:
+        _window("Throttle", self.seconds)
+        unique.check_key(self.key)
+
+    def fields(self) -> dict[str, Any]:
+        return {**NONE, "throttle": float(self.seconds), "key": self.key}
+
+
+@dataclass(frozen=True, slots=True)
+class Debounce:
+    """``dedup=Debounce(S, key=...)``: a burst of enqueues of a key runs once, S seconds
+    after the last, with the last arguments (module docstring)."""
+
+    seconds: float
+    key: str | DedupKey | None = None
+
+    def __post_init__(self) -> None:
+        _window("Debounce", self.seconds)
+        unique.check_key(self.key)
+
+    def fields(self) -> dict[str, Any]:
+        return {**NONE, "debounce": float(self.seconds), "key": self.key}
+
+
+@dataclass(frozen=True, slots=True)
+class Coalesce:
+    """``dedup=Coalesce(key=...)``: enqueues of a key merge into the one waiting, or keep
+    one follow-up of the one running (module docstring)."""
+
+    key: str | DedupKey | None = None
+
+    def __post_init__(self) -> None:
+        unique.check_key(self.key)
+
+    def fields(self) -> dict[str, Any]:
+        return {**NONE, "coalesce": True, "key": self.key}
+
+
+Dedup = unique.Unique | Throttle | Debounce | Coalesce
+"""A value of the dedup family (``dedup=``)."""
+NONE: Final[Mapping[str, Any]] = {"unique": None, "unique_key": None, "throttle": None,
+                                  "debounce": None, "coalesce": False, "key": None}
+"""The family's ``JobOptions`` fields when none of it is on: what a value starts from."""
+
+
+def fields_of(value: object) -> dict[str, Any]:
+    """The ``JobOptions`` fields of ``dedup=value`` (the whole family), or a TypeError."""
+    if isinstance(value, unique.Unique):
+        return {**NONE, **value.fields()}
+    if isinstance(value, Throttle | Debounce | Coalesce):
+        return value.fields()
+    raise TypeError("dedup takes Unique(...), Throttle(seconds), Debounce(seconds) or "
+                    f"Coalesce(), not {value!r}")

@@ -18,9 +18,18 @@ from typing import Any, Final
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.jobs import dedup
 from cogworker_async.jobs import unique as unique_module
+from cogworker_async.jobs.after import (  # re-exported: their home was here
+    MAX_PARENTS as MAX_PARENTS,
+)
+from cogworker_async.jobs.after import (
+    PARENT_FAILURE_POLICIES as PARENT_FAILURE_POLICIES,
+)
+from cogworker_async.jobs.after import check_after
 from cogworker_async.jobs.groups import GroupKey, check_group, group_for
 from cogworker_async.jobs.names import check_queue_name
 from cogworker_async.jobs.priority import DEFAULT_PRIORITY, check_priority
+from cogworker_async.jobs.retries import RetryIn as RetryIn  # re-exported: its home was here
+from cogworker_async.jobs.retries import check_discard_on as check_discard_on
 from cogworker_async.jobs.retries import check_retry
 from cogworker_async.jobs.status import check_jid, check_keep_result
 from cogworker_async.jobs.unique import UniqueKey, UniquePolicy
@@ -33,7 +42,11 @@ When = datetime | float | int
 
 @dataclass(frozen=True, slots=True)
 class JobOptions:
-    """Per-job defaults, overridable per enqueue with ``.options(...)``."""
+    """A job's options, flat: what ``@jobs.job(...)`` declares and ``.options(...)``
+    overrides per enqueue. Both take the same keywords (``keywords.JobKeywords``), whose
+    values (``Unique``, ``Throttle``, ``After``, ``RetryPolicy``, ``Group``...) are
+    normalised into these fields by ``keywords.resolve``: the payload builder reads them,
+    so the wire format is the same whatever the spelling."""
 
     queue: str = "default"
     retry: bool | int = True
@@ -41,6 +54,9 @@ class JobOptions:
     """Seconds a run may take before it fails with JobTimeout (None: no limit)."""
     unique: UniquePolicy | None = None
     unique_ttl: float = unique_module.DEFAULT_TTL
+    unique_key: str | UniqueKey | None = None
+    """What a unique job's digest covers beside its name and queue (``Unique(key=)``):
+    a fixed str or ``fn(*args, **kwargs)``; None: the arguments."""
     keep_result: float | None = None
     """Seconds the job's return value (JSON) is kept after it succeeds (None: not kept;
     ``jobs.result(jid)`` then returns None)."""
@@ -68,8 +84,11 @@ class JobOptions:
     """From -10 to 10, higher runs sooner within its queue; first in, first out within
     one priority (``priority.py``)."""
     group: str | None = None
-    """The fair group the job waits in (``options(group="tenant-42")``): a queue's groups
-    are served in turn (``groups.py``); None: no group (or the job's ``group_key``)."""
+    """The fair group the job waits in (``group="tenant-42"``): a queue's groups are
+    served in turn (``groups.py``); None: no group, or the one ``group_key`` names."""
+    group_key: GroupKey | None = None
+    """``group=fn``: ``fn(*args, **kwargs)`` names each enqueue's group (``group`` wins
+    over it)."""
     throttle: float | None = None
     """Seconds after an enqueue of the job's key during which others return None
     (``dedup.py``)."""
@@ -79,8 +98,9 @@ class JobOptions:
     coalesce: bool = False
     """Enqueues of the job's key merge into the one waiting, or keep one follow-up of the
     one running (``dedup.py``)."""
-    key: str | None = None
-    """What the dedup mode dedups by (None: the job's arguments)."""
+    key: str | dedup.DedupKey | None = None
+    """What the dedup mode dedups by: a str, or ``fn(*args, **kwargs)`` naming it per
+    enqueue (None: the job's arguments)."""
 
     def __post_init__(self) -> None:
         check_queue_name(self.queue)
@@ -89,24 +109,17 @@ class JobOptions:
             _seconds("timeout", self.timeout, MAX_TIMEOUT)
         unique_module.policy_of(self.unique)
         _seconds("unique_ttl", self.unique_ttl, unique_module.MAX_TTL)
+        unique_module.check_key(self.unique_key)
         check_keep_result(self.keep_result)
         if self.jid is not None:
             check_jid(self.jid)
-        if self.expires_in is not None:
-            _seconds("expires_in", self.expires_in, MAX_EXPIRES_IN)
-        if self.expires_at is not None:
-            if isinstance(self.expires_at, bool) or not isinstance(self.expires_at, int | float) \
-                    or not math.isfinite(self.expires_at):
-                raise TypeError("expires_at must be an aware datetime or epoch seconds, "
-                                f"not {self.expires_at!r}")
-            if self.expires_in is not None:
-                raise ValueError("give expires_in or expires_at, not both")
-        if not isinstance(self.dead_on_expiry, bool):
-            raise TypeError(f"dead_on_expiry must be True or False, not {self.dead_on_expiry!r}")
+        _check_expiry(self.expires_in, self.expires_at, self.dead_on_expiry)
         check_after(self.after, self.on_parent_failure, self.pass_result)
         check_priority(self.priority)
         if self.group is not None:
             check_group(self.group)
+        if self.group_key is not None and not callable(self.group_key):
+            raise TypeError(f"group_key must be a function, not {self.group_key!r}")
         dedup.check(self.throttle, self.debounce, self.coalesce, self.key)
         mode = dedup.mode_of(self)
         if mode is not None and (self.unique or self.after or self.jid is not None):
@@ -121,50 +134,34 @@ class JobOptions:
         return None if self.expires_in is None else now + self.expires_in
 
 
-MAX_PARENTS: Final = 1000
-"""Most jobs one job may run after."""
-PARENT_FAILURE_POLICIES: Final = ("cancel", "run", "dead")
-
-
-def check_after(after: object, on_parent_failure: object, pass_result: object) -> None:
-    """``after=`` and its companions, or a TypeError/ValueError naming the problem."""
-    if not isinstance(after, tuple):
-        raise TypeError(f"after must be a list of jids, not {type(after).__name__}")
-    for jid in after:
-        check_jid(jid)
-    if len(set(after)) != len(after):
-        raise ValueError(f"after names a jid twice: {list(after)!r}")
-    if len(after) > MAX_PARENTS:
-        raise ValueError(f"after names {len(after)} jobs, over the limit of {MAX_PARENTS}")
-    if on_parent_failure not in PARENT_FAILURE_POLICIES:
-        raise ValueError(f"on_parent_failure must be one of {PARENT_FAILURE_POLICIES}, "
-                         f"not {on_parent_failure!r}")
-    if not isinstance(pass_result, bool):
-        raise TypeError(f"pass_result must be True or False, not {pass_result!r}")
-    if pass_result and len(after) != 1:
-        raise ValueError("pass_result needs exactly one job in after= (whose result it takes)")
-
-
-def check_discard_on(discard_on: object) -> None:
-    """``@jobs.job(discard_on=...)``: exception classes, or a TypeError naming the one
-    that is not."""
-    for kind in discard_on if isinstance(discard_on, list | tuple | set) else [discard_on]:
-        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
-            raise TypeError(f"discard_on takes exception classes, not {kind!r}")
-
-
 def enqueue_group(definition: JobDefinition, options: JobOptions, args: Sequence[Any],
                   kwargs: Mapping[str, Any], fetch: str) -> str | None:
-    """The fair group of one enqueue: ``options(group=)``, else the job's function of
-    its arguments (``@jobs.job(group=fn)``), else none. A ``ConfigurationError`` under
-    basic fetch, whose BRPOP never takes a job from a group's list."""
+    """The fair group of one enqueue: a fixed name, else the function of its arguments
+    (``group=fn``) naming it, else none. A ``ConfigurationError`` under basic fetch,
+    whose BRPOP never takes a job from a group's list."""
     group = options.group
-    if group is None and definition.group_key is not None:
-        group = group_for(definition.group_key, list(args), dict(kwargs), definition.name)
+    key = options.group_key if options.group_key is not None else definition.group_key
+    if group is None and key is not None:
+        group = group_for(key, list(args), dict(kwargs), definition.name)
     if group is not None and fetch == "basic":
         raise ConfigurationError("groups need reliable fetch: a basic (BRPOP) worker never "
                                  "takes a job from a group's list")
     return group
+
+
+def _check_expiry(expires_in: object, expires_at: object, dead_on_expiry: object) -> None:
+    """A job's deadline: ``expires_in`` or ``expires_at`` (epoch s), at most one."""
+    if expires_in is not None:
+        _seconds("expires_in", expires_in, MAX_EXPIRES_IN)
+    if expires_at is not None:
+        if isinstance(expires_at, bool) or not isinstance(expires_at, int | float) \
+                or not math.isfinite(expires_at):
+            raise TypeError("expires_at must be an aware datetime or epoch seconds, "
+                            f"not {expires_at!r}")
+        if expires_in is not None:
+            raise ValueError("give expires_in or expires_at, not both")
+    if not isinstance(dead_on_expiry, bool):
+        raise TypeError(f"dead_on_expiry must be True or False, not {dead_on_expiry!r}")
 
 
 MAX_EXPIRES_IN: Final = 366 * 24 * 3600.0
@@ -182,10 +179,6 @@ def _seconds(name: str, value: object, cap: float) -> None:
                          f"got {value!r}")
 
 
-RetryIn = Callable[[int, BaseException], float | None]
-"""``retry_in(attempt, error)``: seconds before the next attempt, or None for the default."""
-
-
 @dataclass(frozen=True, slots=True)
 class JobDefinition:
     """A registered job: its name, function and defaults."""
@@ -194,12 +187,14 @@ class JobDefinition:
     func: Callable[..., Any]
     options: JobOptions
     unique_key: UniqueKey | None = None
+    """Read when ``options.unique_key`` is None (``@jobs.job`` sets that one)."""
     retry_in: RetryIn | None = None
+    """``RetryPolicy(delay=)``: read by the worker from the registration, never a
+    payload (``retries.RetryPolicy``)."""
     discard_on: tuple[type[BaseException], ...] = ()
     """Exceptions that send the job to dead at once, whatever its retries."""
     group_key: GroupKey | None = None
-    """``@jobs.job(group=fn)``: ``fn(*args, **kwargs)`` names each enqueue's group
-    (``options(group=...)`` wins over it)."""
+    """Read when ``options.group_key`` is None (``@jobs.job`` sets that one)."""
 
     @property
     def is_async(self) -> bool:

@@ -12,13 +12,17 @@ The payload fields this module owns (Sidekiq's, so tools that know Sidekiq read 
 A ``retry_count`` that is not an int (bad data) counts as "no failure yet" everywhere:
 one formula, used by the worker's filing, its interrupt path, the job's context and
 the admin's manual retry. Nothing here does I/O.
+
+``RetryPolicy`` (below) is the ``retry=`` option as one value: the retries, the delay
+before each and the exceptions that are never retried.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:  # job imports settings, which imports this module
@@ -106,3 +110,74 @@ def for_manual_retry(payload: Payload) -> None:
             payload.pop("retry_count")
         else:
             payload["retry_count"] = count - 1
+
+
+RetryIn = Callable[[int, BaseException], float | None]
+"""``retry_in(attempt, error)``: seconds before the next attempt, or None for the default."""
+
+
+def check_discard_on(discard_on: object) -> tuple[type[BaseException], ...]:
+    """``discard_on=``: exception classes (one, or a list), or a TypeError naming the one
+    that is not."""
+    kinds = tuple(discard_on) if isinstance(discard_on, list | tuple | set | frozenset) \
+        else (discard_on,)
+    for kind in kinds:
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise TypeError(f"discard_on takes exception classes, not {kind!r}")
+    return kinds
+
+
+@dataclass(frozen=True, slots=True)
+class FixedDelay:
+    """``RetryPolicy(delay=S)``: the same S seconds before every retry."""
+
+    seconds: float
+
+    def __call__(self, attempt: int, error: BaseException) -> float:
+        return self.seconds
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """``retry=RetryPolicy(max=5, delay=..., discard_on=(...))``: how a failed job is
+    retried (Temporal's ``RetryPolicy``). The flat spellings still work: ``retry=5`` (or
+    True/False) is ``max``, ``retry_in=`` is ``delay``, ``discard_on=`` is itself.
+
+    - ``max``: retries after the first run: an int >= 0, True (``DEFAULT_RETRIES``) or
+      False (none), so ``max=1`` means at most 2 runs;
+    - ``delay``: seconds before each retry, or ``fn(attempt, error) -> seconds | None``
+      (None: the backoff); None: the exponential backoff (``delay()`` above);
+    - ``discard_on``: exception classes that file the job in dead at once, whatever
+      retries are left.
+
+    A worker reads ``delay`` and ``discard_on`` from the job's registration (no payload
+    field carries them, so a worker of a process that never saw a call's value could not
+    honour it): ``.options(retry=RetryPolicy(...))`` may change ``max`` only.
+    """
+
+    max: bool | int = True
+    delay: float | RetryIn | None = None
+    discard_on: Sequence[type[BaseException]] | type[BaseException] = ()
+
+    def __post_init__(self) -> None:
+        check_retry(self.max)
+        if self.delay is not None and not callable(self.delay):
+            if isinstance(self.delay, bool) or not isinstance(self.delay, int | float):
+                raise TypeError("delay must be seconds or fn(attempt, error) -> seconds, "
+                                f"not {type(self.delay).__name__}")
+            if not 0 <= self.delay <= MAX_ASKED_DELAY:  # False for NaN too
+                raise ValueError(f"delay must be seconds >= 0 and <= {MAX_ASKED_DELAY:,.0f}, "
+                                 f"got {self.delay!r}")
+        object.__setattr__(self, "discard_on", check_discard_on(self.discard_on))
+
+    @property
+    def retry_in(self) -> RetryIn | None:
+        """``delay`` as the worker calls it: ``fn(attempt, error)``, or None."""
+        if self.delay is None or callable(self.delay):
+            return self.delay
+        return FixedDelay(float(self.delay))
+
+    @property
+    def discarded(self) -> tuple[type[BaseException], ...]:
+        """``discard_on`` as a tuple of classes."""
+        return check_discard_on(self.discard_on)
