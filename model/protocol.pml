@@ -233,7 +233,7 @@ ltl waits_end { <> [] (!dep && !arming) }
 
 /* ---------------------------------------------------------------- helpers (no script) */
 /* _record.lua lib_write: a record reaching a final state notes the end for its batch and
-   its watchers in its queue's outbox, in the same step (n = 0: the caller writes it) */
+   its watchers in its queue's notes list, in the same step (n = 0: the caller writes it) */
 inline h_endrec(j, st, e, n) {
   if
   :: n && rec[j] != R_NONE && rec[j] != st && (rbatch[j] || rwatch[j]) ->  /* noted once */
@@ -640,7 +640,7 @@ inline batch_apply(j, e) {
     h_decide()
   }
 }
-/* drop_notes.lua: applied notes leave the queue's outbox */
+/* drop_notes.lua: applied notes leave the queue's notes list */
 inline drop_notes(j) {
   atomic { note[j] = 0; note_w[j] = 0 }
 }
@@ -723,7 +723,7 @@ proctype worker(byte w) {
      forget(w, 1 - w);
      promote(w); h_chaos(w);
 #ifdef WORKFLOWS
-     /* batch_relay.py: the notes of the served queue, then (every 5 s, one worker) of the
+     /* notes_relay.py: the notes of the served queue, then (every 5 s, one worker) of the
         queues no worker serves, then the reaper, then the callbacks due */
      for (q : 0 .. 1) {
 #ifdef PREFIX_UNSERVED

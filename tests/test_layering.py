@@ -66,6 +66,7 @@ down; the rest of ``prometheus/`` reads through ``admin/``, a tool."""
 UPWARD_ALLOWED: Final[dict[tuple[str, str], str]] = {
     ("__main__", "cli"): "the entry point: python -m cogworker_async is the CLI",
     ("", "admin"): "lazy: the Inspector export (cogworker_async.Inspector), loaded when named",
+    ("", "testing"): "lazy: the Testing export (App.testing's type), loaded when named",
     ("app", "testing"): "lazy: App.testing hands out the fake, loaded when asked",
     ("app", "admin.periodic"): "lazy: App.periodic_jobs returns the admin model's view",
 }

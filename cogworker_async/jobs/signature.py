@@ -18,8 +18,9 @@ from cogworker_async.jobs.definition import JobDefinition, JobOptions
 from cogworker_async.jobs.priority import MAX_PRIORITY, MIN_PRIORITY
 
 
-class Enqueuer(Protocol):
-    """What a signature needs of a job's enqueue methods (``registry.Enqueuer``)."""
+class EnqueueTarget(Protocol):
+    """What a signature needs of a job's enqueue methods (``enqueue/handles.py``'s
+    ``Enqueuer``; named apart from it: this is only the part a signature calls)."""
 
     @property
     def definition(self) -> JobDefinition: ...
@@ -37,14 +38,14 @@ class Enqueuer(Protocol):
     def prepared_sync(self, /, *args: Any, **kwargs: Any) -> Any: ...
 
     def options(self, *, keep_result: float | None = None, after: Iterable[str] | None = None,
-                pass_result: bool | None = None) -> Enqueuer: ...
+                pass_result: bool | None = None) -> EnqueueTarget: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Signature:
     """A job (with its options) and the arguments of one run of it."""
 
-    enqueuer: Enqueuer = field(repr=False)
+    enqueuer: EnqueueTarget = field(repr=False)
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
     incomplete: str | None = field(default=None, repr=False, compare=False)
@@ -74,7 +75,7 @@ class Signature:
         return self.enqueuer.prepared_sync(*self.args, **self.kwargs)
 
     def stored(self) -> dict[str, Any]:
-        """What a batch keeps of it, to enqueue when it ends (``batch_relay.py``)."""
+        """What a batch keeps of it, to enqueue when it ends (``notes_relay.py``)."""
         options = self.enqueuer.job_options
         return {"name": self.name, "args": list(self.args), "kwargs": dict(self.kwargs),
                 "queue": self.queue, "retry": options.retry,
@@ -100,7 +101,7 @@ def callback_jid(bid: str, kind: str) -> str:
 def callback_payload(definition: JobDefinition, stored: Mapping[str, Any], bid: str,
                      kind: str, now: float) -> wire.Payload:
     """The job a batch's stored callback (``Signature.stored``) is enqueued as: by the
-    relay (``worker/batch_relay.py``) and by the testing fake alike."""
+    relay (``worker/notes_relay.py``) and by the testing fake alike."""
     options = definition.options
     retry = stored.get("retry", options.retry)
     priority = stored.get("priority", options.priority)
@@ -131,7 +132,7 @@ def _seconds(value: object) -> float | None:
     return None
 
 
-def make(enqueuer: Enqueuer, args: Sequence[Any], kwargs: Mapping[str, Any],
+def make(enqueuer: EnqueueTarget, args: Sequence[Any], kwargs: Mapping[str, Any],
          max_bytes: int) -> Signature:
     """A checked signature: TypeError/ValueError naming what does not fit."""
     definition = enqueuer.definition

@@ -22,7 +22,7 @@ Series (the job and queue labels are the registered job name and the queue it ra
   ``cogworker_loop_lag_seconds``: read from ``Manager.vitals`` at each scrape.
 
 The hot path (``finished``, on the event loop, for every run) only adds to plain
-numbers: one dict lookup for the (job, queue) ``Tally``, an increment, and a bucket
+numbers: one dict lookup for the (job, queue) ``SeriesCounts``, an increment, and a bucket
 found by bisection for each histogram. No lock, no metric object: a scrape (in the
 server's thread) reads the tallies and builds the families then. Why not
 ``prometheus_client``'s own counters and histograms (a lock per increment, a linear
@@ -125,7 +125,7 @@ class Gauges(Protocol):
     def outbox_lag(self) -> float | None: ...
 
 
-class Tally:
+class SeriesCounts:
     """One (job, queue)'s counts. Written on the event loop only; read by scrapes."""
 
     __slots__ = ("duration", "duration_sum", "outcomes", "wait", "wait_sum")
@@ -159,7 +159,7 @@ def cumulative(le: Sequence[str], counts: Sequence[int]) -> list[tuple[str, floa
     return buckets
 
 
-def run_families(tallies: dict[tuple[str, str], Tally], recovered: dict[str, int]
+def run_families(tallies: dict[tuple[str, str], SeriesCounts], recovered: dict[str, int]
                  ) -> list[Metric]:
     """The counters and histograms of the runs so far."""
     runs = CounterMetricFamily("cogworker_jobs", "Runs, by outcome (one per run: failures "
@@ -231,7 +231,7 @@ class WorkerMetrics:
             raise ValueError("WorkerMetrics needs settings.metrics_port")
         self.host = settings.metrics_host
         self.port = settings.metrics_port
-        self.tallies: dict[tuple[str, str], Tally] = {}
+        self.tallies: dict[tuple[str, str], SeriesCounts] = {}
         self.registered = frozenset(registered)
         """The app's job names: never counted against ``MAX_SERIES``."""
         self.outcomes = tuple(outcomes)
@@ -265,7 +265,7 @@ class WorkerMetrics:
     def recovered(self, queue: str, count: int) -> None:
         self.recovered_jobs[queue] = self.recovered_jobs.get(queue, 0) + count
 
-    def _add(self, name: str, queue: str) -> Tally:
+    def _add(self, name: str, queue: str) -> SeriesCounts:
         """The tally of a (job, queue) seen for the first time, or ``OTHER``'s past
         ``MAX_SERIES`` unregistered ones. (Past the bound, a new name is not remembered —
         that would grow without bound too: each of its runs costs one more lookup.)"""
@@ -278,7 +278,7 @@ class WorkerMetrics:
             name = OTHER
         tally = self.tallies.get((name, queue))
         if tally is None:
-            tally = self.tallies[(name, queue)] = Tally(self.outcomes)
+            tally = self.tallies[(name, queue)] = SeriesCounts(self.outcomes)
             self._strangers += stranger
         return tally
 

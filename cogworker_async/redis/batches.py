@@ -26,7 +26,7 @@ nobody seals (a block's hold is let go of well before: ``batch.HOLD``, the reape
 DONE_TTL: Final = 7 * 86400.0
 """Seconds an ended batch is kept, for its status."""
 NOTES_PER_READ: Final = 200
-"""Notes the relay reads from a queue's outbox per round."""
+"""Notes the relay reads from a queue's notes list per round."""
 CLOCK_MARGIN: Final = 60.0
 """Seconds the firing set is read past this process's clock: its scores are the clocks
 of the processes that decided (another host's may run ahead); a batch put off is put
@@ -117,7 +117,7 @@ class BatchDamaged(Exception):
     another program in the namespace. Readers show it as damaged; the relay skips it."""
 
 
-class Batches(Part):
+class BatchesPart(Part):
     def _now(self) -> float:
         return time.time()
 
@@ -324,7 +324,7 @@ class Batches(Part):
         return int(await self.client.zcard(self.keys.batches_open))
 
     async def notes(self, queue: str, count: int = NOTES_PER_READ) -> list[bytes]:
-        """The oldest notes in ``queue``'s outbox, as written."""
+        """The oldest notes in ``queue``'s notes list (``Keys.batch_notes``), as written."""
         return [as_bytes(raw) for raw in
                 await self.client.lrange(self.keys.batch_notes(queue), 0, count - 1)]
 

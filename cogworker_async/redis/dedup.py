@@ -15,7 +15,7 @@ from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.batches import foreign
 from cogworker_async.redis.errors import ResponseError
 from cogworker_async.redis.part import Part, Shared, as_bytes, as_list
-from cogworker_async.redis.queues import Queues
+from cogworker_async.redis.queues import QueuesPart
 
 DEBOUNCE_KEPT: Final = 24 * 3600
 """Seconds a debounced key's state outlives its job's due time (a poller that is late
@@ -23,7 +23,7 @@ that long lets the next enqueue make a second job, never lose one)."""
 
 
 class Dedup(Part):
-    def __init__(self, shared: Shared, queues: Queues) -> None:
+    def __init__(self, shared: Shared, queues: QueuesPart) -> None:
         super().__init__(shared)
         self.queues = queues
 

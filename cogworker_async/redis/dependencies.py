@@ -3,7 +3,7 @@
 A waiting job lives in its own queue's slot (``dep_wait.lua``): its copy, the parents it
 has not heard the end of, its record saying ``waiting``. Each parent, in its own slot, is
 told it is watched (``dep_watch.lua``): its record names the dependent, so the settle
-script that ends it notes its end with its watchers (``_record.lua``), and the batch relay
+script that ends it notes its end with its watchers (``_record.lua``), and the notes relay
 carries the note to each dependent (``dep_apply.lua``), which is released onto its queue,
 or cancelled, or filed in dead, in the step that hears the last parent's end. A parent
 that ended before it was watched says so to the watch, and its end is applied at once.
@@ -27,7 +27,7 @@ from redis.exceptions import ResponseError
 
 from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.part import Part, Shared, as_bytes, as_list, wrong_type
-from cogworker_async.redis.queues import Queues
+from cogworker_async.redis.queues import QueuesPart
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def parse_watchers(text: str) -> list[Watcher]:
 
 
 class Dependencies(Part):
-    def __init__(self, shared: Shared, queues: Queues) -> None:
+    def __init__(self, shared: Shared, queues: QueuesPart) -> None:
         super().__init__(shared)
         self.queues = queues
 

@@ -203,7 +203,7 @@ class Keys:
     @property
     def notes_lock(self) -> str:
         """String lock (owner, with a TTL): the worker relaying the notes of the queues
-        it does not serve, one at a time (``worker/batch_relay.py``)."""
+        it does not serve, one at a time (``worker/notes_relay.py``)."""
         return self._app("notes_lock")
 
     # -- a queue's slot ----------------------------------------------------------------

@@ -18,7 +18,7 @@ from cogworker_async.redis.errors import RedisError, ResponseError
 from cogworker_async.redis.part import Part, SetName, Shared
 from cogworker_async.redis.part import as_bytes as as_bytes  # its callers import it here
 from cogworker_async.redis.stats import HISTORY_TTL as HISTORY_TTL
-from cogworker_async.redis.stats import Stats
+from cogworker_async.redis.stats import StatsPart
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class Requeued:
 
 
 class Liveness(Part):
-    def __init__(self, shared: Shared, stats: Stats) -> None:
+    def __init__(self, shared: Shared, stats: StatsPart) -> None:
         super().__init__(shared)
         self.stats = stats
 

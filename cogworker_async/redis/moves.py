@@ -24,7 +24,7 @@ from cogworker_async.jobs.priority import LEVELS, PRIORITY_AGING, aging_ms
 from cogworker_async.jobs.status import LIVE_TTL, SUCCEEDED, Ended
 from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.part import Part, SetName, Shared, as_bytes, as_list
-from cogworker_async.redis.queues import Queues
+from cogworker_async.redis.queues import QueuesPart
 from cogworker_async.redis.scripts import Call
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def _name_of(raws: Sequence[bytes]) -> str:
 
 
 class Moves(Part):
-    def __init__(self, shared: Shared, queues: Queues) -> None:
+    def __init__(self, shared: Shared, queues: QueuesPart) -> None:
         super().__init__(shared)
         self.queues = queues
         self._wake_refused = False

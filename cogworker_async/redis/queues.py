@@ -45,7 +45,7 @@ async def _wake_messages(client: redis.asyncio.Redis,
 
 
 
-class Queues(Part):
+class QueuesPart(Part):
     def __init__(self, shared: Shared) -> None:
         super().__init__(shared)
         self._registered: dict[str, float] = {}

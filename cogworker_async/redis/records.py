@@ -24,7 +24,7 @@ from cogworker_async.jobs.status import (
 from cogworker_async.jobs.wire import jid_of
 from cogworker_async.redis.errors import ResponseError
 from cogworker_async.redis.part import Part, Shared
-from cogworker_async.redis.queues import Queues
+from cogworker_async.redis.queues import QueuesPart
 from cogworker_async.redis.scripts import Call
 
 _FOREIGN = re.compile(r"WRONGTYPE (cancel set|waiting set|arming set|unique lock) "
@@ -40,7 +40,7 @@ def _text(value: bytes | str) -> str:
 
 
 class Records(Part):
-    def __init__(self, shared: Shared, queues: Queues) -> None:
+    def __init__(self, shared: Shared, queues: QueuesPart) -> None:
         super().__init__(shared)
         self.queues = queues
 

@@ -33,7 +33,7 @@ class StatsFlush:
 
 
 
-class Stats(Part):
+class StatsPart(Part):
     async def add_stats(self, processed: int, failed: int) -> None:
         """Add to the totals and to today's counts (UTC; kept ``HISTORY_TTL``). Not safe
         to repeat after a lost reply: a worker's flush uses ``flush_stats``."""

@@ -25,7 +25,7 @@ import logging
 
 import redis.asyncio
 
-from cogworker_async.redis.batches import Batches
+from cogworker_async.redis.batches import BatchesPart
 from cogworker_async.redis.connection import ServerInfo, check_server, connect, maxmemory_policy
 from cogworker_async.redis.dedup import Dedup
 from cogworker_async.redis.dependencies import Dependencies
@@ -50,12 +50,12 @@ from cogworker_async.redis.part import DeadLimits as DeadLimits
 from cogworker_async.redis.part import SetName as SetName
 from cogworker_async.redis.part import Shared, Via
 from cogworker_async.redis.pausing import Pausing
-from cogworker_async.redis.queues import Queues
+from cogworker_async.redis.queues import QueuesPart
 from cogworker_async.redis.records import Records
 from cogworker_async.redis.scripts import Scripts
 from cogworker_async.redis.stats import FLUSH_NUMBER_TTL as FLUSH_NUMBER_TTL
-from cogworker_async.redis.stats import Stats
 from cogworker_async.redis.stats import StatsFlush as StatsFlush
+from cogworker_async.redis.stats import StatsPart
 from cogworker_async.redis.waits import FinishedWaits
 from cogworker_async.settings import KEEP_STATUS, Settings
 
@@ -82,14 +82,14 @@ class Store:
         self.scripts = Scripts(client, durability)
         self.shared = Shared.over(client, keys, self.scripts, dead_limits=dead_limits,
                                   keep_status=keep_status, track_jobs=track_jobs)
-        self.queues = Queues(self.shared)
+        self.queues = QueuesPart(self.shared)
         self.moves = Moves(self.shared, self.queues)
-        self.stats = Stats(self.shared)
+        self.stats = StatsPart(self.shared)
         self.liveness = Liveness(self.shared, self.stats)
         self.records = Records(self.shared, self.queues)
         self.locks = Locks(self.shared)
         self.pausing = Pausing(self.shared)
-        self.batches = Batches(self.shared)
+        self.batches = BatchesPart(self.shared)
         self.dependencies = Dependencies(self.shared, self.queues)
         self.dedup = Dedup(self.shared, self.queues)
         self.finished_waits = FinishedWaits(client)
@@ -201,15 +201,15 @@ class Store:
     cron_claim = Via("moves", Moves.cron_claim)
 
     # queues.py
-    register_queues = Via("queues", Queues.register_queues)
-    queue_names = Via("queues", Queues.queue_names)
-    wake_ups = Via("queues", Queues.wake_ups)
-    backlog = Via("queues", Queues.backlog)
+    register_queues = Via("queues", QueuesPart.register_queues)
+    queue_names = Via("queues", QueuesPart.queue_names)
+    wake_ups = Via("queues", QueuesPart.wake_ups)
+    backlog = Via("queues", QueuesPart.backlog)
 
     # stats.py
-    add_stats = Via("stats", Stats.add_stats)
-    flush_stats = Via("stats", Stats.flush_stats)
-    run_metrics = Via("stats", Stats.run_metrics)
+    add_stats = Via("stats", StatsPart.add_stats)
+    flush_stats = Via("stats", StatsPart.flush_stats)
+    run_metrics = Via("stats", StatsPart.run_metrics)
 
     # locks.py
     take_lock = Via("locks", Locks.take_lock)

@@ -21,7 +21,7 @@ from cogworker_async.jobs import wire
 from cogworker_async.jobs.definition import JobDefinition
 from cogworker_async.jobs.signature import callback_payload
 from cogworker_async.redis.batches import BatchEnded, BatchRecord
-from cogworker_async.worker.batch_relay import KINDS, MAX_CALLBACK_BYTES
+from cogworker_async.worker.notes_relay import KINDS, MAX_CALLBACK_BYTES
 
 FINAL = ("success", "complete", "dead", "abandoned")
 

@@ -10,7 +10,7 @@ that verdict (``Processor._settle``), exactly as it settles a run's outcome.
     BEFORE_START    Unregistered   no job of that name here: dead (UnknownJob)
                     BadArguments   its arguments fit no call of it: dead (InvalidArguments),
                                    or lack its parent's result: dead (ParentResultMissing)
-                    Expired        past its deadline: dead (Expired) or dropped
+                    PastDeadline   past its deadline: dead (Expired) or dropped
                     Overlapping    its periodic predecessor still runs: acked, unreported
     (the run is registered with the canceller: ``Ticket.control``)
     AT_START        Cancelled      a cancel came before it started: acked cancelled
@@ -20,7 +20,7 @@ that verdict (``Processor._settle``), exactly as it settles a run's outcome.
 Why the order matters, and where a new gate goes:
 - a gate sees only what the gates before it let through: ``read`` makes the payload,
   ``Unregistered`` guarantees the definition every later gate may use;
-- a job that can never run is dead whatever its deadline (BadArguments before Expired);
+- a job that can never run is dead whatever its deadline (BadArguments before PastDeadline);
 - pure gates (a decision from what they are given: no I/O, so unit-tested alone) come
   before the gates that ask Redis (``AsyncGate``): a job refused for free costs no round
   trip and takes nothing;
@@ -33,7 +33,7 @@ A new pure rule (a dedup rule, a workflow's gate) goes in BEFORE_START before
 ``Overlapping``; one that must take something in Redis (a fair group's slot) goes after
 it, awaitable, and must have what it took given back (nothing here releases it yet).
 
-A gate never logs nor counts: its verdict says what to log (``Note``, logged by the
+A gate never logs nor counts: its verdict says what to log (``LogLine``, logged by the
 processor under its own logger) and what to count (``processed``, ``failed``).
 """
 
@@ -59,12 +59,12 @@ from cogworker_async.jobs.retries import attempt_of
 from cogworker_async.jobs.status import Ended
 from cogworker_async.worker import outcome
 from cogworker_async.worker.fetch import Work
-from cogworker_async.worker.outcome import ACK, Ack, Disposition, Filing, RetryPolicy
+from cogworker_async.worker.outcome import ACK, Ack, Disposition, Filing, RetryDelays
 from cogworker_async.worker.ports import RunLocks
 
 
 @dataclass(frozen=True, slots=True)
-class Note:
+class LogLine:
     """A line the processor logs for a verdict (``logging`` arguments)."""
 
     level: int
@@ -96,7 +96,7 @@ class Verdict:
     """The job's locks are settled with it (``JobLocks.after_settle``), as after a run."""
     unstarted: bool = False
     """It will never start: its ``until_started`` lock is freed now (``never_started``)."""
-    note: Note | None = None
+    note: LogLine | None = None
 
 
 @dataclass(slots=True)
@@ -151,7 +151,7 @@ def read(work: Work, max_bytes: int, *, clock: Callable[[], float] = time.time
         return wire.decode(work.raw, max_bytes)
     except UnparseablePayload as exc:
         filed = outcome.unparseable(work.raw, queue=work.queue, reason=str(exc), now=clock())
-        return Verdict(filed, processed=1, failed=1, note=Note(
+        return Verdict(filed, processed=1, failed=1, note=LogLine(
             logging.ERROR, "unreadable job on queue %r moved to dead: %s", (work.queue, exc)))
 
 
@@ -198,11 +198,11 @@ def missing_result(payload: wire.Payload) -> ParentResultMissing:
         "None in its place (enqueue it again after a parent that keeps its result)")
 
 
-class Expired:
+class PastDeadline:
     """Not started by its deadline (``expires_at``): dead as ``Expired``, or dropped
     (``dead_on_expiry=False``). Counted as processed, not failed; said once."""
 
-    def __init__(self, policy: RetryPolicy) -> None:
+    def __init__(self, policy: RetryDelays) -> None:
         self.policy = policy
 
     def check(self, ticket: Ticket) -> Verdict | None:
@@ -212,7 +212,7 @@ class Expired:
             return None
         name = str(payload["class"])
         return Verdict(dropped, processed=1, expired=True, locks=True, unstarted=True,
-                       note=Note(logging.WARNING,
+                       note=LogLine(logging.WARNING,
                                  "expired: %s jid=%s not started by its deadline -> %s",
                                  (payload["class"], payload["jid"],
                                   "dead" if isinstance(dropped, Filing) else "dropped"),
@@ -242,7 +242,7 @@ class Cancelled:
         ack = cancelled(ticket.control, ticket.payload)
         if ack is None:
             return None
-        return Verdict(ack, locks=True, note=Note(
+        return Verdict(ack, locks=True, note=LogLine(
             logging.INFO, "cancelled before it started: jid=%s", (ticket.payload["jid"],)))
 
 
@@ -279,9 +279,9 @@ class Admission:
         self._before, self._at = _steps(self.before_start), _steps(self.at_start)
 
     @classmethod
-    def standard(cls, policy: RetryPolicy, locks: RunLocks) -> Admission:
+    def standard(cls, policy: RetryDelays, locks: RunLocks) -> Admission:
         """The worker's gates, in the order of the module's docstring."""
-        return cls(before_start=(Unregistered(), BadArguments(), Expired(policy),
+        return cls(before_start=(Unregistered(), BadArguments(), PastDeadline(policy),
                                  Overlapping(locks)),
                    at_start=(Cancelled(),))
 

@@ -39,7 +39,7 @@ async def tell(store: Store, queue: str, note: Note, max_bytes: int) -> None:
         except Exception as exc:
             if not wrong_type(exc):
                 raise  # the note is kept: told again next pass (an end counts once)
-            log.error("batch relay: job %s cannot hear that its parent %s %s (%s)",
+            log.error("notes relay: job %s cannot hear that its parent %s %s (%s)",
                       watcher.jid, note.jid, note.end, exc)
     await deps.told(parent, watchers)
 

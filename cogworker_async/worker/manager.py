@@ -46,7 +46,6 @@ from cogworker_async.redis.errors import (
 from cogworker_async.redis.store import StatsFlush, Store
 from cogworker_async.settings import Settings, unserved_limits
 from cogworker_async.version import __version__
-from cogworker_async.worker.batch_relay import BatchRelay
 from cogworker_async.worker.canceller import Canceller
 from cogworker_async.worker.cron import CronTicker, periodic_job
 from cogworker_async.worker.dispatch import Dispatcher
@@ -57,6 +56,7 @@ from cogworker_async.worker.heartbeat import LAG_PROBE_INTERVAL, Heartbeat, Loop
 from cogworker_async.worker.hooks import HookRunner, Hooks
 from cogworker_async.worker.ledger import Ledger
 from cogworker_async.worker.lifespan import Lifespan, entered
+from cogworker_async.worker.notes_relay import NotesRelay
 from cogworker_async.worker.observers import Extras, Observers, Vitals
 from cogworker_async.worker.poller import Poller
 from cogworker_async.worker.processor import Processor
@@ -145,11 +145,12 @@ class Manager:
                                    canceller=self.canceller)
         self.cron = CronTicker(store, periodics, partial(periodic_job, registry))
         self.poller = Poller(store, settings)
-        self.relay = BatchRelay(store, registry, settings.queue_names,
+        self.notes = NotesRelay(store, registry, settings.queue_names,
                                 settings.max_payload_bytes, settings.poll_interval,
                                 identity=self.identity,
                                 judge_after=settings.orphan_threshold) if settings.tracked else None
-        """Batch members' ends and callbacks (``batch_relay.py``): its own task."""
+        """The notes relay (``notes_relay.py``): members' and parents' ends, callbacks due;
+        its own task."""
         self.lag = LoopLag()
         self.fence = Fence(store, self.identity, self.ledger, queues=settings.queue_names,
                            retry_pause=settings.heartbeat_interval)
@@ -309,8 +310,8 @@ class Manager:
                     upkeep.start_soon(run_upkeep, self.recovery, self.reconciler,
                                       self.settings, self.identity, self.processor.runner)
                 upkeep.start_soon(self.poller.run)
-                if self.relay is not None:
-                    upkeep.start_soon(self.relay.run)
+                if self.notes is not None:
+                    upkeep.start_soon(self.notes.run)
                 upkeep.start_soon(self.cron.run)
                 if self.outbox is not None:
                     upkeep.start_soon(self.outbox.run)

@@ -1,5 +1,6 @@
-"""Batch relay: carries members' ends to their batches and parents' ends to the jobs
-waiting for them, and enqueues the callbacks due.
+"""Notes relay: carries the notes a job's end leaves in its queue's slot — a batch
+member's end to its batch, a parent's end to the jobs waiting for it — and enqueues the
+batches' callbacks due. (Named for what it carries: batches and dependencies alike.)
 
 A member's settle script, in its queue's slot, notes its end there (``_record.lua``); a
 batch lives in the namespace's slot (``redis/batches.py``). Every worker relays the notes
@@ -73,7 +74,7 @@ class NodeAway(Exception):
     (a hung node would cost a socket timeout per batch)."""
 
 
-class BatchRelay:
+class NotesRelay:
     def __init__(self, store: Store, registry: Mapping[str, JobDefinition],
                  queues: Sequence[str], max_payload_bytes: int = MAX_CALLBACK_BYTES,
                  interval: float = 1.0, identity: str = "", judge_after: float = 0.0,
@@ -85,7 +86,7 @@ class BatchRelay:
         self.job_bytes = max_payload_bytes  # what a worker reads: a released dependent's
         self.interval = interval
         self.identity = identity
-        self.streak = Streak("batch relay")
+        self.streak = Streak("notes relay")
         self.reaper = BatchReaper(store, identity, judge_after=judge_after)
         self._next_unserved = 0.0
         self._swept: dict[str, str] = {}  # an unserved queue -> its sweep's cursor
@@ -153,7 +154,7 @@ class BatchRelay:
             raise failure
 
     async def relay_notes(self, queue: str) -> int:
-        """Every note of ``queue``'s outbox, a page at a time, until a short page."""
+        """Every note of ``queue``'s notes list, a page at a time, until a short page."""
         relayed = 0
         while True:
             raws = await self.store.batches.notes(queue)
@@ -181,7 +182,7 @@ class BatchRelay:
                     failure = failure or exc  # open index: the notes wait for its delete
                     continue
                 # this batch's keys (a wrong type): not the others'
-                log.error("batch relay: batch %s cannot take its members' ends (%s): "
+                log.error("notes relay: batch %s cannot take its members' ends (%s): "
                           "its notes are dropped", bid, exc)
         for note in watched:
             try:
@@ -206,7 +207,7 @@ class BatchRelay:
             except Exception as exc:
                 damaged = not isinstance(exc, (*Unavailable, NodeAway)) or wrong_type(exc)
                 if damaged:
-                    log.error("batch relay: batch %s is damaged (%s): its callbacks are put "
+                    log.error("notes relay: batch %s is damaged (%s): its callbacks are put "
                               "off %.0f s; the other batches go on", bid, why(exc),
                               DAMAGED_DELAY)
                 else:
@@ -277,7 +278,7 @@ def _callbacks(bid: str, text: str | None) -> Mapping[str, Any]:
 def _parsed(raw: bytes) -> Note | None:
     note = parse_note(raw)
     if note is None:
-        log.warning("batch relay: dropping a note that is not one: %r", raw[:200])
+        log.warning("notes relay: dropping a note that is not one: %r", raw[:200])
     return note
 
 

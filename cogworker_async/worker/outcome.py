@@ -57,7 +57,10 @@ ACK: Final = Ack()
 
 
 @dataclass(frozen=True, slots=True)
-class RetryPolicy:
+class RetryDelays:
+    """The settings' backoff bounds a failed run's retry delay is drawn within (a job's
+    own policy, ``RetryPolicy``, is what it registered: ``jobs/retries.py``)."""
+
     base_delay: float
     max_delay: float
 
@@ -74,7 +77,7 @@ def after_failure(
     error: BaseException,
     *,
     now: float,
-    policy: RetryPolicy,
+    policy: RetryDelays,
     terminal: bool = False,
     delay: Callable[[], float | None] | None = None,
     rng: random.Random | None = None,
@@ -153,7 +156,7 @@ def deadline_of(payload: Payload) -> float | None:
     return wire.number(payload, "expires_at")
 
 
-def expired(payload: Payload, *, now: float, policy: RetryPolicy) -> Disposition | None:
+def expired(payload: Payload, *, now: float, policy: RetryDelays) -> Disposition | None:
     """A job past its deadline is not run: dead as ``Expired``, or dropped (its record
     says cancelled) if enqueued with ``dead_on_expiry=False``. None: it may run (no
     deadline, or not past it). Judged by the worker's clock against the enqueuer's

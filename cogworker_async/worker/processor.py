@@ -31,7 +31,7 @@ from cogworker_async.observe.run_metrics import Tally
 from cogworker_async.observe.tracing import TraceOptions
 from cogworker_async.settings import Settings
 from cogworker_async.worker import admission, outcome
-from cogworker_async.worker.admission import Admission, Note, Ticket, Verdict
+from cogworker_async.worker.admission import Admission, LogLine, Ticket, Verdict
 from cogworker_async.worker.admission import fields as _fields
 from cogworker_async.worker.canceller import Canceller
 from cogworker_async.worker.execute import Counters, Executor, Leftover
@@ -45,7 +45,7 @@ from cogworker_async.worker.observers import (
     RunReport,
     outcome_of,
 )
-from cogworker_async.worker.outcome import ACK, Ack, Disposition, Filing, GiveBack, RetryPolicy
+from cogworker_async.worker.outcome import ACK, Ack, Disposition, Filing, GiveBack, RetryDelays
 from cogworker_async.worker.ports import (
     Cancels,
     InFlight,
@@ -128,7 +128,7 @@ class Processor:
         self.settler = settler
         self.counters = counters
         self.ledger = ledger
-        self.policy = RetryPolicy(settings.retry_base_delay, settings.retry_max_delay)
+        self.policy = RetryDelays(settings.retry_base_delay, settings.retry_max_delay)
         self.locks: RunLocks = JobLocks(store)
         self.gates = Admission.standard(self.policy, self.locks)
         """The gates a job passes before its run, in order (``admission.py``)."""
@@ -188,7 +188,7 @@ class Processor:
             cancelled = attempt.cancelled()  # its scope was cancelled for it: no give-back
             if cancelled is not None:
                 attempt.ran = True
-                self._decide(attempt, Verdict(cancelled, note=Note(
+                self._decide(attempt, Verdict(cancelled, note=LogLine(
                     logging.INFO, "cancelled: jid=%s", (attempt.work.jid,))))
         try:
             disposition = attempt.disposition or attempt.fallback()
@@ -335,7 +335,7 @@ class Processor:
         was told), rescheduled (a limiter refused it), or failed (retried, or dead)."""
         cancelled = attempt.cancelled()
         if cancelled is not None:
-            return Verdict(cancelled, error=error, note=Note(
+            return Verdict(cancelled, error=error, note=LogLine(
                 logging.INFO, "cancelled: %s jid=%s (%s)",
                 (definition.name, payload["jid"], type(error).__name__)))
         if isinstance(error, OverLimit):
@@ -370,7 +370,7 @@ class Processor:
             return None
         # The counting middleware saw an exception escape and counted a failure: this
         # run was refused, not failed (the stats' failed count is of failures).
-        return Verdict(filed, error=error, limited=True, failed=-1, note=Note(
+        return Verdict(filed, error=error, limited=True, failed=-1, note=LogLine(
             logging.INFO, "over limit: %s jid=%s: %s -> rescheduled in %.1fs (%d of %d)",
             (payload["class"], payload["jid"], error, filed.delay,
              outcome.limited_count(filed.entry), self.settings.max_limit_reschedules),
@@ -386,8 +386,8 @@ class Processor:
 
     @staticmethod
     def _failure_note(attempt: Attempt, payload: wire.Payload, error: BaseException,
-                      filed: Filing) -> Note:
-        return Note(logging.WARNING, "failed: %s jid=%s: %s: %s -> %s%s",
+                      filed: Filing) -> LogLine:
+        return LogLine(logging.WARNING, "failed: %s jid=%s: %s: %s -> %s%s",
                     (payload["class"], payload["jid"], type(error).__name__, error,
                      filed.target, f" in {filed.delay:.1f}s" if filed.target == "retry" else ""),
                     _fields(payload, str(payload["class"]), attempt.work.queue))

@@ -12,13 +12,13 @@ from __future__ import annotations
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.jobs.signature import Signature
 from cogworker_async.workflows import batch
-from cogworker_async.workflows.batch import App, Batch, BatchStatus
+from cogworker_async.workflows.batch import Batch, BatchHost, BatchStatus
 
 
 class AppBatches:
     """An App's batches (``jobs.batches``): ``open``, ``status``, ``results``, ``cancel``."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: BatchHost) -> None:
         self._app = app
 
     def open(self, description: str | None = None, *, on_success: Signature | None = None,

@@ -13,7 +13,7 @@ by its open and each member it adds): killed inside it, it is let go of once the
 lapses (``worker/batch_reaper.py``); alive, it hears so (``HoldLapsed``).
 
 Where its members' ends are counted and how its callbacks fire exactly once:
-``redis/lua/_batch.lua``, ``worker/batch_relay.py``, and docs/design.md.
+``redis/lua/_batch.lua``, ``worker/notes_relay.py``, and docs/design.md.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ class BatchBackend(Protocol):
     async def members(self, bid: str, which: str) -> list[str]: ...
 
 
-class App(Protocol):
-    """What a batch needs of its App (``app.App``)."""
+class BatchHost(Protocol):
+    """What a batch needs of its App (``app.App``; named apart from it: this is only
+    the part a batch calls)."""
 
     settings: Settings
 
@@ -143,7 +144,7 @@ def new_bid() -> str:
 class Batch:
     """A batch: ``async with`` it to add members; ``bid`` is its id."""
 
-    def __init__(self, app: App, *, description: str | None = None,
+    def __init__(self, app: BatchHost, *, description: str | None = None,
                  on_success: Signature | None = None, on_complete: Signature | None = None,
                  on_death: Signature | None = None, bid: str | None = None,
                  parent: str | None = None, hold: float | None = None) -> None:
@@ -282,7 +283,7 @@ def holder_token(reopen: bool, hold: float = HOLD, owner: str | None = None) -> 
     return f"{nonce}.{kind}@{owner}"
 
 
-async def status_of(app: App, bid: str) -> BatchStatus:
+async def status_of(app: BatchHost, bid: str) -> BatchStatus:
     """What ``bid`` has come to; "damaged" (never an exception) for a batch whose keys
     are not what the batch scripts write."""
     check_jid(bid)
@@ -332,7 +333,7 @@ async def _record(backend: BatchBackend, bid: str) -> BatchRecord | None:
         return None
 
 
-async def cancel(app: App, bid: str) -> int:
+async def cancel(app: BatchHost, bid: str) -> int:
     """Cancel every member of ``bid`` not ended, and of its child batches; how many. The
     batch ends whoever holds it open: every block's hold is let go of first (a block
     still running then adds no member: ``BatchEnded``), so it is sealed and ends once
@@ -358,7 +359,7 @@ async def cancel(app: App, bid: str) -> int:
     return cancelled
 
 
-async def results(app: App, bid: str) -> dict[str, object]:
+async def results(app: BatchHost, bid: str) -> dict[str, object]:
     """jid -> result of each member that succeeded and keeps its result."""
     found: dict[str, object] = {}
     for jid in await app._batch_backend().members(check_jid(bid), "succeeded"):

@@ -225,17 +225,17 @@ def test_sizes_and_durations_are_bounded_at_start(setting: str, value: Any) -> N
 def test_a_delay_a_job_asks_for_always_comes_due(asked: float, due_in: float) -> None:
     """``raise Retry(in_=inf)`` or a ``retry_in`` returning 1e300 must not file a retry
     with a score no poller reaches (the job would be lost in the retry set)."""
-    from cogworker_async.worker.outcome import RetryPolicy, after_failure
+    from cogworker_async.worker.outcome import RetryDelays, after_failure
 
     filed = after_failure({"jid": "j", "class": "c", "retry": 3}, RuntimeError("x"), now=0.0,
-                          policy=RetryPolicy(1.0, 10.0), delay=lambda: asked)
+                          policy=RetryDelays(1.0, 10.0), delay=lambda: asked)
     assert filed.target == "retry"
     assert filed.delay == due_in
 
 
 def test_a_nan_delay_falls_back_to_the_default_backoff() -> None:
-    from cogworker_async.worker.outcome import RetryPolicy, after_failure
+    from cogworker_async.worker.outcome import RetryDelays, after_failure
 
     filed = after_failure({"jid": "j", "class": "c", "retry": 3}, RuntimeError("x"), now=0.0,
-                          policy=RetryPolicy(1.0, 10.0), delay=lambda: math.nan)
+                          policy=RetryDelays(1.0, 10.0), delay=lambda: math.nan)
     assert 0.0 <= filed.delay <= 10.0

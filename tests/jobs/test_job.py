@@ -86,7 +86,7 @@ def test_every_field_the_package_writes_is_declared() -> None:
     """The writers' entries hold only ``Payload`` fields (mypy checks the literals; this
     checks what they build at run time)."""
     new = wire.build("m.f", [1], {"k": 2}, queue="q", retry=3, now=10.0)
-    policy = outcome.RetryPolicy(1.0, 10.0)
+    policy = outcome.RetryDelays(1.0, 10.0)
     failed = outcome.after_failure(new, ValueError("boom"), now=11.0, policy=policy).entry
     again = outcome.after_failure(failed, ValueError("boom"), now=12.0, policy=policy).entry
     interrupted = outcome.interrupt(wire.encode(failed, 10_000), RuntimeError("x"), now=13.0)

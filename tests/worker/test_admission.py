@@ -24,9 +24,9 @@ from cogworker_async.worker.admission import (
     AsyncGate,
     BadArguments,
     Cancelled,
-    Expired,
     Gate,
     Overlapping,
+    PastDeadline,
     Ticket,
     Unregistered,
     Verdict,
@@ -34,10 +34,10 @@ from cogworker_async.worker.admission import (
 )
 from cogworker_async.worker.fetch import Work
 from cogworker_async.worker.locks import JobLocks
-from cogworker_async.worker.outcome import Ack, Filing, RetryPolicy
+from cogworker_async.worker.outcome import Ack, Filing, RetryDelays
 
 NOW: Final = 1_000_000.0
-POLICY: Final = RetryPolicy(1.0, 60.0)
+POLICY: Final = RetryDelays(1.0, 60.0)
 NAMESPACE: Final = "admission-tests"
 
 
@@ -76,7 +76,7 @@ def path() -> tuple[Admission, MemoryStore]:
 def test_the_standard_path_is_in_the_documented_order() -> None:
     gates, _ = path()
     assert [type(gate) for gate in gates.before_start] == [
-        Unregistered, BadArguments, Expired, Overlapping]
+        Unregistered, BadArguments, PastDeadline, Overlapping]
     assert [type(gate) for gate in gates.at_start] == [Cancelled]
 
 
@@ -120,7 +120,7 @@ def test_arguments_that_fit_no_call_are_dead_as_invalid_arguments() -> None:
 
 
 def test_a_job_past_its_deadline_is_dead_as_expired() -> None:
-    verdict = Expired(POLICY).check(ticket(expires_at=NOW - 1))
+    verdict = PastDeadline(POLICY).check(ticket(expires_at=NOW - 1))
     assert verdict is not None
     assert isinstance(verdict.disposition, Filing)
     assert verdict.disposition.target == "dead"
@@ -135,7 +135,7 @@ def test_a_job_past_its_deadline_is_dead_as_expired() -> None:
 
 
 def test_an_expired_job_enqueued_not_to_die_is_dropped() -> None:
-    verdict = Expired(POLICY).check(ticket(expires_at=NOW - 1, dead_on_expiry=False,
+    verdict = PastDeadline(POLICY).check(ticket(expires_at=NOW - 1, dead_on_expiry=False,
                                            keep_result=60))
     assert verdict is not None
     assert verdict.disposition == Ack(Ended("cancelled", keep=60))
@@ -145,8 +145,8 @@ def test_an_expired_job_enqueued_not_to_die_is_dropped() -> None:
 
 
 def test_a_job_within_its_deadline_or_with_none_goes_on() -> None:
-    assert Expired(POLICY).check(ticket(expires_at=NOW)) is None
-    assert Expired(POLICY).check(ticket()) is None
+    assert PastDeadline(POLICY).check(ticket(expires_at=NOW)) is None
+    assert PastDeadline(POLICY).check(ticket()) is None
 
 
 async def test_a_periodic_run_beside_its_predecessor_is_skipped_unreported() -> None:

@@ -17,7 +17,7 @@ from cogworker_async.admin import Inspector
 from cogworker_async.jobs import context
 from cogworker_async.redis.errors import ResponseError
 from cogworker_async.worker.batch_reaper import BatchReaper
-from cogworker_async.worker.batch_relay import UNSERVED_EVERY, BatchRelay
+from cogworker_async.worker.notes_relay import UNSERVED_EVERY, NotesRelay
 from tests.waiting import wait_until
 
 WAIT: Final = 15.0
@@ -163,7 +163,7 @@ async def test_one_worker_at_a_time_relays_the_unserved_queues(
     async with app.batch() as batch:
         await jobs["work"].options(queue="nobody-serves").enqueue_in(3600, 1)
     await app.cancel_batch(batch.bid)
-    first, second = (BatchRelay(store, app.registry, ["default"], identity=name)
+    first, second = (NotesRelay(store, app.registry, ["default"], identity=name)
                      for name in ("first", "second"))
     await first.relay_unserved(force=True)
     assert await store.client.llen(store.keys.batch_notes("nobody-serves")) == 0
@@ -186,7 +186,7 @@ async def test_garbage_in_an_unserved_queue_stops_no_other(
         await store.client.set(store.keys.batch_notes("a-unserved"), "not a list")
     else:
         await store.client.rpush(store.keys.batch_notes("a-unserved"), b"\xff\tjunk\tdead")
-    relay = BatchRelay(store, app.registry, ["default"], identity="me")
+    relay = NotesRelay(store, app.registry, ["default"], identity="me")
     with pytest.raises(ResponseError) if garbage == "notes" else contextlib.nullcontext():
         await relay.relay_unserved(force=True)  # said at the end, for the streak
     assert (await app.batch_status(batch.bid)).state == "complete"

@@ -72,8 +72,8 @@ async def test_a_live_workers_block_is_not_let_go_after_a_redis_restart(
     try:
         async with app.worker() as worker:
             assert isinstance(worker, Manager)
-            assert worker.relay is not None
-            judge_after = worker.relay.reaper.judge_after
+            assert worker.notes is not None
+            judge_after = worker.notes.reaper.judge_after
             assert judge_after == app.settings.orphan_threshold
             private_server.kill()  # a restart without persistence: every key lost
             private_server.start()

@@ -306,13 +306,13 @@ async def test_a_callback_a_worker_does_not_know_stays_due_for_one_that_does(
     make_app: Callable[..., App],
 ) -> None:
     """A worker of another build (a rolling deploy) must not mark it fired unenqueued."""
-    from cogworker_async.worker.batch_relay import BatchRelay
+    from cogworker_async.worker.notes_relay import NotesRelay
 
     app, calls, jobs = shop(make_app)
     async with app.batch(on_complete=jobs["report"].s("complete")) as batch:
         pass  # no member: due at once
     store = app._store()
-    await BatchRelay(store, {}, list(QUEUES)).relay_once()  # knows no job at all
+    await NotesRelay(store, {}, list(QUEUES)).relay_once()  # knows no job at all
     assert await store.batches.firing() == [batch.bid]
     async with app.worker():  # one that knows it
         await wait_until(lambda: bool(calls.of("complete")), timeout=WAIT)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cogworker_async import App
-from cogworker_async.worker.batch_relay import UNSERVED_EVERY
+from cogworker_async.worker.notes_relay import UNSERVED_EVERY
 from tests.waiting import wait_until
 
 WAIT = 15.0

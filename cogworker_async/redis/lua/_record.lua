@@ -156,8 +156,8 @@ local function record_library()
         and fields.noted ~= fields.state and live then
       -- A member of a batch, or a parent other jobs wait for (``after=``), has ended
       -- (or ended otherwise: a dead job retried by hand that then succeeds): a note for
-      -- its batch and its waiting dependents, in this slot's outbox, in the same step.
-      -- ``noted`` makes a rewrite of the same end write none (batch_relay.py relays the
+      -- its batch and its waiting dependents, in this slot's notes list, in the same step.
+      -- ``noted`` makes a rewrite of the same end write none (notes_relay.py relays the
       -- notes; the batch's sets and a dependent's pending set make a repeated note
       -- count once anyway).
       local pushed = redis.pcall("RPUSH", string.sub(live, 1, -5) .. "batch_notes",

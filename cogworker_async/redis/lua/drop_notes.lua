@@ -1,5 +1,5 @@
 -- drop_notes: batch notes the relay has applied to their batches (batch_apply) leave
--- their queue's outbox: applied first, dropped second, so a relay that dies between the
+-- their queue's notes list: applied first, dropped second, so a relay that dies between the
 -- two applies them again, which changes nothing.
 -- KEYS[1] the queue's batch notes list (``Keys.batch_notes``)
 -- ARGV[1..] the notes, each as read

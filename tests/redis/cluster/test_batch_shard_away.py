@@ -13,7 +13,7 @@ import pytest
 from cogworker_async import App
 from cogworker_async.redis.errors import ConnectionLost
 from cogworker_async.redis.keys import Keys
-from cogworker_async.worker.batch_relay import BatchRelay
+from cogworker_async.worker.notes_relay import NotesRelay
 from tests.cluster_harness import ClusterProcess
 from tests.redis.cluster.test_shard_away import pick_queues
 
@@ -56,7 +56,7 @@ async def test_a_shard_away_holds_up_only_the_batches_whose_callbacks_live_there
         assert await app.cancel(jid) == "cancelled"  # its end: a note on the healthy shard
         own_cluster.kill_master_of_slot(own_cluster.slot_of(keys.queue(away)))
 
-        relay = BatchRelay(store, app.registry, [healthy, away], identity="relay")
+        relay = NotesRelay(store, app.registry, [healthy, away], identity="relay")
         with pytest.raises(ConnectionLost):  # said, for the streak: not stopping the pass
             await relay.relay_once()
 

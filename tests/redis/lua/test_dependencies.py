@@ -69,7 +69,7 @@ async def queued(store: Store, queue: str = CHILDREN) -> list[bytes]:
 
 
 async def relay(store: Store, max_bytes: int = 0) -> None:
-    """What the batch relay does with a parent queue's notes (batch_relay.py)."""
+    """What the notes relay does with a parent queue's notes (notes_relay.py)."""
     for raw in await store.batches.notes(PARENTS):
         note = parse_note(raw)
         assert note is not None
@@ -169,7 +169,7 @@ async def test_a_cancelled_child_cascades_to_its_own_dependents(store: Store) ->
     await die(store, top)
     await relay(store)
     assert await state(store, "middle") == "cancelled"
-    # middle's end is noted in its own queue's outbox, for bottom
+    # middle's end is noted in its own queue's notes list, for bottom
     [note] = await store.batches.notes(CHILDREN)
     parsed = parse_note(note)
     assert parsed is not None

@@ -1,4 +1,4 @@
-"""BatchRelay on its own, on real servers: which failures drop a note and which keep it.
+"""NotesRelay on its own, on real servers: which failures drop a note and which keep it.
 
 A note is dropped, said in the log, only when its batch's (or its dependent's) keys
 are of another type than the script's, which no retry mends; any other refusal — here
@@ -14,7 +14,7 @@ import pytest
 
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
-from cogworker_async.worker.batch_relay import BatchRelay
+from cogworker_async.worker.notes_relay import NotesRelay
 from tests.redis.lua.helpers import jid_of, make_job
 from tests.servers import ServerProcess
 
@@ -60,14 +60,14 @@ async def test_a_refused_batch_keeps_its_note_until_a_pass_can_apply_it(
         "&*")
     refused = Store.from_url(server.url.replace("redis://", "redis://relay:pw@"), NAMESPACE)
     try:
-        relay = BatchRelay(refused, {}, [QUEUE])
+        relay = NotesRelay(refused, {}, [QUEUE])
         with pytest.raises(Exception, match="no permissions"):
             await relay.relay_once()
         assert await admin.client.llen(keys.batch_notes(QUEUE)) == 1  # kept
         assert (await admin.batches.read("b1")).succeeded == 0  # type: ignore[union-attr]
     finally:
         await refused.aclose()
-    assert await BatchRelay(admin, {}, [QUEUE]).relay_once() == 1
+    assert await NotesRelay(admin, {}, [QUEUE]).relay_once() == 1
     assert await admin.client.llen(keys.batch_notes(QUEUE)) == 0
     record = await admin.batches.read("b1")
     assert record is not None
@@ -82,7 +82,7 @@ async def test_a_batch_of_the_wrong_type_drops_its_note_and_not_the_others(
     keys = Keys(NAMESPACE)
     await admin.client.delete(keys.batch_set("bad", "pending"))
     await admin.client.set(keys.batch_set("bad", "pending"), "not a set")
-    assert await BatchRelay(admin, {}, [QUEUE]).relay_once() == 2
+    assert await NotesRelay(admin, {}, [QUEUE]).relay_once() == 2
     assert await admin.client.llen(keys.batch_notes(QUEUE)) == 0
     good = await admin.batches.read("good")
     assert good is not None

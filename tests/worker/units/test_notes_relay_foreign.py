@@ -1,4 +1,4 @@
-"""BatchRelay beside a co-tenant's key where every batch needs one of ours (issue 40).
+"""NotesRelay beside a co-tenant's key where every batch needs one of ours (issue 40).
 
 A firing set (or open index) of another type is no batch's own damage: applying any
 member's end is refused naming it, before anything is written; the notes are kept (not
@@ -16,7 +16,7 @@ import pytest
 
 from cogworker_async.errors import WrongTypeKey
 from cogworker_async.redis.store import Store
-from cogworker_async.worker.batch_relay import BatchRelay
+from cogworker_async.worker.notes_relay import NotesRelay
 from tests.redis.lua.helpers import jid_of, make_job
 from tests.waiting import wait_until
 
@@ -49,7 +49,7 @@ async def test_a_firing_set_or_open_index_of_another_type_keeps_every_note_and_n
     assert refused.value.key == key
     assert (await store.batches.read("b")).pending == 1  # type: ignore[union-attr]
 
-    relay = BatchRelay(store, {}, [QUEUE], interval=0.05)
+    relay = NotesRelay(store, {}, [QUEUE], interval=0.05)
     with caplog.at_level(logging.WARNING):
         async with anyio.create_task_group() as tg:  # the relay as a worker runs it
             tg.start_soon(relay.run)

@@ -5,9 +5,9 @@ from cogworker_async.jobs import wire
 from cogworker_async.jobs.status import Ended
 from cogworker_async.jobs.wire import Payload
 from cogworker_async.worker import outcome
-from cogworker_async.worker.outcome import Ack, Filing, RetryPolicy
+from cogworker_async.worker.outcome import Ack, Filing, RetryDelays
 
-POLICY = RetryPolicy(base_delay=10.0, max_delay=1000.0)
+POLICY = RetryDelays(base_delay=10.0, max_delay=1000.0)
 
 
 def payload(**extra: object) -> dict[str, object]:
@@ -118,7 +118,7 @@ def _with_deadline(deadline: float, **fields: object) -> Payload:
     return payload
 
 
-EXPIRY_POLICY = RetryPolicy(base_delay=15.0, max_delay=3600.0)
+EXPIRY_POLICY = RetryDelays(base_delay=15.0, max_delay=3600.0)
 
 
 def test_a_job_before_or_at_its_deadline_may_run() -> None:

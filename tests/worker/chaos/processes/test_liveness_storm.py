@@ -49,7 +49,7 @@ import redis.asyncio
 
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.liveness import as_bytes
-from cogworker_async.worker.batch_relay import UNSERVED_EVERY
+from cogworker_async.worker.notes_relay import UNSERVED_EVERY
 from tests.servers import ServerProcess
 from tests.waiting import wait_until
 from tests.worker.chaos.processes import chaosapp
