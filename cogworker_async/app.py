@@ -106,7 +106,7 @@ class App:
         many, or ``RetryPolicy(max=, delay=, discard_on=)``), ``timeout``,
         ``keep_result``, ``expires_in``/``expires_at``/``dead_on_expiry``, ``priority``
         (-10 to 10, higher sooner), ``group`` (a name, ``fn(*args, **kwargs)``, or
-        ``Group(key, limit=n)``, ``limit`` being the queue's group limit: ``groups.py``),
+        ``Group(key, limit=n)``, ``limit`` being the queue's group limit: ``jobs/groups.py``),
         ``dedup`` (``Unique(...)``, ``Throttle(s)``, ``Debounce(s)``, ``Coalesce()``),
         ``after``, and the older flat spellings (``unique``, ``unique_ttl``,
         ``unique_key``, ``retry_in``, ``discard_on``, ``throttle``...). No ``jid=``: a
@@ -170,7 +170,7 @@ class App:
                 per_window: tuple[int, float] | None = None,
                 bucket: tuple[int, float] | None = None, wait: float = 0.0,
                 lease: float = DEFAULT_LEASE) -> Limiter:
-        """A limiter shared by every process of this App (``limiter.py``), used in async
+        """A limiter shared by every process of this App (``limits/limiter.py``), used in async
         job code as ``async with limiter:``. Exactly one of:
 
         - ``concurrent=N``: at most N holders at once; a slot lives as long as its
@@ -205,7 +205,7 @@ class App:
     def lifespan(self, func: LifespanFunction, /) -> LifespanFunction:
         """Register the workers' lifespan: an async generator function that sets up what
         jobs share and yields it (``current_job().state``), entered in each worker
-        process before it takes a job, exited after its last (``lifespan.py``)."""
+        process before it takes a job, exited after its last (``worker/lifespan.py``)."""
         if self._lifespan is not None:
             raise ConfigurationError("an App has one lifespan: enter several resources "
                                      "in it (contextlib.AsyncExitStack)")

@@ -38,7 +38,7 @@ class Enqueue:
     name: str
     payload: dict[str, Any]
     """Mutable: what will be stored (it must stay JSON-serialisable). The fields this
-    package writes are ``job.Payload``'s; a middleware may add fields of its own."""
+    package writes are ``wire.Payload``'s; a middleware may add fields of its own."""
     options: JobOptions
     """The options this enqueue uses (queue, retry, unique, ...)."""
     definition: JobDefinition

@@ -1,5 +1,5 @@
 """Jobs by jid, for the dashboard's job page, its Busy tab and ``cogworker-async job``:
-what a job's status record says (``status.py``), cancelling it, and the progress of the
+what a job's status record says (``jobs/status.py``), cancelling it, and the progress of the
 jobs processes run now.
 
     found = await insp.jobs.status(jid)        # JobStatus; state "unknown": no record
@@ -113,7 +113,7 @@ class JobStatuses:
         place, queue = PLACES.get(status.state), status.queue
         if place is None or queue is None:
             return StoredCopy(None, None)
-        needle = b'"jid":' + json.dumps(status.jid).encode()  # as job.encode writes it
+        needle = b'"jid":' + json.dumps(status.jid).encode()  # as wire.encode writes it
         admin = self._inspector.admin()
         if place == "waiting":  # one hash, read whole: found, or released since
             dep = await admin.dep_record(queue, status.jid)

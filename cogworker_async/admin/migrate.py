@@ -68,7 +68,7 @@ class OldWorkersAlive(CogworkerError):
 @dataclass(frozen=True, slots=True)
 class OldKeys:
     """The first layout's key names (``<namespace>:<what>``, no hash tags), as the first
-    builds' keys.py made them; only this migration still knows them. The namespace may
+    builds' redis/keys.py made them; only this migration still knows them. The namespace may
     hold braces: the first builds advised ``{cogworker}`` on Redis Cluster."""
 
     namespace: str

@@ -1,5 +1,5 @@
 """``cogworker-async outbox-relay app:jobs``: the outbox relay alone, for an App whose
-``outbox`` is set (``outbox.py``) when no worker process should relay (workers relay
+``outbox`` is set (``outbox/__init__.py``) when no worker process should relay (workers relay
 themselves with ``App(outbox=...)``). It relays until SIGTERM or SIGINT, and says its
 backlog (rows waiting, the oldest's age) in the log when it changes; errors are the
 admin commands' (exit 2: no outbox, 3: Redis out of reach).

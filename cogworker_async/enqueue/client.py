@@ -226,7 +226,7 @@ class Client:
     async def _enqueue_after(self, definition: JobDefinition, options: JobOptions,
                              args: Sequence[Any], kwargs: Mapping[str, Any],
                              delay: Delay | None, at: When | None) -> str | None:
-        """A job that waits for its parents (``dependents.py``)."""
+        """A job that waits for its parents (``enqueue/after.py``)."""
         dependents.check_call(options, scheduled=delay is not None or at is not None,
                               tracked=self.settings.tracked)
         push = await self._prepare(definition, options, dependents.arguments(options, args),
@@ -319,7 +319,7 @@ class Client:
     async def prepare(self, definition: JobDefinition, options: JobOptions,
                       args: Sequence[Any], kwargs: Mapping[str, Any]) -> Push | None:
         """A job checked and built as ``enqueue`` would push it now, not pushed: what the
-        outbox writes in the caller's transaction (``outbox.py``); None: refused."""
+        outbox writes in the caller's transaction (``outbox/__init__.py``); None: refused."""
         if options.unique is not None or options.after or options.jid is not None \
                 or dedup.mode_of(options) is not None:
             raise ValueError(f"{definition.name}: a unique, after=, dedup or chosen-jid "

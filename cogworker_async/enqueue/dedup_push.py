@@ -1,4 +1,4 @@
-"""The enqueue of a job of a dedup mode (``dedup.py``): prepared as any enqueue (checked,
+"""The enqueue of a job of a dedup mode (``jobs/dedup.py``): prepared as any enqueue (checked,
 built, through the client middleware), then taken by the backend (``backend.py``): on
 Redis, pushed by the mode's own script (``redis/dedup.py``, ``backend.dedup_push``), which
 keeps its rule in the same step."""

@@ -100,7 +100,7 @@ class Enqueuer(Generic[P]):
 
     async def prepared(self, /, *args: P.args, **kwargs: P.kwargs) -> Push | None:
         """One run checked and built as ``enqueue`` would push it, not pushed (the
-        outbox writes it in the caller's transaction: ``outbox.py``)."""
+        outbox writes it in the caller's transaction: ``outbox/__init__.py``)."""
         return await self._client.prepare(self._definition, self._options, args, kwargs)
 
     def prepared_sync(self, /, *args: P.args, **kwargs: P.kwargs) -> Push | None:

@@ -148,7 +148,7 @@ class OpenBatch(Protocol):
 
 
 BATCH: ContextVar[OpenBatch | None] = ContextVar("cogworker_open_batch", default=None)
-"""The batch whose ``async with`` block the caller is in (``batch.py``): every enqueue
+"""The batch whose ``async with`` block the caller is in (``workflows/batch.py``): every enqueue
 made there joins it."""
 
 CURRENT: ContextVar[JobContext] = ContextVar("cogworker_current_job")

@@ -46,7 +46,7 @@ DedupKey = Callable[..., str]
 """``fn(*args, **kwargs) -> str``: the key of one enqueue."""
 MODES: Final = ("throttle", "debounce", "coalesce")
 _AT_FRONT: Final = len(b'{"jid":"')
-"""Where job.build writes the jid: right after the payload's opening."""
+"""Where wire.build writes the jid: right after the payload's opening."""
 COALESCED: Final = b'"coalesce":true'
 """In the payload of a coalesced job (``mark``): a basic-fetch worker, which pops without
 a script, looks for it (worker/fetch.py) to take the job's merge in one more call."""
@@ -129,7 +129,7 @@ def placed(raw: bytes, jid: str) -> tuple[bytes, int]:
 
     A merge (debounce.lua, coalesce.lua) writes the jid of the job it merges into at that
     offset: found here, not assumed, because a client middleware may write fields before
-    the jid, one of them even holding a ``jid`` of its own (a trace context). job.build
+    the jid, one of them even holding a ``jid`` of its own (a trace context). wire.build
     writes it first (no cost); otherwise the payload is encoded again with a unique
     marker for its jid, keeping every field where it was, and the marker found."""
     if json.dumps(jid) != f'"{jid}"':  # spliced as text into another payload's JSON

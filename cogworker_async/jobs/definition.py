@@ -73,7 +73,7 @@ class JobOptions:
     """An expired job goes to dead (reason ``Expired``); False: it is dropped."""
     after: tuple[str, ...] = ()
     """Jids of the jobs this one runs after (``options(after=[...])``): it waits, state
-    ``waiting``, until every one succeeded (``dependents.py``)."""
+    ``waiting``, until every one succeeded (``enqueue/after.py``)."""
     on_parent_failure: str = "cancel"
     """What a waiting job does when a parent dies or is cancelled: ``cancel`` (it and its
     own dependents are cancelled), ``run`` (it runs anyway), ``dead`` (filed in dead,

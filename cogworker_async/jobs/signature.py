@@ -66,7 +66,7 @@ class Signature:
 
     async def prepared(self) -> Any:
         """This run checked and built as an enqueue would push it (``client.Push``: its
-        queue, raw job and jid), not pushed (``outbox.py``); None if a middleware
+        queue, raw job and jid), not pushed (``outbox/__init__.py``); None if a middleware
         refused it."""
         return await self.enqueuer.prepared(*self.args, **self.kwargs)
 
@@ -75,7 +75,7 @@ class Signature:
         return self.enqueuer.prepared_sync(*self.args, **self.kwargs)
 
     def stored(self) -> dict[str, Any]:
-        """What a batch keeps of it, to enqueue when it ends (``notes_relay.py``)."""
+        """What a batch keeps of it, to enqueue when it ends (``worker/notes_relay.py``)."""
         options = self.enqueuer.job_options
         return {"name": self.name, "args": list(self.args), "kwargs": dict(self.kwargs),
                 "queue": self.queue, "retry": options.retry,

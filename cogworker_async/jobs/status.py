@@ -6,7 +6,7 @@ once it finished (``Keys.record``); ``lua/_record.lua`` has the layout, ``unpack
 it. Each script that moves the job writes the new state in the same step as the move, so
 a record is never half-way between two moves, and a crash between two scripts leaves it
 saying where the job really is. This module is the pure half: the states, the TTLs, and
-reading a record. The lookups, ``result()``'s wait and ``cancel`` are in ``lookup.py``.
+reading a record. The lookups, ``result()``'s wait and ``cancel`` are in ``enqueue/lookup.py``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ or ``DAMAGED`` where None is a value) and is shown as damaged: it never stops th
 that read it — a recovery pass (the dead process's jobs wait on nothing it said about
 itself), a dashboard page, a CLI command, ``--burst``.
 
-Jobs themselves are read by ``job.decode`` (which says why one is not a job); this is
+Jobs themselves are read by ``wire.decode`` (which says why one is not a job); this is
 for everything else: status records, beats, the workers hash, recoveries, the limiter
 registry and state, pause flags, hand-over records, run metrics.
 """

@@ -20,7 +20,7 @@ from cogworker_async.jobs.names import check_queue_name
 from cogworker_async.jobs.unique import UniquePolicy
 
 Payload = TypedDict("Payload", {
-    # job.py's: every job has them (``build``); ``queue`` and ``enqueued_at`` are
+    # the fields every job has (``build``); ``queue`` and ``enqueued_at`` are
     # written again when a job goes back on a queue (worker/poller.py, admin/sets.py):
     "jid": Required[str],
     # priority.py's: the job's priority when not 0, right after the jid (so that a
@@ -44,7 +44,7 @@ Payload = TypedDict("Payload", {
     "failed_at": float,
     "retried_at": float,
     "interrupted_count": int,
-    # batch.py's: the batch a job is a member of (its record says so too, for the note
+    # workflows/batch.py's: the batch a job is a member of (its record says so too, for the note
     # its end writes: redis/lua/_record.lua):
     "bid": str,
     "batch_callback": str,
@@ -68,14 +68,14 @@ Payload = TypedDict("Payload", {
     # worker/outcome.py's (``after_over_limit``): reschedules by limiters, and the last:
     "limited_count": int,
     "limited_at": float,
-    # dependents.py's: the parent whose result a job takes, absent from its first
+    # enqueue/after.py's: the parent whose result a job takes, absent from its first
     # argument (null there): written in its dead entry by dep_apply.lua, refused by the
     # worker (worker/admission.py, ``BadArguments``) should the entry be retried:
     "missing_result_of": str,
-    # tracing.py's: the enqueue's trace context (W3C ``traceparent``, ``tracestate``),
+    # observe/tracing.py's: the enqueue's trace context (W3C ``traceparent``, ``tracestate``),
     # written by the client (``JobTracer.inject``), read by the run's span (``_parent``):
     "trace": dict[str, str],
-    # dedup.py's (``mark``): a job of a coalesced key, written last by the client, read by
+    # jobs/dedup.py's (``mark``): a job of a coalesced key, written last by the client, read by
     # a basic-fetch worker to take the job's merge (worker/fetch.py):
     "coalesce": bool,
     # A dead entry's: the bytes of what was not a job (``unparseable_entry``), and the

@@ -94,7 +94,7 @@ class Runner:
     pass, and before each acquisition) until Redis takes it."""
 
     calls: LimitCalls = field(init=False)
-    """Its jobs' limiter calls, batched (``limit_calls.py``)."""
+    """Its jobs' limiter calls, batched (``limits/calls.py``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "calls", LimitCalls(self.store, self.unreleased))
@@ -274,7 +274,7 @@ class Limiter:
 
     async def _release(self, store: LimitStore, member: str, runner: Runner | None) -> None:
         """Give the slot back, even when the job is being cancelled. In a worker the
-        release goes with its other jobs' (``limit_calls.py``), is sent whatever happens
+        release goes with its other jobs' (``limits/calls.py``), is sent whatever happens
         to this task, and one that meets Redis away is released again later
         (``Runner``). Outside a worker: shielded and bounded; a slot Redis does not take
         back ends with its lease."""

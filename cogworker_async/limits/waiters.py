@@ -1,4 +1,4 @@
-"""The callers waiting on one batched call (``worker/acks.py``, ``limit_calls.py``): each
+"""The callers waiting on one batched call (``worker/acks.py``, ``limits/calls.py``): each
 waits on a future that is the last item of its entry, settled once the call is done."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ other tables, ``metadata.create_all`` or a migration), written by the caller's s
 in the caller's transaction, and checked at the call as any enqueue is (its arguments,
 JSON, size; through the client middleware). Each row carries its jid.
 
-The relay (``worker/outbox_relay.py``: inside workers with ``App(outbox=Outbox(engine))``,
+The relay (``outbox/relay.py``: inside workers with ``App(outbox=Outbox(engine))``,
 or alone, ``cogworker-async outbox-relay app:jobs``) pushes rows to Redis and deletes
 them. The push refuses a jid that was ever enqueued (the ``once`` marker of
 ``lua/enqueue.lua``), so a relay that dies between a push and the row's delete pushes the

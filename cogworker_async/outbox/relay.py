@@ -1,4 +1,4 @@
-"""The outbox relay (``outbox.py``): rows the application wrote in its own transactions,
+"""The outbox relay (``outbox/__init__.py``): rows the application wrote in its own transactions,
 pushed to Redis and deleted, each exactly once.
 
 One pass, in one database transaction: take up to ``batch`` rows, oldest first (``FOR

@@ -101,7 +101,7 @@ async def read(inspector: Inspector) -> SystemGauges:
 
 
 async def _outbox(inspector: Inspector) -> tuple[tuple[str, int], ...] | None:
-    """The App's outbox rows by queue (``outbox_relay.demand``), or None: no outbox, or
+    """The App's outbox rows by queue (``outbox/relay.py``'s ``demand``), or None: no outbox, or
     its database not read within ``OUTBOX_TIMEOUT`` (logged once per outage: the Redis
     figures are given all the same)."""
     app = inspector.app

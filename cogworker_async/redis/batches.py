@@ -4,8 +4,9 @@ A batch's keys are in the namespace's slot (its members span queues); a member's
 written, by the member's own settle script, as a note in its queue's slot
 (``_record.lua``), and relayed from there to its batch (``apply``, then ``drop_notes``:
 destination first). Every script is in ``lua/batch_*.lua`` with its contract; the
-states and the sets are in ``lua/_batch.lua``. The client side is ``batches.py`` at the
-package's top.
+states and the sets are in ``lua/_batch.lua``. The client side is
+``workflows/batch.py``; the relay, ``worker/notes_relay.py`` (it carries dependency notes
+too: ``Note.watchers``, ``redis/dependencies.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""Every Redis key name cogworker-async uses, and the only place one is formatted.
+"""Every Redis key name cogworker-async uses, and the only Python that formats one.
+
+A few scripts derive keys inside the slot they were given, from a key passed in
+``KEYS`` (``slot .. "prio:"``, ``"group:"``, ``"dep:"``, ``"once:"``: ``_queue.lua`` and
+the scripts beside it): those names are not formatted here, but the keys table test
+(tests/test_keys_table.py) reads the suffixes the scripts append and holds them to the
+same table as the names made here.
 
 The layout is made for Redis Cluster and is the same on a single Redis (one code path).
 Every script touches keys of one hash slot only, so every key carries a hash tag (the part
@@ -104,7 +110,7 @@ class Keys:
         return self._app(f"workers:{identity}")
 
     def limiter(self, name: str, part: str) -> str:
-        """A rate limiter's keys (``limiter.py``): in the namespace's slot, beside the
+        """A rate limiter's keys (``limits/limiter.py``): in the namespace's slot, beside the
         processes' alive markers, so that a concurrent limiter's script can tell a
         holder whose process is gone and free its slot in the same step."""
         return self._app(f"limit:{name}:{part}")
@@ -142,7 +148,7 @@ class Keys:
         return self._app(f"stats:flushed:{flusher}")
 
     def run_metrics(self, minute: int) -> str:
-        """Hash of one minute's runs per job (``run_metrics.py``: fields and retention)."""
+        """Hash of one minute's runs per job (``observe/run_metrics.py``: fields and retention)."""
         return self._app(f"metrics:{minute}")
 
     def finished_channel(self, jid: str) -> str:
@@ -227,7 +233,7 @@ class Keys:
         return self._queue(queue, "prios")
 
     def group(self, queue: str, name: str) -> str:
-        """List of the jobs of fair group ``name`` waiting on ``queue`` (``groups.py``):
+        """List of the jobs of fair group ``name`` waiting on ``queue`` (``jobs/groups.py``):
         bounded by the jobs in it; gone when empty."""
         return self._queue(queue, f"group:{name}")
 
@@ -238,7 +244,7 @@ class Keys:
         return self._queue(queue, "groups")
 
     def throttle(self, queue: str, digest: str) -> str:
-        """String: a throttle's window (``dedup.py``), the jid of the enqueue that opened
+        """String: a throttle's window (``jobs/dedup.py``), the jid of the enqueue that opened
         it; TTL the window."""
         return self._queue(queue, f"throttle:{digest}")
 
@@ -386,7 +392,7 @@ class Keys:
         return self._queue(queue, f"unique:{digest}")
 
     def record(self, queue: str, jid: str) -> str:
-        """Hash: the status record of finished job ``jid`` of ``queue`` (``status.py``:
+        """Hash: the status record of finished job ``jid`` of ``queue`` (``jobs/status.py``:
         fields, states and TTLs), written by every script that moves the job; the name
         by which scripts know a record in either place (``live_records``)."""
         return self._queue(queue, f"job:{jid}")

@@ -153,7 +153,7 @@ class Moves(Part):
         in-progress lists (one per queue), skipping paused queues, and taking from a
         queue in ``limits`` only while fewer than its limit run across all processes.
         Within a queue, by priority: ``aging`` seconds of waiting are worth one level
-        (None: a higher priority always first; ``priority.py``). A queue in
+        (None: a higher priority always first; ``jobs/priority.py``). A queue in
         ``group_limits`` takes no job of a fair group that many of run already."""
         limits, group_limits = limits or {}, group_limits or {}
         if not self.cluster or len(queues) == 1:

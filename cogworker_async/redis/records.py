@@ -1,5 +1,5 @@
 """Records: the Store's part for jobs' status records — reading them, cancelling,
-progress, and the cancel sets a process polls. What a record holds is in ``status.py``;
+progress, and the cancel sets a process polls. What a record holds is in ``jobs/status.py``;
 how each move writes it, in ``lua/_record.lua``.
 """
 

@@ -13,10 +13,18 @@ one per concern, each in its own module over one ``Shared`` state (``part.py``):
 | ``store.stats`` (``stats.py``) | totals, daily counts, run metrics |
 | ``store.locks`` (``locks.py``) | owner locks and periodic claims |
 | ``store.pausing`` (``pausing.py``) | a queue's pause |
+| ``store.batches`` (``batches.py``) | batches: open, add, seal, their members' ends, callbacks |
+| ``store.dependencies`` (``dependencies.py``) | jobs held until their parents end |
+| ``store.dedup`` (``dedup.py``) | the dedup modes' pushes: throttle, debounce, coalesce |
+| ``store.finished_waits`` (``waits.py``) | the one pub/sub subscription ``result()`` waits on |
 
-Every script runs through ``store.scripts`` (``scripts.py``). Each part's operations are
-also the Store's own (``store.enqueue`` is ``store.moves.enqueue``): callers and tests
-that wrap one operation subclass the Store and override it.
+Every script runs through ``store.scripts`` (``scripts.py``). The first seven parts'
+operations are also the Store's own (``store.enqueue`` is ``store.moves.enqueue``):
+callers and tests that wrap one of those subclass the Store and override it. The later
+parts are reached only as ``store.<part>.<operation>`` (``store.batches.open``). A part
+whose class name would repeat another's elsewhere in the package carries ``Part``
+(``StatsPart``, ``QueuesPart``, ``BatchesPart``: the admin model has its ``Stats``,
+``Queues``, ``Batches``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ again": it is told so for a message on its channel and when its channel's subscr
 is confirmed (a job that ended between the waiter's first look and the subscription is
 not missed). A lost connection tells every waiter to look again and is subscribed anew
 by the next reader (``RESUBSCRIBE_AFTER`` apart at most), so a broken subscription makes
-the waits slower, never wrong: ``lookup.py`` looks at the record at a growing interval
+the waits slower, never wrong: ``enqueue/lookup.py`` looks at the record at a growing interval
 whatever it hears.
 """
 

@@ -73,9 +73,10 @@ class FakeDependencies:
             self.released.clear()
 
     async def wait(self, push: Push, options: JobOptions, *, chosen: bool) -> bool:
-        """Hold the job until ``options.after`` have ended (``dependents.wait``): False if
-        refused (a chosen jid that is alive); an unknown parent is a ValueError, as it
-        is with Redis (the very check the client makes, asked of the world)."""
+        """Hold the job until ``options.after`` have ended (``enqueue/after.py``'s
+        ``wait``): False if refused (a chosen jid that is alive); an unknown parent is a
+        ValueError, as it is with Redis (the very check the client makes, asked of the
+        world)."""
         world = self._world
         parents = await dependents.parents_of(_Lookup(world), options)
         key = (push.queue, push.jid)

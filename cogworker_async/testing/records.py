@@ -22,7 +22,7 @@ class Enqueued:
     """The registered job name (the payload's ``class``)."""
     args: list[Any]
     """As enqueued: a job ``waiting`` to take its parent's result (``pass_result``) has
-    ``dependents.RESULT_SLOT`` first until the parent ends."""
+    ``enqueue/after.py``'s ``RESULT_SLOT`` first until the parent ends."""
     kwargs: dict[str, Any]
     queue: str
     state: Waiting

@@ -29,9 +29,15 @@ Why the order matters, and where a new gate goes:
   verdict says ``locks=True`` (they are released after the settle, as after a run);
 - ``Cancelled`` needs the run's control, which exists only once the run is registered
   with the canceller: gates needing it go in ``AT_START``.
-A new pure rule (a dedup rule, a workflow's gate) goes in BEFORE_START before
-``Overlapping``; one that must take something in Redis (a fair group's slot) goes after
-it, awaitable, and must have what it took given back (nothing here releases it yet).
+Where a new rule goes: most do not come here. The rules of the last round (dedup
+modes, dependencies, batches, priorities, fair groups) are each kept in the Lua move
+that pushes or fetches the job (``redis/lua/``): decided in the same step that moves it,
+they cannot race another process, and a refused job never reaches a worker. A gate here
+is still right for a decision that needs what only the worker has: the decoded payload
+and the registry (which function, its arguments, its options), or this run's control.
+Such a pure gate goes in BEFORE_START before ``Overlapping``; one that must take
+something in Redis goes after it, awaitable, and must have what it took given back
+(nothing here releases it yet).
 
 A gate never logs nor counts: its verdict says what to log (``LogLine``, logged by the
 processor under its own logger) and what to count (``processed``, ``failed``).

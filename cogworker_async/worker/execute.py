@@ -5,7 +5,7 @@ A timed-out async job is cancelled. A plain function cannot be: its thread runs 
 the job is filed as a ``JobTimeout`` failure at once, but its slot stays busy until the
 thread returns (``Leftover.thread_done``) — the docs say so, rather than pretend.
 
-The chain, outermost first: the tracing span (when tracing is on: ``tracing.py``), the
+The chain, outermost first: the tracing span (when tracing is on: ``observe/tracing.py``), the
 counts, the App's server middleware, the job. The span is outermost so that it times and
 records whatever the rest raises.
 """

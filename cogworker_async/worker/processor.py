@@ -138,7 +138,7 @@ class Processor:
             store, settings.identity or "", settings.queue_names)
         self.tracked = settings.tracked
         self.runner = Runner(store, self.canceller.identity)
-        """Whose name the limiters a job uses hold their slots in (``limiter.py``): this
+        """Whose name the limiters a job uses hold their slots in (``limits/limiter.py``): this
         process's identity (the Manager's, which its canceller has too)."""
         self.executor = Executor(counters, middleware, anyio.CapacityLimiter(settings.sync_threads),
                                  store.orphan_count, tracing=settings.tracing,

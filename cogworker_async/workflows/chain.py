@@ -3,7 +3,7 @@
     jids = await jobs.chain(fetch.s(url), parse.s(), store.s(), pass_result=True).enqueue()
 
 Each job after the first runs after the one before it succeeded (``options(after=)``,
-``dependents.py``): a failure stops the chain there (the jobs after it are cancelled, as
+``enqueue/after.py``): a failure stops the chain there (the jobs after it are cancelled, as
 ``on_parent_failure="cancel"`` does). With ``pass_result`` each job takes the return
 value of the one before as its first argument, so every job but the last keeps its
 result (``CHAIN_KEEP_RESULT``, unless its signature says how long).

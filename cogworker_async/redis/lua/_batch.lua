@@ -43,7 +43,7 @@ local function batch_holders(k, add, drop)
 end
 
 -- batch_held: batch ``bid`` (keys ``k``) is in ``held_index`` while a block of a worker
--- process holds it (a token "<nonce>.<n|r>@<identity>": batch.py), or a block outside a
+-- process holds it (a token "<nonce>.<n|r>@<identity>": workflows/batch.py), or a block outside a
 -- worker on a lease ("<nonce>.<n|r>~<ms>"), so that the relay can let go of a block
 -- whose process died inside it, or whose lease lapsed (worker/batch_reaper.py); it
 -- leaves once none does — and, if the relay let go of a dead block (``orphans``: that
@@ -60,7 +60,7 @@ local function batch_held(k, held_index, bid, now)
 end
 
 -- batch_lease_ms: the lease (ms) a holder token carries: "<nonce>.<n|r>~<ms>", a block
--- in a process that is not a worker (batch.py); nil for any other token.
+-- in a process that is not a worker (workflows/batch.py); nil for any other token.
 local function batch_lease_ms(token)
   local ms = token and string.match(token, "^%x+%.[nr]~(%d+)$")
   return ms and tonumber(ms)

@@ -3,7 +3,7 @@
 -- ``<slot>prio:<p>`` (p from -10 to 10, never 0), whose level is then a member of the
 -- queue's set ``<slot>prios``. Each list is first in, first out, like the queue's; the
 -- fetch chooses among their heads (fetch.lua). A job names its priority in its payload
--- (``"priority":p``, written right after its jid by job.build, absent for 0), so every
+-- (``"priority":p``, written right after its jid by wire.build, absent for 0), so every
 -- script that puts a job back on its queue (give-back, recovery, promotion of a retry or a
 -- scheduled job, a retry from dead, a dependent's release) puts it back at its level:
 -- a job keeps its priority through every move.
@@ -27,7 +27,7 @@ local function queue_library()
   if queue_library_made then return queue_library_made end
 
   -- priority: the priority a raw job names (an int from -10 to 10), 0 if none or if it
-  -- is not one. A job that names one where job.build writes it pays an anchored match;
+  -- is not one. A job that names one where wire.build writes it pays an anchored match;
   -- anything else that holds the text (a field moved by some other writer, an argument
   -- named so) is decoded.
   local function priority(raw)
@@ -57,7 +57,7 @@ local function queue_library()
   end
 
   -- group: the fair group a raw job names, or nil (as ``priority``: an anchored match
-  -- where job.build writes it, else decoded if the text is there at all).
+  -- where wire.build writes it, else decoded if the text is there at all).
   local function group(raw)
     local found = string.match(raw, '^{"jid":"[^"\\]*","group":"([^"\\]+)"')
         or string.match(raw, '^{"jid":"[^"\\]*","priority":%-?%d+,"group":"([^"\\]+)"')

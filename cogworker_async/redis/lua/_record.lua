@@ -33,7 +33,7 @@
 -- Model: none — a library; the note it writes with a final state is h_endrec, inside each settling step
 
 
--- jid_in: the jid of a raw job, or nil. Payloads start with it (job.build writes it
+-- jid_in: the jid of a raw job, or nil. Payloads start with it (wire.build writes it
 -- first), so a pattern finds it without decoding; anything else is decoded.
 local function jid_in(job)
   local jid = string.match(job, '^{"jid":"([^"\\]*)"')
@@ -157,7 +157,7 @@ local function record_library()
       -- A member of a batch, or a parent other jobs wait for (``after=``), has ended
       -- (or ended otherwise: a dead job retried by hand that then succeeds): a note for
       -- its batch and its waiting dependents, in this slot's notes list, in the same step.
-      -- ``noted`` makes a rewrite of the same end write none (notes_relay.py relays the
+      -- ``noted`` makes a rewrite of the same end write none (worker/notes_relay.py relays the
       -- notes; the batch's sets and a dependent's pending set make a repeated note
       -- count once anyway).
       local pushed = redis.pcall("RPUSH", string.sub(live, 1, -5) .. "batch_notes",
@@ -233,9 +233,9 @@ local function record_library()
     redis.pcall("DEL", key)
   end
 
-  -- HISTORY: what a job's earlier tries wrote in its payload (retries.py, outcome.py): a
-  -- merge brings new arguments, never a fresh count of retries (a failing job merged into
-  -- at every retry would otherwise retry for ever).
+  -- HISTORY: what a job's earlier tries wrote in its payload (jobs/retries.py,
+  -- worker/outcome.py): a merge brings new arguments, never a fresh count of retries (a
+  -- failing job merged into at every retry would otherwise retry for ever).
   local HISTORY = {"retry_count", "error_class", "error_message", "error_backtrace",
                    "failed_at", "retried_at", "interrupted_count", "limited_count",
                    "limited_at"}

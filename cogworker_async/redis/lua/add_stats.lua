@@ -4,7 +4,7 @@
 -- Everything here lives in the namespace's slot.
 -- KEYS[1] the last applied flush number of this run of the process (string, expires)
 -- KEYS[2] processed total   KEYS[3] processed today   KEYS[4] failed total
--- KEYS[5] failed today      KEYS[6..] one run-metrics hash per minute (run_metrics.py)
+-- KEYS[5] failed today      KEYS[6..] one run-metrics hash per minute (observe/run_metrics.py)
 -- ARGV[1] this flush's number (increasing per process)   ARGV[2] processed   ARGV[3] failed
 -- ARGV[4] seconds today's counts are kept   ARGV[5] seconds a minute's hash is kept
 -- ARGV[6] seconds the flush number is kept

@@ -1,6 +1,6 @@
 -- coalesce_popped: a job of a coalesced key (coalesce.lua) taken by a basic-fetch worker
 -- (BRPOP, worker/fetch.py: no script wrote its record or handed it a merge). One more
--- call, for such a job only (its payload says ``"coalesce":true``, dedup.py ``mark``):
+-- call, for such a job only (its payload says ``"coalesce":true``, jobs/dedup.py ``mark``):
 -- * the merge waiting for it (the key's state, ``merge:<jid>``) is handed over, with the
 --   job's history (its retry count...: _record.lua ``lib_with_history``), and spent;
 -- * its record forgets the key (``merged_by``): a basic worker writes no start nor end,

@@ -14,7 +14,7 @@
 -- Returns 1 (waiting), 0 (refused: the jid is alive, or already waits: a repeated call).
 -- Nothing runs it yet: the parents are watched next (dep_watch.lua, in their slots);
 -- until every one is, the job is in ``arming``, where the relay arms it again should the
--- enqueuer die first (notes_relay.py).
+-- enqueuer die first (worker/notes_relay.py).
 -- Model: dep_wait (model/protocol.pml); upholds: no_job_lost, waits_end
 if redis.call("EXISTS", KEYS[1]) == 1 then return 0 end
 if ARGV[11] == "1" and record_alive(KEYS[3]) then return 0 end

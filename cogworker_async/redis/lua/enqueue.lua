@@ -10,8 +10,8 @@
 -- record at all, finished too, or that was ever enqueued so (its ``once:<jid>`` marker,
 -- kept the records' TTL whatever ``keep_status`` is: a batch's callback, enqueued once
 -- by the relay even if it ran and its record went before the relay's next pass,
--- notes_relay.py; an outbox row's, cut to a minute by its relay once the row's delete has
--- committed: moves.keep_once); "0": fresh jids, not looked up
+-- worker/notes_relay.py; an outbox row's, cut to a minute by its relay once the row's
+-- delete has committed: moves.keep_once); "0": fresh jids, not looked up
 -- ARGV[8] the batch the jobs join (its bid, in their records: their ends are noted for
 -- it, _record.lua); "": none
 -- ARGV[9] "p": a job of the call may name a priority or a group (each is then looked at,
