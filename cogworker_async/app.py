@@ -364,8 +364,9 @@ class App:
     def _store(self) -> Store:
         """This event loop's Store: the Redis operations on this App's namespace, for
         tools (the admin model, scripts, tests). Its pool is bound to the running event
-        loop and released by ``close()``; jobs are enqueued through the job functions."""
-        return self._client.store()
+        loop and released by ``close()``; jobs are enqueued through the job functions.
+        Inside a ``testing.fake()`` block: ``NotFaked`` (the fake reaches no server)."""
+        return self._client.backend.store()
 
     async def close(self) -> None:
         """Release the connection pools. An embedded server runs on (it is the folder's:

@@ -8,8 +8,9 @@ block swaps in for the block. Nothing in product code asks which one it holds: a
 that needs a branch of its own in the client is a fake that can drift. The same
 behaviour suites run over both (``tests/conformance``).
 
-What the port does not carry, and the fake does not claim (it raises ``NotFaked``):
-pause/resume, a limiter entered outside a job, the admin and dashboard reads.
+What only Redis does (pause/resume, a limiter entered outside a job, the admin and
+dashboard reads) goes through ``Backend.store()``: the fake does not claim it, and
+raises ``NotFaked`` there (``testing/records.py``).
 """
 
 from __future__ import annotations
@@ -112,6 +113,10 @@ class Backend(Protocol):
     def batches(self) -> BatchBackend:
         """Where batches are kept (``workflows/batch.py``'s port)."""
 
+    def store(self) -> Store:
+        """The Store, for what only Redis does (pause, a limiter entered outside a job,
+        the admin reads): the fake raises ``NotFaked``, never answers differently."""
+
 
 class RedisBackend:
     """The Backend of Redis: this event loop's Store (``Client.store``)."""
@@ -187,6 +192,9 @@ class RedisBackend:
 
     def batches(self) -> BatchBackend:
         return self._client.store().batches
+
+    def store(self) -> Store:
+        return self._client.store()
 
     async def _warn_if_evicting(self, store: Store) -> None:
         """Once per client, at its first enqueue: Redis set to evict keys under memory

@@ -40,13 +40,14 @@ from cogworker_async.jobs import wire
 from cogworker_async.jobs.definition import JobDefinition, JobOptions
 from cogworker_async.jobs.status import ALIVE, CancelOutcome, JobStatus, check_jid
 from cogworker_async.middleware import ServerMiddleware
+from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings
 from cogworker_async.testing.batches import FakeBatches
 from cogworker_async.testing.dedup import FakeDedup
 from cogworker_async.testing.dependencies import FakeDependencies
 from cogworker_async.testing.drain import FakeWorker
 from cogworker_async.testing.memory import MemoryStore
-from cogworker_async.testing.records import Enqueued, Run, TooManyRuns
+from cogworker_async.testing.records import Enqueued, NotFaked, Run, TooManyRuns
 from cogworker_async.testing.world import Entry, World
 from cogworker_async.worker.hooks import Hooks
 from cogworker_async.worker.lifespan import Lifespan, entered
@@ -166,6 +167,7 @@ class Testing:
         """
         if not self.active or self._inline:
             raise RuntimeError("drain() runs the jobs of a jobs.testing.fake() block")
+        self._check_aging()
         worker = self._worker()
         made: list[Run] = []
         async with entered(self._lifespan()):  # as a worker process does, around its runs
@@ -180,6 +182,18 @@ class Testing:
             return made
         raise TooManyRuns(f"drain() made {max_runs} runs and jobs are still due (a job that "
                           f"enqueues itself forever?): {self._backlog()}")
+
+    def _check_aging(self) -> None:
+        """The fake orders priorities with aging off; jobs that waited long enough for
+        aging to change their order are refused, not run in another order than Redis'."""
+        aged = self._world.aged(self._settings.priority_aging)
+        if aged is not None:
+            first, later = aged
+            raise NotFaked(f"priority aging ({self._settings.priority_aging} s a level) "
+                           f"would run {first.jid} (priority {first.priority}) before "
+                           f"{later.jid} (priority {later.priority}), enqueued long after it: "
+                           "the fake does not model aging; use App(priority_aging=None) "
+                           "in the test, or drain sooner")
 
     def _worker(self) -> FakeWorker:
         return FakeWorker(self._registry, self._settings, self._middleware, self._hooks,
@@ -361,6 +375,12 @@ class FakeBackend:
 
     def batches(self) -> FakeBatches:
         return self._testing.batches
+
+    def store(self) -> Store:
+        raise NotFaked("this needs Redis, which a jobs.testing.fake()/inline() block does "
+                       "not reach: pause/resume, a limiter entered outside a job and the "
+                       "admin reads are not faked (docs/guides/testing.md); call it outside "
+                       "the block, on a real server")
 
 
 def _name_of(job: JobRef | None) -> str | None:

@@ -1,5 +1,6 @@
 """What a test sees of faked jobs: the jobs waiting (``Enqueued``), the runs a drain made
-(``Run``), and the error a runaway drain stops with (``TooManyRuns``)."""
+(``Run``), the error a runaway drain stops with (``TooManyRuns``), and the one for what
+the fake does not claim (``NotFaked``)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,10 @@ class Run:
 class TooManyRuns(RuntimeError):
     """``drain`` ran its ``max_runs`` and jobs still wait (a job that enqueues itself
     forever?), or ``inline`` runs nested deeper than its bound."""
+
+
+class NotFaked(RuntimeError):
+    """Asked of a ``fake()``/``inline()`` block for something the fake does not claim
+    (docs/guides/testing.md lists what it claims): what only Redis does (``pause``, a
+    limiter entered outside a job, the admin reads), or an order that priority aging
+    would change. Raised rather than answered differently from Redis."""

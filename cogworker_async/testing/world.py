@@ -10,7 +10,8 @@ is never taken by a drain: ``testing/dependencies.py`` releases it onto ``waitin
 Order: the fair groups of a queue that have jobs due now take turns (``options(group=)``;
 the jobs without a group take one turn together), as the fetch serves its ring; then
 jobs run by priority (``options(priority=N)``, highest first: the fetch's order with
-aging off; a drain lasts too short a time for aging to matter), and within one priority
+aging off: a drain lasts too short a time for aging to matter, and a drain where it
+would raises ``NotFaked``, ``aged``), and within one priority
 (within a group: always) in the order they arrived (a queue is first in, first out; a retry waits
 behind what was already queued, as after its promotion); scheduled jobs, when a drain
 includes them, by due time.
@@ -50,6 +51,10 @@ class Entry:
     @property
     def priority(self) -> int:
         return wire.priority_of(self.raw)
+
+    @property
+    def enqueued_at(self) -> float:
+        return wire.number(self.payload(), "enqueued_at") or 0.0
 
     @property
     def group(self) -> str:
@@ -154,6 +159,25 @@ class World:
                                                  *entry.rank()))
         later = [entry for entry in self.waiting if scheduled]
         return min(later, key=lambda entry: (entry.due or now, entry.order), default=None)
+
+    def aged(self, aging: float | None) -> tuple[Entry, Entry] | None:
+        """Two queued jobs whose order priority aging would swap, if any: the fake orders
+        with aging off (``NotFaked``). Aging puts the earlier job ``a`` first iff the
+        later ``b`` came more than ``(b.priority - a.priority) × aging`` seconds after it
+        (``_queue.lua``'s score: ``enqueued_at - priority × aging``, least first).
+        Grouped jobs keep their group's order, whatever their priority."""
+        if aging is None:
+            return None
+        earliest: dict[tuple[str, int], Entry] = {}  # (queue, priority) -> first queued
+        for entry in sorted(self.waiting, key=lambda entry: entry.order):
+            if entry.state != "queued" or entry.group:
+                continue
+            for (queue, priority), first in earliest.items():
+                if queue == entry.queue and priority < entry.priority and \
+                        entry.enqueued_at - first.enqueued_at > (entry.priority - priority) * aging:
+                    return first, entry
+            earliest.setdefault((entry.queue, entry.priority), entry)
+        return None
 
     def take(self, *, scheduled: bool, retries: bool) -> Entry | None:
         """``next_due``, taken off the waiting jobs and marked running."""
