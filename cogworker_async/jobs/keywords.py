@@ -22,8 +22,9 @@ the flat ``retry_in=``, ``discard_on=``) are read by the worker from the registr
 never from a payload, so ``.options()`` refuses them (a ``ValueError`` saying so). So is a
 ``Group(limit=)`` a call would make new (``groups.py``).
 
-A new option: its field in ``JobOptions``, its keyword in ``JobKeywords`` (its value in
-its rule module when it is a family), its use in ``wire.build``; nothing else here.
+A new plain option is its field in ``JobOptions`` and its line in ``JobKeywords``; a new
+value of a family is a class in its rule module with its ``fields()``; then its use in
+``wire.build`` if it travels with the job. Neither surface changes.
 """
 
 from __future__ import annotations
@@ -83,10 +84,18 @@ FAMILIES: Final = {
 VALUES: Final = {"dedup": object, "after": After, "retry": RetryPolicy}
 """What a family's keyword must hold for its flat spellings to be refused beside it
 (``after=[...]`` and ``retry=5`` are flat themselves)."""
-AS_THEY_ARE: Final = ("queue", "timeout", "keep_result", "dead_on_expiry", "priority",
-                      "unique_ttl", "unique_key", "on_parent_failure", "pass_result",
-                      "throttle", "debounce", "coalesce", "key")
-"""Flat keywords that are ``JobOptions`` fields of the same name, checked there."""
+READ_HERE: Final = frozenset({"retry", "unique", "after", "group", "expires_in", "expires_at"})
+"""Keywords ``resolve`` reads itself: a value, or a spelling to convert."""
+AS_THEY_ARE: Final = tuple(sorted(KEYWORDS.intersection(JobOptions.__dataclass_fields__)
+                                  - READ_HERE))
+"""Every other keyword is the ``JobOptions`` field of its name, checked there: a new
+plain option is its field and its line in ``JobKeywords``."""
+ONE_SURFACE: Final = {
+    "jid": "jid names one enqueue: give it to .options(jid=...), not to the decorator "
+           "(every enqueue would share it; dedup=Unique(key=...) holds one at a time)",
+    "name": "name is the registered name a worker looks a payload up by: give it to "
+            "@jobs.job(name=...), not to a call (another name would be another job)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +119,7 @@ def resolve(base: JobOptions, given: Mapping[str, Any], *, call: bool) -> Resolv
     """``given`` (one call's keywords) over ``base``; a TypeError/ValueError naming the
     problem. ``call``: ``.options()`` (which may not change what a worker reads from the
     registration), else the decorator."""
-    unknown = sorted(set(given) - KEYWORDS)
-    if unknown:
-        raise TypeError(f"unexpected option {unknown[0]!r} (the options: "
-                        f"{', '.join(sorted(KEYWORDS))})")
-    present = {name: value for name, value in given.items() if value is not None}
-    for family, flat in FAMILIES.items():
-        beside = [name for name in flat if name in present]
-        if beside and family in present and isinstance(present[family], VALUES[family]):
-            raise ValueError(f"give {family}={present[family]!r} or {beside[0]}=, not both")
+    present = _present(given)
     changes: dict[str, Any] = {name: present[name] for name in AS_THEY_ARE if name in present}
     if "unique" in present:
         changes["unique"] = policy_of(present["unique"])
@@ -139,6 +140,23 @@ def resolve(base: JobOptions, given: Mapping[str, Any], *, call: bool) -> Resolv
                          "@jobs.job(retry=RetryPolicy(...)); a call may change max only")
     return Resolved(replace(base, **changes), retry_in, discard_on,
                     group.limit if group is not None else None)
+
+
+def _present(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The keywords given (not None), each known, none beside its family's value."""
+    unknown = sorted(set(given) - KEYWORDS)
+    for name in unknown:
+        if name in ONE_SURFACE:
+            raise TypeError(ONE_SURFACE[name])
+    if unknown:
+        raise TypeError(f"unexpected option {unknown[0]!r} (the options: "
+                        f"{', '.join(sorted(KEYWORDS))})")
+    present = {name: value for name, value in given.items() if value is not None}
+    for family, flat in FAMILIES.items():
+        beside = [name for name in flat if name in present]
+        if beside and family in present and isinstance(present[family], VALUES[family]):
+            raise ValueError(f"give {family}={present[family]!r} or {beside[0]}=, not both")
+    return present
 
 
 def _retries(present: Mapping[str, Any], changes: dict[str, Any],

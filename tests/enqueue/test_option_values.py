@@ -6,6 +6,7 @@ problem."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -316,6 +317,29 @@ async def test_a_fixed_group_on_a_call_wins_over_the_jobs_function(
     assert tenant_job.options(group="x").job_options.group == "x"
 
 
+async def test_a_value_and_its_flat_spelling_build_the_same_payload(
+    make_app: Callable[..., App],
+) -> None:
+    """The wire format does not change: the payload is the same whichever spelling."""
+    app = make_app()
+
+    @app.job(name="report", queue="reports")
+    async def report(tenant: str, month: str) -> None: ...
+
+    async def fields(enqueuer: Any) -> dict[str, Any]:
+        push = await enqueuer.prepared("t-1", "2030-01")
+        payload = json.loads(push.raw)
+        return {k: v for k, v in payload.items()
+                if k not in ("jid", "created_at", "enqueued_at")}
+
+    by_value = await fields(report.options(retry=RetryPolicy(max=3), priority=2,
+                                           group=Group(lambda tenant, month: tenant)))
+    by_flat = await fields(report.options(retry=3, priority=2,
+                                          group=lambda tenant, month: tenant))
+    assert by_value == by_flat
+    assert (by_value["retry"], by_value["group"], by_value["priority"]) == (3, "t-1", 2)
+
+
 # -- refused at the call --------------------------------------------------------------
 
 
@@ -353,6 +377,8 @@ async def test_bad_keywords_are_refused_at_the_call_naming_the_problem(
     loose_bogus: dict[str, Any] = {"bogus": 1}
     with pytest.raises(TypeError, match="jid"):
         app.job(**loose)  # a jid names one enqueue: no decorator has one
+    with pytest.raises(TypeError, match="registered name"):
+        note.options(**{"name": "other"})  # noqa: PIE804 (not a keyword mypy allows)
     with pytest.raises(TypeError, match="unexpected option 'bogus'"):
         note.options(**loose_bogus)
     with pytest.raises(TypeError, match="dedup takes Unique"):
