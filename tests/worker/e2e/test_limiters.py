@@ -194,9 +194,11 @@ async def test_outside_a_worker_a_limiter_holds_and_refuses_the_caller(
 async def _admitted_over(limiter: Limiter, seconds: float) -> int:
     """Acquisitions the limiter admits to one caller trying without a break (waiting
     between tries as the limiter says) for ``seconds`` from a whole second of the clock."""
-    now = time.time()
-    await anyio.sleep(1 - now % 1 + 0.002)  # start with a window (of 1 s) of its own
-    end = time.time() + seconds
+    start = int(time.time()) + 1  # a window (of 1 s) of its own
+    await anyio.sleep(start - time.time() + 0.002)
+    # From the whole second, not from the wake-up: a sleep that overran (a loaded machine)
+    # would otherwise end in a fourth window and count its acquisitions too.
+    end = start + seconds
     admitted = 0
     while time.time() < end:
         try:
