@@ -86,7 +86,9 @@ class World:
     (``testing/dependencies.py``)."""
     turns: dict[tuple[str, str], int] = field(default_factory=dict)
     """(queue, group) -> its place in the queue's ring: the lowest goes next; a group
-    that gets jobs again after it had none joins at the back."""
+    that gets jobs again after it had none joins at the back. The jobs without a group
+    (group "") are in the ring only from the first take that finds them waiting beside
+    a group, until none is left (``_queue.lua``): never from their push."""
     _counter: itertools.count[int] = field(default_factory=itertools.count)
 
     def clear(self) -> None:
@@ -113,8 +115,9 @@ class World:
         return entry
 
     def _join(self, entry: Entry) -> None:
-        """A group with nothing waiting joins its queue's ring at the back (``push``)."""
-        if not any(other.queue == entry.queue and other.group == entry.group
+        """A group with nothing waiting joins its queue's ring at the back (``push``);
+        the jobs without a group join at a take instead (``_join_plain``)."""
+        if entry.group and not any(other.queue == entry.queue and other.group == entry.group
                    for other in self.waiting):
             self.turns[(entry.queue, entry.group)] = next(self._counter)
 
@@ -155,8 +158,8 @@ class World:
                  if entry.due is None or entry.due <= now
                  or (retries and entry.state == "retrying")]
         if ready:
-            return min(ready, key=lambda entry: (self.turns.get((entry.queue, entry.group), 0),
-                                                 *entry.rank()))
+            self._join_plain(ready)
+            return min(ready, key=lambda entry: (self._turn(entry, ready), *entry.rank()))
         later = [entry for entry in self.waiting if scheduled]
         return min(later, key=lambda entry: (entry.due or now, entry.order), default=None)
 
@@ -179,6 +182,23 @@ class World:
             earliest.setdefault((entry.queue, entry.priority), entry)
         return None
 
+    def _join_plain(self, ready: list[Entry]) -> None:
+        """At a take, the jobs without a group join their queue's ring at its back if
+        it exists (a group has jobs waiting) and they are not in it yet."""
+        for queue in {entry.queue for entry in ready if not entry.group}:
+            if (queue, "") not in self.turns and any(
+                    entry.group and entry.queue == queue for entry in ready):
+                self.turns[(queue, "")] = next(self._counter)
+
+    def _turn(self, entry: Entry, ready: list[Entry]) -> int:
+        """Its group's place in the ring; the jobs without a group out of the ring (no
+        group waits beside them) share their first one's place."""
+        turn = self.turns.get((entry.queue, entry.group))
+        if turn is not None:
+            return turn
+        return min(other.order for other in ready
+                   if other.queue == entry.queue and other.group == entry.group)
+
     def take(self, *, scheduled: bool, retries: bool) -> Entry | None:
         """``next_due``, taken off the waiting jobs and marked running."""
         chosen = self.next_due(scheduled=scheduled, retries=retries)
@@ -186,8 +206,15 @@ class World:
             return None
         self.waiting.remove(chosen)
         self.running.add((chosen.queue, chosen.jid))
-        # its group to the back of the ring (``turned``, redis/lua/_queue.lua)
-        self.turns[(chosen.queue, chosen.group)] = next(self._counter)
+        # its group to the back of the ring (``turned``, redis/lua/_queue.lua); the
+        # jobs without a group leave it when none is left
+        if chosen.group:
+            self.turns[(chosen.queue, chosen.group)] = next(self._counter)
+        elif (chosen.queue, "") in self.turns:
+            if any(not entry.group and entry.queue == chosen.queue for entry in self.waiting):
+                self.turns[(chosen.queue, "")] = next(self._counter)
+            else:
+                del self.turns[(chosen.queue, "")]
         if chosen.state != "queued":  # moved onto its queue as the poller does
             payload = chosen.payload()
             payload["queue"] = chosen.queue

@@ -113,3 +113,22 @@ async def test_enqueue_many_keeps_its_order_within_a_priority(backend: Backend) 
     await work.enqueue_many([((n,), {}) for n in range(10, 13)])
     await backend.run(app, until=lambda: len(ran) == 6)
     assert ran == [0, 1, 2, 10, 11, 12]
+
+
+async def test_jobs_without_a_group_join_the_ring_when_a_fetch_finds_them(
+        backend: Backend) -> None:
+    """Found by the fake's run of the fetch-order model: the jobs without a group join
+    the ring at a fetch, behind the groups already in it, not at their push."""
+    app = backend.app(concurrency=1)
+    ran: list[str] = []
+
+    @app.job
+    async def work(tag: str) -> None:
+        ran.append(tag)
+
+    await work.enqueue("plain 1")
+    await work.enqueue("plain 2")
+    await work.options(group="a").enqueue("a 1")
+    await work.options(group="a").enqueue("a 2")
+    await backend.run(app, until=lambda: len(ran) == 4)
+    assert ran == ["a 1", "plain 1", "a 2", "plain 2"]
