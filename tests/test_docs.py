@@ -34,9 +34,22 @@ def mentioned(text: str) -> set[str]:
     return found
 
 
+FEATURE_MAP: Final = "\n## The feature map\n"
+"""The section of docs/development.md whose code paths are under ``cogworker_async/``
+(checked by ``test_every_path_the_feature_map_names_exists``, not by the scan)."""
+
+
+def without_feature_map(text: str) -> str:
+    start = text.find(FEATURE_MAP)
+    if start < 0:
+        return text
+    end = text.find("\n## ", start + len(FEATURE_MAP))
+    return text[:start] + (text[end:] if end >= 0 else "")
+
+
 def every_mention() -> list[tuple[str, str]]:
-    return sorted((doc.relative_to(ROOT).as_posix(), path)
-                  for doc in DOCUMENTS for path in mentioned(doc.read_text("utf-8")))
+    return sorted((doc.relative_to(ROOT).as_posix(), path) for doc in DOCUMENTS
+                  for path in mentioned(without_feature_map(doc.read_text("utf-8"))))
 
 
 @pytest.mark.parametrize(("document", "path"), every_mention())
@@ -105,6 +118,41 @@ def test_the_module_tree_names_every_module() -> None:
         and not (path.name == "__init__.py"
                  and f"{path.parent.relative_to(ROOT).as_posix()}/" in named))
     assert not unnamed, f"docs/development.md's module tree leaves out: {unnamed}"
+
+
+def feature_map() -> dict[str, list[str]]:
+    """docs/development.md's feature map: each feature (a row) and the paths it names
+    (in backticks, with a ``/`` or a file's extension; code under ``cogworker_async/``,
+    tests and docs from the root; a ``*`` is a glob)."""
+    text = (ROOT / "docs" / "development.md").read_text("utf-8")
+    start = text.index(FEATURE_MAP)
+    end = text.find("\n## ", start + len(FEATURE_MAP))
+    rows: dict[str, list[str]] = {}
+    for line in text[start:end if end >= 0 else None].splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) < 2 or set(cells[1]) <= {"-"} \
+                or cells[0] == "feature":
+            continue
+        rows[cells[0]] = [token for cell in cells[1:]
+                          for token in re.findall(r"`([^`]+)`", cell)
+                          if "/" in token or token.endswith(EXTENSIONS)]
+    return rows
+
+
+def _located(path: str) -> list[Path]:
+    base = ROOT if path.startswith(("tests/", "docs/")) else ROOT / "cogworker_async"
+    if path.endswith(".html") and "/" not in path:  # a template, as its route names it
+        return [ROOT / "cogworker_async" / "web" / "templates" / path]
+    return sorted(base.glob(path)) if "*" in path else [base / path]
+
+
+def test_every_path_the_feature_map_names_exists() -> None:
+    rows = feature_map()
+    assert {"batches", "priorities", "outbox", "records"} <= rows.keys()
+    assert "worker/notes_relay.py" in rows["batches"]
+    missing = [(feature, path) for feature, paths in rows.items() for path in paths
+               if not any(found.exists() for found in _located(path))]
+    assert not missing, f"docs/development.md's feature map names what is not there: {missing}"
 
 
 def test_the_readme_is_a_front_page_not_a_manual() -> None:
