@@ -177,3 +177,23 @@ async def test_cancel_batch_cancels_its_waiting_members(backend: Backend) -> Non
     await backend.run(app, until=lambda: "report complete" in ran)
     assert ran == ["report complete"]
     assert (await app.batch_status(batch.bid)).state == "complete"
+
+
+async def test_a_parent_batch_ends_after_its_child(backend: Backend) -> None:
+    app = backend.app(concurrency=1)
+    ran: list[str] = []
+    step, _ = _steps(app, ran)
+
+    @app.job
+    async def report(kind: str) -> None:
+        ran.append(f"report {kind}")
+
+    async with app.batch(on_success=report.s("parent")) as parent:
+        await step.enqueue("parent's member")
+        async with app.batch(parent=parent.bid, on_success=report.s("child")) as child:
+            await step.enqueue("child's member")
+    await backend.run(app, until=lambda: "report parent" in ran)
+    assert sorted(ran[:2]) == ["child's member", "parent's member"]
+    assert sorted(ran[2:]) == ["report child", "report parent"]
+    assert (await app.batch_status(child.bid)).state == "success"
+    assert (await app.batch_status(parent.bid)).state == "success"
