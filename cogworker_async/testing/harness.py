@@ -19,7 +19,9 @@ run after others (``after=``, chains) are kept as the relay keeps them (``batche
 once, or when the last of them ends. Nothing here reaches Redis: inside a block
 ``jobs.status``, ``jobs.result`` and ``jobs.cancel`` answer from the fake
 (``jobs.testing.status(jid)`` too); what still needs Redis (``pause``, a limiter entered
-outside a job) is not faked.
+outside a job, the admin reads) raises ``NotFaked`` (``FakeBackend.store``), and so does a
+drain whose order priority aging would change. tests/conformance runs the behaviour
+scenarios over both backends: a difference is the fake's bug.
 """
 
 from __future__ import annotations
