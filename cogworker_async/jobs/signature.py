@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from cogworker_async.jobs import wire
 from cogworker_async.jobs.definition import JobDefinition, JobOptions
+from cogworker_async.jobs.groups import group_for
 from cogworker_async.jobs.priority import MAX_PRIORITY, MIN_PRIORITY
 
 
@@ -77,11 +78,16 @@ class Signature:
     def stored(self) -> dict[str, Any]:
         """What a batch keeps of it, to enqueue when it ends (``worker/notes_relay.py``)."""
         options = self.enqueuer.job_options
+        group = options.group
+        key = options.group_key if options.group_key is not None \
+            else self.enqueuer.definition.group_key
+        if group is None and key is not None:  # group=fn: named now, from its arguments
+            group = group_for(key, list(self.args), dict(self.kwargs), self.name)
         return {"name": self.name, "args": list(self.args), "kwargs": dict(self.kwargs),
                 "queue": self.queue, "retry": options.retry,
                 "keep_result": options.keep_result,
                 **({"priority": options.priority} if options.priority else {}),
-                **({"group": options.group} if options.group else {}),
+                **({"group": group} if group else {}),
                 **({"timeout": options.timeout} if options.timeout is not None else {}),
                 # the deadline counts from the callback's own enqueue, as an enqueue's
                 **({"expires_in": options.expires_in} if options.expires_in else {}),
