@@ -27,15 +27,19 @@ run:
 ## server and its own range of ports (tests/servers.py).
 TEST_WORKERS ?= 4
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+## Python's bytecode cache, even where PYTHONDONTWRITEBYTECODE is set: without it each pytest
+## process (an xdist worker, a collection a test starts) compiles and assert-rewrites all
+## ~400 test modules again, ~7 CPU-s each. Kept under .venv, out of the source tree.
+TEST_ENV := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not chaos" $(PARALLEL) --durations=20
+	$(TEST_ENV) $(BIN)/python -m pytest -q -m "not chaos" $(PARALLEL) --durations=20
 
 ## The edit loop: no worker processes, no topologies, no browser (markers set by
 ## tests/conftest.py from what each test needs; tests/README.md has the map), and a
 ## fifth of the property tests' examples (make test draws them all).
 FAST := not chaos and not processes and not cluster and not sentinel and not root and not browser
 test-fast: $(STAMP)
-	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -m "$(FAST)" $(PARALLEL)
+	$(TEST_ENV) HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -q -m "$(FAST)" $(PARALLEL)
 
 ## The server matrix: the e2e and short chaos scenarios again on every other server this
 ## machine has (make test takes redis-server from PATH, else the embedded Valkey; this
@@ -46,7 +50,7 @@ test-matrix: $(STAMP)
 	if [ -z "$$others" ]; then echo "test-matrix: only one server on this machine"; fi; \
 	for server in $$others; do \
 		echo "test-matrix: $$server"; \
-		COGWORKER_TEST_REDIS_SERVER=$$server $(BIN)/python -m pytest -q -m "not chaos" $(PARALLEL) \
+		$(TEST_ENV) COGWORKER_TEST_REDIS_SERVER=$$server $(BIN)/python -m pytest -q -m "not chaos" $(PARALLEL) \
 			$(wildcard $(MATRIX_TESTS)) || exit 1; \
 	done
 
