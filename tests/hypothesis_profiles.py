@@ -13,9 +13,12 @@ the same.
 from __future__ import annotations
 
 import os
-from typing import Final
+from collections.abc import Sequence
+from typing import Final, TypeVar
 
 from hypothesis import HealthCheck, Phase, settings
+
+T = TypeVar("T")
 
 PROFILE_ENV: Final = "HYPOTHESIS_PROFILE"
 PROFILE: Final = os.environ.get(PROFILE_ENV, "ci")
@@ -37,6 +40,12 @@ settings.register_profile("quick", _SHARED, max_examples=100 // QUICK_DIVISOR,
 settings.register_profile("unshrunk", _SHARED, max_examples=100, derandomize=True,
                           phases=[Phase.explicit, Phase.generate])
 settings.load_profile(PROFILE)
+
+
+def share(items: Sequence[T]) -> list[T]:
+    """``items`` for a slow table-driven check (a planting per row): all of them, but
+    every fifth under ``quick`` (``make test-fast``), as the property tests draw a fifth."""
+    return list(items[::QUICK_DIVISOR] if PROFILE == "quick" else items)
 
 
 def examples(count: int) -> int:

@@ -10,19 +10,26 @@ member a reader looks at; ``GARBAGE`` is the values.
 from __future__ import annotations
 
 import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Final, Literal
+
+import pytest
 
 from cogworker_async.jobs import unique
 from cogworker_async.observe.run_metrics import minute_of
 from cogworker_async.redis.dependencies import Parent, Watcher
 from cogworker_async.redis.keys import BATCH_SETS, Keys
 from cogworker_async.redis.store import Store
+from tests.cli import adminapp
 from tests.redis.lua.helpers import fetched, make_job
 
 RedisType = Literal["string", "hash", "list", "set", "zset"]
+
+FULL: Final = os.environ.get("COGWORKER_CHAOS", "").strip().lower() == "full"
+"""``make chaos``: every value in every key, every check on each (see ``plantings``)."""
 
 QUEUE: Final = "default"
 GHOST: Final = "ghost-host:7:dead"
@@ -269,3 +276,45 @@ def plantings(full: bool) -> list[Planting]:
 SHORT_GARBAGE: Final = frozenset({"deep JSON list", "not UTF-8", "infinite fields",
                                   "huge integer fields", "infinity"})
 SHORT_WORKFLOW_GARBAGE: Final = frozenset({"deep JSON list", "not UTF-8"})
+
+
+JID: Final = "ghost-job"
+"""The dead process's job (its record says running): what ``job`` and the job page show."""
+
+
+def report(name: str, failures: list[str], checked: int) -> None:
+    """Print the check's figures (``make chaos`` collects them), then fail listing every
+    planting that failed, not the first."""
+    print(f"CHAOS {name} [{'full' if FULL else 'short'}] checked={checked} "
+          f"failed={len(failures)}")
+    assert not failures, "\n\n".join(failures)
+
+
+async def fresh(store: Store) -> None:
+    """Every key of the namespace gone, then the base state (a dead process with a job)."""
+    names = [key async for key in store.client.scan_iter(match=f"{store.keys.namespace}:*",
+                                                         count=1000)]
+    if names:
+        await store.client.delete(*names)
+    await base(store, ghost_job(JID))
+    await workflow_base(store)
+
+
+def jobs_on_namespace(redis_url: str, namespace: str,
+                      monkeypatch: pytest.MonkeyPatch) -> adminapp.Jobs:
+    """The ``jobs`` fixture of the co-tenant checks (as tests/cli/conftest.py's): the CLI's
+    App reads the same namespace from the env."""
+    monkeypatch.setenv("COGWORKER_REDIS_URL", redis_url)
+    monkeypatch.setenv(adminapp.NAMESPACE_ENV, namespace)
+    monkeypatch.setenv("COLUMNS", "200")
+    return adminapp.build(namespace, redis_url)
+
+
+async def served_jobs(jobs: adminapp.Jobs) -> AsyncIterator[adminapp.Jobs]:
+    """The ``served`` fixture: ``jobs`` for a test in this loop, its App's pool closed after."""
+    yield jobs
+    await jobs.app.close()
+
+
+PLANTINGS: Final = plantings(FULL)
+"""What the checks plant: short for ``make test``, every planting under ``make chaos``."""

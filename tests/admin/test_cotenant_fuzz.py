@@ -1,9 +1,10 @@
 """A co-tenant's garbage in every key the project reads (tests/admin/cotenant.py):
 wrong Redis types, JSON nested past the parser's limit, huge values, bytes that are not
-UTF-8, infinite, NaN and huge numbers, empty values. Whatever is planted, every
-dashboard page answers (never a 500), every CLI command exits 0, ``run --burst`` exits,
-a worker goes on running jobs, and recovery takes a dead process's jobs whatever its
-beat info says (issue 25, items 8-11).
+UTF-8, infinite, NaN and huge numbers, empty values. Whatever is planted, ``run --burst``
+exits, a worker goes on running jobs, recovery takes a dead process's jobs whatever its
+beat info says, and the workflows beside the garbage end (issue 25, items 8-11).
+tests/admin/test_cotenant_readers.py holds the readers' side: every dashboard page
+answers (never a 500), every CLI command exits 0.
 
 Sizes: ``make test`` plants every key with another type and with a few values that broke
 readers, and starts a worker or ``--burst`` for a handful of them; ``COGWORKER_CHAOS=full``
@@ -14,13 +15,10 @@ Each check walks its table and reports every planting that failed, not the first
 from __future__ import annotations
 
 import functools
-import os
 import traceback
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any, Final
 
-import anyio
-import httpx
 import pytest
 import redis
 
@@ -28,33 +26,32 @@ from cogworker_async import App
 from cogworker_async.errors import CogworkerError, WrongTypeKey
 from cogworker_async.jobs.signature import callback_jid
 from cogworker_async.redis.store import Store
-from cogworker_async.web import create_dashboard
 from tests.admin.cotenant import (
     BID,
     DEDUP_KEY,
+    FULL,
     GHOST,
+    JID,
     PARENT,
+    PLANTINGS,
     QUEUE,
     WAITER,
     WORKFLOW_LABELS,
     Planting,
-    base,
-    ghost_job,
+    fresh,
+    jobs_on_namespace,
     plant,
-    plantings,
-    workflow_base,
+    report,
+    served_jobs,
 )
 from tests.cli import adminapp
-from tests.cli.conftest import invoke
 from tests.conftest import FAST
 from tests.waiting import wait_until
 from tests.workerproc import WorkerProcess
 
-FULL: Final = os.environ.get("COGWORKER_CHAOS", "").strip().lower() == "full"
 pytestmark = [pytest.mark.timeout(1800 if FULL else 120),
               *([pytest.mark.chaos] if FULL else [])]
 
-PLANTINGS: Final = plantings(FULL)
 WORKER_SHORT: Final = frozenset({"beat info", "processes", "queue's processes", "last beats",
                                  "recoveries", "workers hash", "hand-over list", "queue"})
 """Keys a worker's loops read, whose plantings the short run starts a worker for."""
@@ -69,23 +66,6 @@ RECOVERY_TIMEOUT: Final = 15.0
 """Seconds a worker may take to recover the dead process's job and run a new one."""
 BURST_TIMEOUT: Final = 30.0
 """Seconds ``run --burst`` may take to start (imports on a busy 2-core machine) and end."""
-UNKNOWN_EXIT: Final = 4
-"""``job``'s exit status for a jid without a status record."""
-JID: Final = "ghost-job"
-"""The dead process's job (its record says running): what ``job`` and the job page show."""
-PAGES: Final = ("/", "/stats.json", "/queues", f"/queues/{QUEUE}", "/busy", "/scheduled",
-                "/retries", "/dead", "/periodic", "/limits", "/jobs?jid=" + JID,
-                f"/jobs/{JID}", "/metrics/jobs", "/metrics/jobs/ok", "/metrics", "/batches",
-                f"/batches/{BID}", f"/queues/{QUEUE}/waiting")
-COMMANDS: Final = (("stats",), ("queues",), ("queues", QUEUE), ("scheduled",), ("retries",),
-                   ("dead",), ("processes",), ("periodic",), ("limits",),
-                   ("metrics-summary",), ("metrics-summary", "--job", "ok"),
-                   ("job", JID), ("stats", "--json"), ("processes", "--json"),
-                   ("limits", "--json"), ("metrics-summary", "--json"), ("batch", BID),
-                   ("batch", BID, "--json"))
-BATCH_EXITS: Final = frozenset({0, 1, 4})
-"""``batch``'s answers: found, damaged (one line, exit 1), unknown (4)."""
-
 
 def chosen(short: frozenset[str], full_garbage: frozenset[str] | None = None
            ) -> list[Planting]:
@@ -98,89 +78,8 @@ def chosen(short: frozenset[str], full_garbage: frozenset[str] | None = None
         p.wrong_type or p.garbage.name == "deep JSON list")]
 
 
-def report(failures: list[str], checked: int) -> None:
-    print(f"CHAOS cotenant_fuzz [{'full' if FULL else 'short'}] checked={checked} "
-          f"failed={len(failures)}")
-    assert not failures, "\n\n".join(failures)
-
-
-async def fresh(store: Store) -> None:
-    """Every key of the namespace gone, then the base state (a dead process with a job)."""
-    names = [key async for key in store.client.scan_iter(match=f"{store.keys.namespace}:*",
-                                                         count=1000)]
-    if names:
-        await store.client.delete(*names)
-    await base(store, ghost_job(JID))
-    await workflow_base(store)
-
-
-@pytest.fixture
-def jobs(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> adminapp.Jobs:
-    """As tests/cli/conftest.py's: the CLI's App reads the same namespace from the env."""
-    monkeypatch.setenv("COGWORKER_REDIS_URL", redis_url)
-    monkeypatch.setenv(adminapp.NAMESPACE_ENV, namespace)
-    monkeypatch.setenv("COLUMNS", "200")
-    return adminapp.build(namespace, redis_url)
-
-
-@pytest.fixture
-async def served(jobs: adminapp.Jobs) -> AsyncIterator[adminapp.Jobs]:
-    """``jobs`` for a test in this loop: its App's pool closed after it."""
-    yield jobs
-    await jobs.app.close()
-
-
-async def test_every_page_answers_whatever_a_key_holds(served: adminapp.Jobs,
-                                                       store: Store) -> None:
-    failures, jobs = [], served
-    transport = httpx.ASGITransport(app=create_dashboard(jobs.app))
-    async with httpx.AsyncClient(transport=transport, base_url="http://board.test") as http:
-        for planting in PLANTINGS:
-            await fresh(store)
-            await plant(store, planting)
-            for path in PAGES:
-                try:
-                    response = await http.get(path)
-                    status = response.status_code
-                except Exception:  # raised out of the app: the 500 a user would get
-                    status, response = 500, None
-                if status >= 500:
-                    shown = response.text if response else traceback.format_exc()
-                    failures.append(f"{planting.id}: GET {path} -> {status}\n{shown[-1500:]}")
-            try:
-                await jobs.app.status(JID)
-                await jobs.app.paused()
-            except Exception as exc:
-                failures.append(f"{planting.id}: status(), paused(): {exc!r}")
-    report(failures, len(PLANTINGS))
-
-
-def test_every_command_exits_0_whatever_a_key_holds(jobs: adminapp.Jobs,
-                                                   redis_url: str, namespace: str) -> None:
-    failures = []
-    commands = COMMANDS if FULL else COMMANDS[::2]
-
-    async def prepare(planting: Planting) -> None:
-        store = Store.from_url(redis_url, namespace)
-        try:
-            await fresh(store)
-            await plant(store, planting)
-        finally:
-            await store.aclose()
-
-    # Short: the workflow keys (read by the batch command and the stats) with another
-    # type only.
-    cases = PLANTINGS if FULL else [p for p in PLANTINGS if p.wrong_type or (
-        p.spec.label not in WORKFLOW_LABELS and p.garbage.name in (
-            "deep JSON list", "huge integer fields", "infinite fields"))]
-    for planting in cases:
-        anyio.run(prepare, planting)
-        for command in commands:
-            result = invoke(*command)
-            if not _answered(command, planting, result.exit_code, result.output):
-                failures.append(f"{planting.id}: {' '.join(command)} -> {result.exit_code}\n"
-                                f"{result.output[-1500:]}")
-    report(failures, len(cases) * len(commands))
+jobs = pytest.fixture(name="jobs")(jobs_on_namespace)
+served = pytest.fixture(name="served")(served_jobs)
 
 
 async def test_a_worker_recovers_the_dead_and_goes_on_whatever_a_key_holds(
@@ -200,7 +99,7 @@ async def test_a_worker_recovers_the_dead_and_goes_on_whatever_a_key_holds(
             await run_worker(served, store, planting, caplog)
         except Exception as exc:
             failures.append(f"{planting.id}: {exc!r}")
-    report(failures, len(cases))
+    report("cotenant_fuzz", failures, len(cases))
 
 
 async def run_worker(jobs: adminapp.Jobs, store: Store, planting: Planting,
@@ -239,16 +138,6 @@ async def _finished(app: App, jid: str) -> bool:
     return (await app.status(jid)).state == "succeeded"
 
 
-def _answered(command: tuple[str, ...], planting: Planting, code: int, output: str) -> bool:
-    """Exit 0; or unknown (4) from ``job`` when the registry of queue names, where a
-    status is looked for, no longer names the job's queue; or, from ``batch``, damaged
-    (one line, 1) or unknown (4) — never a traceback."""
-    if command[0] == "batch":
-        return code in BATCH_EXITS and "Traceback" not in output
-    return code == 0 or (command[0] == "job" and planting.spec.label == "queue names"
-                         and code == UNKNOWN_EXIT)
-
-
 @pytest.fixture
 def burst_log() -> Iterator[list[WorkerProcess]]:
     started: list[WorkerProcess] = []
@@ -279,7 +168,7 @@ async def test_burst_exits_whatever_a_key_holds(served: adminapp.Jobs, store: St
             continue
         if code != 0:
             failures.append(f"{planting.id}: --burst exited {code}\n{process.log()[-1500:]}")
-    report(failures, len(cases))
+    report("cotenant_fuzz", failures, len(cases))
 
 
 CLEAN: Final = "clean"
@@ -319,7 +208,7 @@ async def test_workflows_go_on_whatever_a_workflow_key_holds(
                 failures.append(f"{planting.id}: {exc!r}\n{traceback.format_exc()[-1200:]}")
     finally:
         await built.app.close()
-    report(failures, len(cases))
+    report("cotenant_fuzz", failures, len(cases))
 
 
 async def _workflows_go_on(jobs: adminapp.Jobs, store: Store, planting: Planting) -> None:
