@@ -79,7 +79,7 @@ chaos: $(STAMP)
 	COGWORKER_CHAOS=full $(BIN)/python -m pytest -q -s tests/worker/chaos tests/redis/cluster/test_cluster_chaos.py \
 		tests/redis/cluster/test_cluster_workflows_chaos.py \
 		tests/redis/sentinel/test_failover.py tests/cli/supervisor tests/admin/test_cotenant_fuzz.py \
-		tests/admin/test_cotenant_readers.py
+		tests/admin/test_cotenant_readers.py \
 		tests/outbox/test_outbox_liveness.py
 
 ## Side-by-side benchmark against arq, SAQ, taskiq, streaq and RQ (each in its own venv
