@@ -2,7 +2,11 @@
 enqueues (each with a priority and an enqueue time, times never going back) and fetches
 of any size takes the jobs in the model's order — the least ``enqueued_at - priority *
 aging`` first (with aging off: the highest priority first), a tie to the higher
-priority, then first in, first out — whatever lists the jobs wait on."""
+priority, then first in, first out — whatever lists the jobs wait on.
+
+Each example starts by wiping its namespace (``tests.workbench.wipe``: a SCAN of 1,000
+keys a step): in ``make test`` the session server holds every earlier test's keys, and
+SCAN's default step of 10 made each wipe thousands of round trips (47 s for this file)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from hypothesis import strategies as st
 from cogworker_async.jobs import wire as job_module
 from cogworker_async.jobs.priority import MAX_PRIORITY, MIN_PRIORITY
 from cogworker_async.redis.store import Store
+from tests.workbench import wipe
 
 ME = "model:1:me"
 QUEUE = "model"
@@ -37,12 +42,6 @@ enqueue = st.tuples(st.just("enqueue"), st.integers(MIN_PRIORITY, MAX_PRIORITY),
 fetch = st.tuples(st.just("fetch"), st.integers(1, 5))
 steps = st.lists(st.one_of(enqueue, fetch), min_size=1, max_size=40)
 agings = st.sampled_from([None, 1.0, 3.0])
-
-
-async def wipe(store: Store) -> None:
-    keys = [key async for key in store.client.scan_iter(match=f"{store.keys.namespace}:*")]
-    if keys:
-        await store.client.delete(*keys)
 
 
 @given(steps=steps, aging=agings)
