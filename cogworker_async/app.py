@@ -112,17 +112,19 @@ class App:
         ``unique_key``, ``retry_in``, ``discard_on``, ``throttle``...). No ``jid=``: a
         jid names one enqueue (``.options(jid=...)``)."""
         resolved = resolve(JobOptions(queue=self.settings.default_queue), options, call=False)
-        limits = with_limit(self.settings.group_limits, resolved.options.queue,
-                            resolved.group_limit)
-        if limits != self.settings.group_limits:  # the workers read the App's limits
-            self.settings = self._client.settings = dataclasses.replace(
-                self.settings, group_limits=limits)
+        queue, limit = resolved.options.queue, resolved.group_limit
+        with_limit(self.settings.group_limits, queue, limit)  # a conflict: refused here
 
         def register(function: Callable[..., Any]) -> JobFunction[..., Any]:
             job_name = name or f"{function.__module__}.{function.__qualname__}"
             existing = self.registry.get(job_name)
             if existing is not None and existing.func is not function:
                 raise ConfigurationError(f"two jobs are registered as {job_name!r}")
+            # Declared by a registration that holds only (a refused one limits nothing).
+            limits = with_limit(self.settings.group_limits, queue, limit)
+            if limits != self.settings.group_limits:  # the workers read the App's limits
+                self.settings = self._client.settings = dataclasses.replace(
+                    self.settings, group_limits=limits)
             definition = resolved.definition(job_name, function)
             self.registry[job_name] = definition
             return JobFunction(self._client, definition)

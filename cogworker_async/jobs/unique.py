@@ -99,5 +99,6 @@ class Unique:
         check_key(self.key)
 
     def fields(self) -> dict[str, Any]:
-        """The ``JobOptions`` fields it sets."""
-        return {"unique": self.policy, "unique_ttl": float(self.ttl), "unique_key": self.key}
+        """The ``JobOptions`` fields it sets: the ttl as given, as the flat
+        ``unique_ttl=`` keeps it (the payload's ``unique_ttl`` is the same JSON)."""
+        return {"unique": self.policy, "unique_ttl": self.ttl, "unique_key": self.key}
