@@ -21,6 +21,9 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 FAST: Final = ("not chaos and not processes and not cluster and not sentinel and not root "
                "and not browser")
 COLLECT_TIMEOUT: Final = 120.0
+pytestmark = pytest.mark.timeout(COLLECT_TIMEOUT + 30)
+"""The collection is the first test's setup: over the default 60 s on a loaded machine
+it timed out (make test, 4 other suites beside it); its own timeout says so first."""
 RECORDER: Final = """
 import json, sys
 import pytest
