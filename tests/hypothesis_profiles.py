@@ -5,7 +5,8 @@ shared 2-core machine and draws the same examples on every run (``derandomize``)
 failure in CI is a failure on a laptop too. ``HYPOTHESIS_PROFILE=thorough`` draws ten
 times as many random examples for a hunt by hand; ``HYPOTHESIS_PROFILE=unshrunk`` reports
 a failure as drawn, at once, without minimising it; ``quick`` (``make test-fast``, the edit
-loop) draws a fifth of ``ci``'s examples, the same ones on every run. No example
+loop) draws a fifth of ``ci``'s examples, the same ones on every run, and ``share`` gives
+a slow table-driven check a fifth of its rows there too. No example
 database: a run never replays examples saved by an earlier one, so every machine draws
 the same.
 """
