@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+import warnings
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import tzinfo
 from functools import cached_property
@@ -58,6 +59,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 PERIODIC_FIELDS: Final = ("name", "schedule", "tz", "next_run", "last_run")
+_store_warned = False  # App.store()'s DeprecationWarning: once a process
 """What ``App.periodic_jobs`` tells of each periodic job (``Inspector.periodic`` tells
 more: its queue, and whether it runs now)."""
 
@@ -192,8 +194,9 @@ class App:
                 raise ConfigurationError(f"limiter {name!r} is already defined as "
                                          f"{existing!r}")
             return existing
-        made = self.limiters[name] = Limiter(name, spec, wait=wait, lease=lease,
-                                             store=self._store)
+        made = self.limiters[name] = Limiter(  # the backend of each entry: a fake block's
+            name, spec, wait=wait, lease=lease,
+            store=lambda: self._client.backend.limit_store())
         return made
 
     def add_client_middleware(self, middleware: ClientMiddleware) -> None:
@@ -309,7 +312,7 @@ class App:
     @cached_property
     def queues(self) -> AppQueues:
         """This App's queues: ``pause``, ``resume``, ``paused``."""
-        return AppQueues(self._store, self.settings)
+        return AppQueues(lambda: self._client.backend, self.settings)
 
     # -- older spellings of the namespaces' methods (API.md: they keep working) -----------
 
@@ -370,6 +373,16 @@ class App:
         Inside a ``testing.fake()`` block: ``NotFaked`` (the fake reaches no server)."""
         return self._client.backend.store()
 
+    def store(self) -> Store:
+        """Deprecated: ``App._store()`` (internal since issue 42), warned once."""
+        global _store_warned
+        if not _store_warned:
+            _store_warned = True
+            warnings.warn("App.store() is internal; use jobs.queues, jobs.status/result/"
+                          "cancel and cogworker_async.admin instead", DeprecationWarning,
+                          stacklevel=2)
+        return self._store()
+
     async def close(self) -> None:
         """Release the connection pools. An embedded server runs on (it is the folder's:
         ``cogworker-async embedded stop`` ends it)."""
@@ -394,6 +407,9 @@ class App:
 
     @asynccontextmanager
     async def _worker(self, overrides: dict[str, Any]) -> AsyncIterator[Worker]:
+        if "group_limits" in overrides:  # merged with the limits the jobs declared
+            overrides = {**overrides, "group_limits": merged_limits(
+                self.settings.group_limits, overrides["group_limits"])}
         settings = dataclasses.replace(self.settings, **overrides)
         url = self._pick_url(settings) if "redis_url" in overrides else self.redis_url()
         store = Store.from_url(url, settings.namespace, dead_limits_of(settings),
@@ -421,3 +437,16 @@ class App:
         finally:
             with anyio.CancelScope(shield=True):
                 await store.aclose()
+
+
+def merged_limits(declared: Mapping[str, int], override: Mapping[str, int]) -> dict[str, int]:
+    """``worker(group_limits=...)`` over the App's (and its jobs' ``Group(limit=)``): the
+    union — a queue's limit is one value, so a different one for it is refused rather
+    than dropping what a job declared."""
+    for queue, limit in override.items():
+        if queue in declared and declared[queue] != limit:
+            raise ValueError(f"worker(group_limits=...) gives queue {queue!r} a group limit "
+                             f"of {limit}, but its limit is {declared[queue]} already "
+                             "(App(group_limits=...) or a job's Group(limit=)): one value "
+                             "per queue")
+    return {**declared, **override}

@@ -8,9 +8,12 @@ block swaps in for the block. Nothing in product code asks which one it holds: a
 that needs a branch of its own in the client is a fake that can drift. The same
 behaviour suites run over both (``tests/conformance``).
 
-What only Redis does (pause/resume, a limiter entered outside a job, the admin and
-dashboard reads) goes through ``Backend.store()``: the fake does not claim it, and
-raises ``NotFaked`` there (``testing/records.py``).
+Pausing a queue (``jobs.queues``) and a limiter entered outside a job go through the
+port too (``pause``/``resume``/``pauses``, ``limit_store``): the fake keeps its own
+pauses and limiter holders, so a web handler under test that rate-limits a call, or a
+test that pauses a queue, never reaches Redis in a block. What only Redis does (the
+admin and dashboard reads) goes through ``Backend.store()``: the fake does not claim
+it, and raises ``NotFaked`` there (``testing/records.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from anyio.from_thread import BlockingPortal
 from cogworker_async.enqueue import after as dependents
 from cogworker_async.enqueue.lookup import JobLookup, QueueHints
 from cogworker_async.redis.errors import RedisError
+from cogworker_async.redis.limits import LimitStore
+from cogworker_async.redis.pausing import Pause
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings
 
@@ -113,9 +118,23 @@ class Backend(Protocol):
     def batches(self) -> BatchBackend:
         """Where batches are kept (``workflows/batch.py``'s port)."""
 
+    def limit_store(self) -> LimitStore:
+        """Where a limiter entered outside a job decides (``limits/limiter.py``): the
+        Store, or the fake's in-memory one (``testing/memory.py``)."""
+
+    async def pause(self, queue: str) -> bool:
+        """Pause ``queue`` (``redis/pausing.py``); False if it was paused already."""
+
+    async def resume(self, queue: str) -> bool:
+        """Resume ``queue``; False if it was not paused."""
+
+    async def pauses(self, queues: Sequence[str] | None,
+                     own: Sequence[str]) -> dict[str, Pause]:
+        """The paused queues among ``queues`` (None: every known queue and ``own``)."""
+
     def store(self) -> Store:
-        """The Store, for what only Redis does (pause, a limiter entered outside a job,
-        the admin reads): the fake raises ``NotFaked``, never answers differently."""
+        """The Store, for what only Redis does (the admin reads): the fake raises
+        ``NotFaked``, never answers differently."""
 
 
 class RedisBackend:
@@ -192,6 +211,21 @@ class RedisBackend:
 
     def batches(self) -> BatchBackend:
         return self._client.store().batches
+
+    def limit_store(self) -> LimitStore:
+        return self._client.store()
+
+    async def pause(self, queue: str) -> bool:
+        return await self._client.store().pause(queue)
+
+    async def resume(self, queue: str) -> bool:
+        return await self._client.store().resume(queue)
+
+    async def pauses(self, queues: Sequence[str] | None,
+                     own: Sequence[str]) -> dict[str, Pause]:
+        store = self._client.store()
+        names = [*await store.queue_names(), *own] if queues is None else list(queues)
+        return await store.pauses(list(dict.fromkeys(names)))
 
     def store(self) -> Store:
         return self._client.store()

@@ -18,15 +18,18 @@ run after others (``after=``, chains) are kept as the relay keeps them (``batche
 ``dependencies.py``): in ``inline()`` a job whose parents have all succeeded runs at
 once, or when the last of them ends. Nothing here reaches Redis: inside a block
 ``jobs.status``, ``jobs.result`` and ``jobs.cancel`` answer from the fake
-(``jobs.testing.status(jid)`` too); what still needs Redis (``pause``, a limiter entered
-outside a job, the admin reads) raises ``NotFaked`` (``FakeBackend.store``), and so does a
-drain whose order priority aging would change. tests/conformance runs the behaviour
-scenarios over both backends: a difference is the fake's bug.
+(``jobs.testing.status(jid)`` too); ``jobs.queues`` pauses the fake's queues (a drain
+leaves their jobs queued until ``resume``), and a limiter entered outside a job (a web
+handler's) decides in the fake's memory (``memory.py``), beside the drained jobs'. What
+still needs Redis (the admin reads) raises ``NotFaked`` (``FakeBackend.store``), and so
+does a drain whose order priority aging would change. tests/conformance runs the
+behaviour scenarios over both backends: a difference is the fake's bug.
 """
 
 from __future__ import annotations
 
 import collections
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +45,8 @@ from cogworker_async.jobs import wire
 from cogworker_async.jobs.definition import JobDefinition, JobOptions
 from cogworker_async.jobs.status import ALIVE, CancelOutcome, JobStatus, check_jid
 from cogworker_async.middleware import ServerMiddleware
+from cogworker_async.redis.limits import LimitStore
+from cogworker_async.redis.pausing import Pause
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import Settings
 from cogworker_async.testing.batches import FakeBatches
@@ -140,7 +145,8 @@ class Testing:
         return self._world.status(jid, queue)
 
     def clear(self) -> None:
-        """Forget every recorded job, run, status, unique lock and limiter refusal."""
+        """Forget every recorded job, run, status, unique lock, limiter holder and
+        refusal, and pause (each block starts so)."""
         self._world.clear()
         self._memory.clear()
         self.batches.clear()
@@ -253,6 +259,17 @@ class Testing:
         if failure is not None:
             raise failure
 
+    async def _resume(self, queue: str) -> bool:
+        """``jobs.queues.resume`` in the fake; in ``inline()``, the jobs the pause held
+        back run at once, in the order they came (as each enqueue would have run)."""
+        if self._world.paused.pop(queue, None) is None:
+            return False
+        held_back = [entry for entry in self._world.waiting if entry.queue == queue]
+        for entry in held_back if self._inline else ():
+            if any(waiting is entry for waiting in self._world.waiting):
+                await self._run_at_once(entry)
+        return True
+
     async def _run_released(self) -> Exception | None:
         """``inline``: the jobs released since the last call, in the order they were,
         each run (and what their ends release, in turn); the first error one raised."""
@@ -262,8 +279,9 @@ class Testing:
             if not released:
                 return first
             entry = released.pop(0)
-            if not any(waiting is entry for waiting in world.waiting):
-                continue  # cancelled since it was released
+            if not any(waiting is entry for waiting in world.waiting) or \
+                    entry.queue in world.paused:
+                continue  # cancelled since it was released; paused: queued till resume
             try:
                 await self._nested(entry)
             except Exception as exc:
@@ -300,7 +318,7 @@ class Testing:
                 return False
         entry = world.add(push.raw, push.queue, push.jid, due=due,
                           state="queued" if due is None else "scheduled")
-        if self._inline:
+        if self._inline and push.queue not in world.paused:  # paused: queued till resume
             await self._run_at_once(entry)
         return True
 
@@ -378,11 +396,32 @@ class FakeBackend:
     def batches(self) -> FakeBatches:
         return self._testing.batches
 
+    def limit_store(self) -> LimitStore:
+        """The drained jobs' own: a handler's slot and a job's count together."""
+        return self._testing._memory
+
+    async def pause(self, queue: str) -> bool:
+        paused = self._testing._world.paused
+        if queue in paused:
+            return False  # its first pause is kept, as Redis' SET NX keeps it
+        paused[queue] = Pause(queue, time.time(), socket.gethostname())
+        return True
+
+    async def resume(self, queue: str) -> bool:
+        return await self._testing._resume(queue)
+
+    async def pauses(self, queues: Sequence[str] | None,
+                     own: Sequence[str]) -> dict[str, Pause]:
+        world = self._testing._world
+        names = [*sorted(world.queues()), *own] if queues is None else queues
+        return {name: world.paused[name] for name in dict.fromkeys(names)
+                if name in world.paused}
+
     def store(self) -> Store:
         raise NotFaked("this needs Redis, which a jobs.testing.fake()/inline() block does "
-                       "not reach: pause/resume, a limiter entered outside a job and the "
-                       "admin reads are not faked (docs/guides/testing.md); call it outside "
-                       "the block, on a real server")
+                       "not reach: the admin and dashboard reads are not faked "
+                       "(docs/guides/testing.md); call it outside the block, on a real "
+                       "server")
 
 
 def _name_of(job: JobRef | None) -> str | None:

@@ -8,8 +8,12 @@ semantics of their Lua scripts (``take_lock.lua``, ``release_lock.lua``,
 nothing else: a call the worker starts making one day that is not here fails loudly
 (``AttributeError``, or ``NotImplementedError`` for a script) instead of drifting.
 
-Limiters always admit, unless a test says a limiter refuses (``refusing``): then the
-job sees ``OverLimit`` as it would from Redis, and the worker reschedules it.
+A concurrent limiter counts its holders as ``limit_concurrent.lua`` does (a slot taken
+until its holder gives it back: a limiter of 1 entered twice at once refuses the
+second, in a drained job or in a web handler under test). Window and bucket limiters
+always admit (a drain runs in moments what a worker spreads over time: their rate would
+refuse what Redis would not). A test may make any limiter refuse (``refusing``): then
+the caller sees ``OverLimit`` as it would from Redis, and a worker reschedules the job.
 """
 
 from __future__ import annotations
@@ -38,12 +42,15 @@ class MemoryStore:
         """key -> (owner, monotonic expiry)."""
         self.refusing: set[str] = set()
         """Names of limiters that refuse every acquisition (``Testing.refuse``)."""
-        self.client = _Client()
+        self.holders: dict[str, set[str]] = {}
+        """A concurrent limiter's holders key -> the members holding a slot."""
+        self.client = _Client(self)
         self.scripts = _Scripts(self)
 
     def clear(self) -> None:
         self._locks.clear()
         self.refusing.clear()
+        self.holders.clear()
 
     def holder(self, key: str) -> str | None:
         """The owner of ``key``'s lock, if it is held and not expired."""
@@ -121,18 +128,38 @@ class _Scripts:
         refused = any(keys[0] == store.keys.limiter(name, part) for name in store.refusing
                       for part in LIMITER_PARTS)
         if script == "limit_concurrent":  # ARGV[2] and ARGV[6...]: the members asked for
-            flags = ("0" if refused else "1") * (1 + max(0, len(args) - 5))
-            return [0 if refused else 1, int(args[0]) if refused else 1, 0, time.time(), flags]
+            return self._take_slots(keys[0], int(args[0]), [args[1], *args[5:]], refused)
         wanted = int(args[3]) if len(args) > 3 else 1  # a window's or a bucket's count
         return [0, int(args[0]), 0, time.time()] if refused else [wanted, 1, 0, time.time()]
 
 
+    def _take_slots(self, key: str, capacity: int, members: Sequence[Any],
+                    refused: bool) -> list[Any]:
+        """``limit_concurrent.lua``: each member in order gets a slot while fewer than
+        ``capacity`` hold one (a member held already keeps its own). No holder is ever
+        gone here (one process, no lease runs out in a test): none is freed."""
+        held = self.store.holders.setdefault(key, set())
+        flags = ""
+        for member in members:
+            admitted = not refused and (member in held or len(held) < capacity)
+            if admitted:
+                held.add(member)
+            flags += "1" if admitted else "0"
+        return [int(flags[0]), len(held), 0, time.time(), flags]
+
+
 class _Client:
     """What a limiter does with the Redis client directly: give a slot back, count a
-    refusal for the dashboard. Nothing to keep in a test."""
+    refusal for the dashboard (not kept in a test)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
 
     async def zrem(self, key: str, *members: Any) -> int:
-        return 0
+        held = self.store.holders.get(key, set())
+        removed = sum(member in held for member in members)
+        held.difference_update(members)
+        return removed
 
     def pipeline(self, transaction: bool = False) -> _Pipeline:
         return _Pipeline()

@@ -6,6 +6,8 @@ chosen jid is refused while a job with it is alive in any queue (``enqueue.lua``
 job moved onto its queue when due gets the queue and a fresh ``enqueued_at`` (the
 poller's promotion), and a job's status reads as ``jobs.status(jid)`` would. A held job
 is never taken by a drain: ``testing/dependencies.py`` releases it onto ``waiting``.
+Nor is a job of a paused queue (``paused``, ``jobs.queues.pause``): it stays queued, as
+``fetch.lua`` leaves it, until the queue is resumed.
 
 Order: the fair groups of a queue that have jobs due now take turns (``options(group=)``;
 the jobs without a group take one turn together), as the fetch serves its ring; then
@@ -28,6 +30,7 @@ from cogworker_async.jobs import wire
 from cogworker_async.jobs.groups import group_of
 from cogworker_async.jobs.retries import attempt_of
 from cogworker_async.jobs.status import FINISHED, CancelOutcome, JobStatus, error_text, unknown
+from cogworker_async.redis.pausing import Pause
 from cogworker_async.testing.records import Enqueued, Run, Waiting
 
 Key = tuple[str, str]
@@ -89,6 +92,8 @@ class World:
     that gets jobs again after it had none joins at the back. The jobs without a group
     (group "") are in the ring only from the first take that finds them waiting beside
     a group, until none is left (``_queue.lua``): never from their push."""
+    paused: dict[str, Pause] = field(default_factory=dict)
+    """The paused queues (``redis/pausing.py``'s flags): no drain takes their jobs."""
     _counter: itertools.count[int] = field(default_factory=itertools.count)
 
     def clear(self) -> None:
@@ -99,6 +104,12 @@ class World:
         self.held.clear()
         self.members.clear()
         self.turns.clear()
+        self.paused.clear()
+
+    def queues(self) -> set[str]:
+        """The queues a job of this world was pushed on (Redis' registered queues)."""
+        return {entry.queue for entry in [*self.waiting, *self.held.values()]} | {
+            queue for queue, _ in [*self.running, *self.ended]}
 
     def alive(self, jid: str) -> bool:
         """Queued, scheduled, running, retrying or waiting in any queue (a chosen jid's
@@ -154,13 +165,14 @@ class World:
         """The job to run next, if any (``scheduled``: jobs due later count as due;
         ``retries``: retries run without waiting for their delay)."""
         now = time.time()
-        ready = [entry for entry in self.waiting
+        fetchable = [entry for entry in self.waiting if entry.queue not in self.paused]
+        ready = [entry for entry in fetchable
                  if entry.due is None or entry.due <= now
                  or (retries and entry.state == "retrying")]
         if ready:
             self._join_plain(ready)
             return min(ready, key=lambda entry: (self._turn(entry, ready), *entry.rank()))
-        later = [entry for entry in self.waiting if scheduled]
+        later = [entry for entry in fetchable if scheduled]
         return min(later, key=lambda entry: (entry.due or now, entry.order), default=None)
 
     def aged(self, aging: float | None) -> tuple[Entry, Entry] | None:

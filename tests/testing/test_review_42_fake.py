@@ -2,14 +2,12 @@
 user's test did inside a ``jobs.testing.fake()`` block before the port, with a Redis
 reachable, and what it does now.
 
-Before issue 42, ``App.store()`` was never faked: inside a block only the enqueue paths
-(and status/result/cancel/batches) went to the fake, and ``pause``/``resume``/
-``paused`` and a limiter entered outside a job reached Redis as ever. Since ``App._store``
-goes through ``Backend.store()``, they raise ``NotFaked`` in a block. A typical user test
-hits it without asking for it: a web handler that rate-limits an outbound call with
-``async with jobs.limiter(...)`` and enqueues a job, tested under ``cogworker_fake(jobs)``.
-The tests marked xfail say what these public names did before (strict: a fix turns them
-green and the mark must go).
+Before issue 42, ``pause``/``resume``/``paused`` and a limiter entered outside a job
+reached Redis inside a block; the port first made them raise ``NotFaked``. A typical
+user test hits that without asking for it: a web handler that rate-limits an outbound
+call with ``async with jobs.limiter(...)`` and enqueues a job, tested under
+``cogworker_fake(jobs)``. Now the fake fakes them (``Backend.limit_store``,
+``Backend.pause``/``resume``/``pauses``): they work in a block, and reach no server.
 """
 
 from __future__ import annotations
@@ -18,15 +16,12 @@ from collections.abc import Callable
 
 import pytest
 
-from cogworker_async import App
+from cogworker_async import App, OverLimit
+from cogworker_async.redis.pausing import Pause
 from cogworker_async.testing import NotFaked
-
-LEFT: str = ("issue 42 review: App._store() raises NotFaked inside a fake() block; the "
-             "public name reached Redis there before (31db6c7). Left: a design decision "
-             "(testing/harness.py FakeBackend.store), not a small fix")
+from tests.conformance.conftest import NO_REDIS
 
 
-@pytest.mark.xfail(reason=LEFT, raises=NotFaked)
 async def test_a_limiter_entered_outside_a_job_in_a_fake_block_works_as_before(
     make_app: Callable[..., App],
 ) -> None:
@@ -42,7 +37,6 @@ async def test_a_limiter_entered_outside_a_job_in_a_fake_block_works_as_before(
     assert [job.args for job in testing.enqueued()] == [[1]]
 
 
-@pytest.mark.xfail(reason=LEFT, raises=NotFaked)
 async def test_pause_and_paused_in_a_fake_block_work_as_before(
     make_app: Callable[..., App],
 ) -> None:
@@ -51,6 +45,85 @@ async def test_pause_and_paused_in_a_fake_block_work_as_before(
         assert await app.pause("default") is True
         assert "default" in await app.paused()
         assert await app.queues.resume("default") is True
+    assert await app.paused() == {}  # the block's pause stayed in the block
+
+
+async def test_a_limiter_made_before_the_block_follows_it_in_and_out(
+    make_app: Callable[..., App],
+) -> None:
+    """Held on Redis outside, the same limiter in a block decides in the fake (its slot
+    on Redis does not refuse it there), and on Redis again after."""
+    app = make_app()
+    api = app.limiter("outbound-api", concurrent=1)
+    async with api:
+        with app.testing.fake():
+            async with api:  # the fake's slots: Redis' holder is not here
+                with pytest.raises(OverLimit):
+                    async with api:
+                        pass
+        with pytest.raises(OverLimit):  # Redis again: its holder is
+            async with api:
+                pass
+    async with api:
+        pass
+
+
+async def test_a_fake_block_reaches_no_server_for_pause_or_limiter() -> None:
+    """An App whose URL reaches nothing: the block's pause and limiter answer anyway;
+    the admin reads still raise ``NotFaked``."""
+    app = App(NO_REDIS, namespace="review-42-no-server")
+    api = app.limiter("outbound-api", concurrent=1)
+    try:
+        with app.testing.fake():
+            assert await app.queues.pause("mail") is True
+            assert list(await app.queues.paused(["mail", "default"])) == ["mail"]
+            async with api:
+                pass
+            with pytest.raises(NotFaked, match="admin"):
+                app._store()
+    finally:
+        await app.close()
+
+
+async def test_inline_holds_a_paused_queues_jobs_and_runs_them_at_resume(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+    ran: list[int] = []
+
+    @app.job(name="send")
+    async def send(n: int) -> None:
+        ran.append(n)
+
+    with app.testing.inline() as testing:
+        await app.pause("default")
+        await send.enqueue(1)
+        await send.enqueue(2)
+        assert ran == []
+        assert [job.state for job in testing.enqueued()] == ["queued", "queued"]
+        pauses = await app.paused()
+        assert isinstance(pauses["default"], Pause)
+        assert await app.resume("default") is True
+        assert ran == [1, 2]
+        assert testing.enqueued() == []
+
+
+async def test_a_drain_leaves_a_paused_queues_jobs_queued(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+
+    @app.job(name="send")
+    async def send(n: int) -> None: ...
+
+    with app.testing.fake() as testing:
+        jid = await send.enqueue(1)
+        assert jid is not None
+        await app.queues.pause("default")
+        assert await testing.drain() == []
+        assert testing.status(jid).state == "queued"
+        await app.queues.resume("default")
+        assert [run.outcome for run in await testing.drain()] == ["succeeded"]
 
 
 async def test_the_same_calls_outside_the_block_reach_redis(
