@@ -154,9 +154,9 @@ class Testing:
         self.dedup.clear()
 
     def refuse(self, *limiters: str) -> None:
-        """Make these limiters refuse every acquisition in drained runs (``OverLimit``:
-        the job is rescheduled, outcome ``limited``); ``clear()`` admits again. Other
-        limiters always admit."""
+        """Make these limiters refuse every acquisition in the block (``OverLimit``: a
+        drained job is rescheduled, outcome ``limited``; a caller outside a job gets
+        it); ``clear()`` admits again. Others decide as ``memory.py`` says."""
         self._memory.refusing.update(limiters)
 
     # -- running -------------------------------------------------------------------------
