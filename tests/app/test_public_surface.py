@@ -67,10 +67,15 @@ def _functions(cls: type) -> Iterator[tuple[str, Callable[..., Any]]]:
             yield name, raw
 
 
+DEPRECATED_INTERNALS = frozenset({"App.store"})
+"""Kept only as aliases that warn (the internal ``App._store``): not public surface."""
+
+
 def _signatures() -> Iterator[tuple[str, Callable[..., Any]]]:
     for cls in (App, *HANDED_OUT):
         for name, function in _functions(cls):
-            yield f"{cls.__name__}.{name}", function
+            if f"{cls.__name__}.{name}" not in DEPRECATED_INTERNALS:
+                yield f"{cls.__name__}.{name}", function
 
 
 def _exports() -> dict[str, object]:
@@ -177,7 +182,9 @@ def test_every_name_in_all_imports() -> None:
 
 
 def test_the_internals_are_private() -> None:
-    assert not hasattr(App, "store")
+    """``App.store`` is the internal ``App._store``'s deprecated alias (it warns:
+    tests/enqueue/test_group_limit_override.py), for callers from before issue 42."""
+    assert "deprecated" in (App.store.__doc__ or "").lower()
     assert not hasattr(App, "batch_backend")
 
 
