@@ -421,7 +421,8 @@ class App:
                               middleware=self.server_middleware, hooks=self.hooks,
                               limiters={name: limiter.spec
                                         for name, limiter in self.limiters.items()},
-                              lifespan=self._lifespan, extras=WIRING)
+                              lifespan=self._lifespan,
+                              declared_queues=self.settings.queue_names, extras=WIRING)
             try:
                 async with anyio.create_task_group() as tg:
                     await tg.start(manager.run)

@@ -102,6 +102,7 @@ class Manager:
         hooks: Hooks | None = None,
         limiters: Mapping[str, LimitSpec] | None = None,
         lifespan: Lifespan | None = None,
+        declared_queues: Sequence[str] = (),
         extras: Extras,
     ) -> None:
         self.settings = settings
@@ -129,7 +130,10 @@ class Manager:
                                   self.streaks.stats)
         self.hooks = HookRunner(hooks) if hooks else None
         self.metrics = extras.metrics(settings, self.vitals, registry.keys())
-        self._jobs_queues = {definition.options.queue for definition in registry.values()}
+        # Known without a warning at start: the queues its jobs use and those the App
+        # declares (``App(queues=...)``, before a ``--queue`` override replaced them).
+        self._known_queues = {"default", *declared_queues,
+                              *(definition.options.queue for definition in registry.values())}
         # The run metrics' tally is fed by the processor directly (always on, the
         # cheapest path); observers only when there are any.
         self.observers = Observers([o for o in (self.hooks, self.metrics) if o is not None])
@@ -265,12 +269,14 @@ class Manager:
                     metrics.cancel_scope.cancel()
 
     async def _warn_of_unknown_queues(self) -> None:
-        """Say so, once at start, of each served queue that no job of the App uses and
-        on which nothing was ever enqueued: ``--queue emials`` would otherwise wait on
-        an empty queue for good, in silence. Served anyway (a queue may be new)."""
+        """Say so, once at start, of each served queue that no job of the App uses, that
+        the App does not declare, and on which nothing was ever enqueued: ``--queue
+        emials`` would otherwise wait on an empty queue for good, in silence. Served
+        anyway (a queue may be new). Never of ``App(queues=...)``'s own: the docs' first
+        example declares "critical" before any job uses it."""
         # Not the settings' default queue: with ``--queue emials`` alone, that is it.
-        known = {"default", *self._jobs_queues}
-        unknown = [name for name in self.settings.queue_names if name not in known]
+        unknown = [name for name in self.settings.queue_names
+                   if name not in self._known_queues]
         if not unknown:
             return
         registered = set(await self.store.queue_names())
