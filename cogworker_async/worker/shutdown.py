@@ -131,17 +131,26 @@ class Shutdown:
         return max(0.0, min(cap, deadline - now))
 
     async def drain_jobs(self) -> None:
-        """Wait up to ``shutdown_timeout`` for the running jobs (not after a hard stop)."""
-        if self._hard:
-            return
+        """Wait up to ``shutdown_timeout`` for the running jobs (not after a hard stop),
+        then say which stop cuts the rest short. Each is given back (``processor.py``:
+        a job cancelled at shutdown never finished), so the line says so: a user who
+        pressed Ctrl-C twice must not read a timeout that never elapsed, nor fear a loss."""
         slots = self.ledger.slots
-        with anyio.move_on_after(self.settings.shutdown_timeout) as scope:
-            self._drain_scope = scope
-            while not slots.idle:
-                await slots.fresh_nudge().wait()
-        if not slots.idle:
-            log.warning("shutdown: cancelling %d job(s) still running after %.0fs",
-                        slots.total - slots.free, self.settings.shutdown_timeout)
+        if not self._hard:
+            with anyio.move_on_after(self.settings.shutdown_timeout) as scope:
+                self._drain_scope = scope
+                while not slots.idle:
+                    await slots.fresh_nudge().wait()
+        if slots.idle:
+            return
+        running = slots.total - slots.free
+        if self._hard:  # the drain's wait was cut short, or never began
+            log.warning("stopping at once (a second signal, or hard_stop()): cancelling "
+                        "%d job(s) now; they are given back to their queue", running)
+        else:
+            log.warning("shutdown: cancelling %d job(s) still running after %.0fs; they "
+                        "are given back to their queue", running,
+                        self.settings.shutdown_timeout)
 
     async def drain_hooks(self, hooks: HookRunner) -> None:
         """The failures of the last jobs reach their hooks (a hard stop cancels the

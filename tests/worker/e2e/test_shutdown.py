@@ -106,6 +106,11 @@ async def test_second_sigterm_stops_at_once(
     assert status == 1, worker.log()  # cli.py: a hard stop exits 1
     assert await ran(r, namespace) == []
     await _assert_nothing_lost(r, namespace, jids)
+    # The log says why the jobs were cut short, and where they went: not "after 30s",
+    # which a second signal one second in would make a false line.
+    assert (f"a second signal, or hard_stop()): cancelling {len(jids)} job(s) now; they "
+            "are given back to their queue") in worker.log()
+    assert "still running after" not in worker.log()
 
 
 async def test_sigterm_on_an_idle_worker_exits_at_once(
