@@ -39,9 +39,10 @@ import inspect
 import os
 import sys
 import traceback
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
 
 from cogworker_async.app import App
 from cogworker_async.cli import run as run_command
@@ -170,6 +171,7 @@ def _plain_help(commands: typer.Typer) -> typer.Typer:
     """Each command's help as a person reads it: a docstring's paragraphs with their
     lines joined (the terminal wraps them), and no reStructuredText markup."""
     for info in commands.registered_commands:
+        info.cls = _PlainUsage
         text = info.help or inspect.getdoc(info.callback) or ""
         paragraphs = [" ".join(part.split()) for part in text.split("\n\n")]
         info.help = "\n\n".join(paragraphs).replace("``", "'")
@@ -177,6 +179,17 @@ def _plain_help(commands: typer.Typer) -> typer.Typer:
         if group.typer_instance is not None:
             _plain_help(group.typer_instance)
     return commands
+
+
+class _PlainUsage(typer.core.TyperCommand):
+    """A usage line as in every other tool's help: ``run [OPTIONS] APP``. typer (0.28)
+    writes a required argument as ``{target}``, which a newcomer reads as a literal to
+    type, braces and all. (``ctx`` untyped: typer's context is vendored click's in one
+    release, click's own in another.)"""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [piece[1:-1].upper() if piece.startswith("{") and piece.endswith("}")
+                else piece for piece in super().collect_usage_pieces(ctx)]
 
 
 def _commands_for(argv: list[str]) -> typer.Typer:

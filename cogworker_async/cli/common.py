@@ -44,7 +44,7 @@ EXIT_REDIS: Final = 3
 """Nothing was done: Redis could not be reached, or refused (as for ``run``)."""
 SETS: Final = ("scheduled", "retries", "dead")
 
-Target = Annotated[str, typer.Argument(help="The App, as MODULE:ATTRIBUTE.")]
+Target = Annotated[str, typer.Argument(metavar="APP", help="The App, as MODULE:ATTRIBUTE.")]
 RedisUrl = Annotated[str | None, typer.Option(help="Redis URL (else the App's).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON (and nothing else).")]
 PageNumber = Annotated[int, typer.Option("--page", help="Page to show (from 1).")]

@@ -87,7 +87,8 @@ def register(cli: typer.Typer, load_app: LoadApp) -> None:
 
 def _command(load_app: LoadApp) -> Callable[..., None]:
     def run(
-        target: Annotated[str, typer.Argument(help="The App to run, as MODULE:ATTRIBUTE.")],
+        target: Annotated[str, typer.Argument(
+            metavar="APP", help="The App to run, as MODULE:ATTRIBUTE.")],
         concurrency: Annotated[int | None, typer.Option(help="Jobs run at once.")] = None,
         queue: Annotated[
             list[str] | None,

@@ -30,6 +30,15 @@ def test_every_commands_help_is_plain_text(command: str) -> None:
     assert result.exit_code == 0, result.output
     assert "``" not in result.stdout  # reStructuredText markup, shown literally
     assert "<bool>" not in result.stdout  # a flag that looks as if it took a value
+    usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
+    assert "{" not in usage  # typer's mark of a required argument, read as literal braces
+
+
+@pytest.mark.parametrize("command", ["run", "stats", "queues", "job"])
+def test_the_usage_line_names_the_app_argument_app(command: str) -> None:
+    result = CliRunner().invoke(cli, [command, "--help"], env={"COLUMNS": "200"})
+    usage = next(line for line in result.stdout.splitlines() if "Usage:" in line)
+    assert f"{command} [OPTIONS] APP" in usage
 
 
 def test_an_unknown_queue_is_an_error_that_names_the_queues_there_are(
