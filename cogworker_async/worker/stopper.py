@@ -58,7 +58,9 @@ async def stop_when_drained(worker: Stoppable) -> None:
             damaged.update(new)
         empty = empty + 1 if waiting == 0 and ledger.slots.idle else 0
         if empty >= EMPTY_LOOKS:
-            log.info("burst: nothing left to do (%d jobs run): stopping", ledger.finished)
+            ran = ledger.finished  # "1 job run", not "1 jobs run": the last line a user reads
+            log.info("burst: nothing left to do (%d %s run): stopping", ran,
+                     "job" if ran == 1 else "jobs")
             worker.stop()
             return
 
