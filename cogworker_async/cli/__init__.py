@@ -77,6 +77,10 @@ def load_app(target: str) -> App:
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise typer.BadParameter(f"{target!r}: expected MODULE:ATTRIBUTE, e.g. app:jobs")
+    if module_name.endswith(".py"):  # a file's name, typed as a module's
+        dotted = module_name.removesuffix(".py").replace(os.sep, ".")
+        raise typer.BadParameter(f"{target!r}: a module, not a file: drop the .py: "
+                                 f"{dotted}:{attribute}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -88,8 +92,16 @@ def load_app(target: str) -> App:
     app = getattr(module, attribute, None)
     if not isinstance(app, App):
         found = "nothing" if app is None else f"an object of type {type(app).__name__}"
-        raise typer.BadParameter(f"{target!r} is not a cogworker_async.App (found {found})")
+        raise typer.BadParameter(f"{target!r} is not a cogworker_async.App (found {found})"
+                                 f"{_apps_there(module_name, vars(module))}")
     return app
+
+
+def _apps_there(module_name: str, names: dict[str, object]) -> str:
+    """``; did you mean app:jobs?`` when the module holds an App under another name
+    (``app:job`` for ``app:jobs``): the fix, rather than a hunt through the module."""
+    apps = [f"{module_name}:{name}" for name, value in names.items() if isinstance(value, App)]
+    return f"; did you mean {' or '.join(apps)}?" if apps else ""
 
 
 def _raised_at(exc: BaseException) -> str:

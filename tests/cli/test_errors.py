@@ -72,6 +72,8 @@ def app_dir(tmp_path: Path) -> Path:
     """Modules a user might point ``run`` at, each wrong in its own way."""
     (tmp_path / "raises_on_import.py").write_text("SETTING = {}\nSETTING['missing']\n")
     (tmp_path / "not_an_app.py").write_text("jobs = 42\n")
+    (tmp_path / "shop.py").write_text("from cogworker_async import App\n\n"
+                                      "job = 'not the App'\njobs = App()\n")
     return tmp_path
 
 
@@ -90,6 +92,17 @@ def test_a_missing_module_or_a_target_that_is_not_an_app_is_a_usage_error(
                     "No module named 'no_such_module'")
     assert_readable(cli("run", "not_an_app:jobs", cwd=app_dir), EXIT_USAGE,
                     "is not a cogworker_async.App", "int")
+
+
+@pytest.mark.parametrize(("target", "says"), [
+    ("shop:job", "did you mean shop:jobs?"),  # the App that is there, under its name
+    ("shop:nothing", "did you mean shop:jobs?"),
+    ("shop.py:jobs", "drop the .py: shop:jobs"),  # a module, not a file
+])
+def test_a_near_miss_target_names_the_one_that_works(
+    app_dir: Path, target: str, says: str,
+) -> None:
+    assert_readable(cli("run", target, cwd=app_dir), EXIT_USAGE, says)
 
 
 @pytest.mark.parametrize(("args", "says"), [
