@@ -128,10 +128,25 @@ def new_jid() -> str:
     return f"{random.getrandbits(96):024x}"
 
 
+_CONVERSIONS: Final = {
+    "datetime": "pass value.isoformat() (datetime.fromisoformat() in the job)",
+    "date": "pass value.isoformat() (date.fromisoformat() in the job)",
+    "time": "pass value.isoformat() (time.fromisoformat() in the job)",
+    "timedelta": "pass value.total_seconds()",
+    "Decimal": "pass str(value) (Decimal(text) in the job: a float would round it)",
+    "UUID": "pass str(value) (UUID(text) in the job)",
+}
+"""The fix for the non-JSON arguments callers pass most, by type name: the refusal
+names the conversion rather than leave a caller to guess one (a float for a Decimal
+would lose cents)."""
+
+
 def _refuse(value: object) -> object:
+    name = type(value).__name__
+    conversion = _CONVERSIONS.get(name)
     raise SerializationError(
-        f"job arguments must be JSON-serialisable: got a {type(value).__name__} "
-        f"({_short_repr(value)})"
+        f"job arguments must be JSON-serialisable: got a {name} ({_short_repr(value)})"
+        + (f"; {conversion}" if conversion else "")
     )
 
 
