@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -298,6 +298,13 @@ def _set_routes(site: Site, kind: str) -> list[BaseRoute]:
     ]
 
 
+FAVICON: Final = STATIC / "favicon.svg"
+
+
+async def _favicon(request: Request) -> Response:
+    return FileResponse(FAVICON, media_type="image/svg+xml")
+
+
 def build(site: Site) -> list[BaseRoute]:
     """Every route of one dashboard (also stored on the site, to build its links)."""
     routes: list[BaseRoute] = [
@@ -333,6 +340,9 @@ def build(site: Site) -> list[BaseRoute]:
         Route("/metrics/jobs", metrics(site), name="metrics_jobs"),
         Route("/metrics/jobs/{name:path}", metrics_job(site), name="metrics_job"),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        # Browsers ask for /favicon.ico whatever the page links to (a 404 in the console
+        # of every page otherwise): the same SVG, which every current browser takes.
+        Route("/favicon.ico", _favicon, name="favicon"),
     ]
     site.router.routes = routes
     return routes
