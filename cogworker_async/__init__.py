@@ -44,6 +44,7 @@ from cogworker_async.middleware import ClientMiddleware, Enqueue, ServerMiddlewa
 from cogworker_async.redis.batches import BatchEnded, HoldLapsed
 from cogworker_async.redis.durability import NotDurable
 from cogworker_async.redis.pausing import Pause
+from cogworker_async.redis.unreachable import RedisUnreachable
 from cogworker_async.running import JobDecorator
 from cogworker_async.settings import Settings
 from cogworker_async.version import __version__
@@ -117,6 +118,7 @@ __all__ = [
     "PayloadTooLarge",
     "ProcessDied",
     "Push",
+    "RedisUnreachable",
     "ResultNotJSON",
     "Retry",
     "RetryIn",

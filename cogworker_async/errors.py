@@ -21,6 +21,9 @@ from ``enqueue`` (the caller decides whether to try again: an enqueue is never r
 blindly, since a lost reply would push the job twice). One of them is ours:
 ``NotDurable``, a ``redis.exceptions.ConnectionError`` raised when ``durability`` is on
 and the write was not confirmed in time (the job may exist: like a lost reply).
+Another is ``RedisUnreachable`` (``redis/unreachable.py``): a ``CogworkerError`` and a
+``ConnectionError`` (redis-py's and the OS's) raised by an enqueue that could not connect
+(nothing enqueued), naming the URL, where it came from, and what to do.
 """
 
 from __future__ import annotations

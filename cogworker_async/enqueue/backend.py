@@ -25,12 +25,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from anyio.from_thread import BlockingPortal
 
+from cogworker_async import environment
 from cogworker_async.enqueue import after as dependents
 from cogworker_async.enqueue.lookup import JobLookup, QueueHints
 from cogworker_async.redis.errors import RedisError
 from cogworker_async.redis.limits import LimitStore
 from cogworker_async.redis.pausing import Pause
 from cogworker_async.redis.store import Store
+from cogworker_async.redis.unreachable import not_connected, unreachable
 from cogworker_async.settings import Settings
 
 if TYPE_CHECKING:
@@ -147,6 +149,14 @@ class RedisBackend:
 
     async def push(self, name: str, options: JobOptions, push: Push, epoch: float | None,
                    seconds: float | None, bid: str | None) -> str | None:
+        try:
+            return await self._push(name, options, push, epoch, seconds, bid)
+        except Exception as exc:
+            self._if_unreachable(exc)
+            raise
+
+    async def _push(self, name: str, options: JobOptions, push: Push, epoch: float | None,
+                    seconds: float | None, bid: str | None) -> str | None:
         store = self._client.store()
         if not self._policy_checked:
             await self._warn_if_evicting(store)
@@ -173,6 +183,14 @@ class RedisBackend:
 
     async def push_many(self, name: str, queue: str, pushes: Sequence[Push],
                         bid: str | None) -> set[str]:
+        try:
+            return await self._push_many(name, queue, pushes, bid)
+        except Exception as exc:
+            self._if_unreachable(exc)
+            raise
+
+    async def _push_many(self, name: str, queue: str, pushes: Sequence[Push],
+                         bid: str | None) -> set[str]:
         store = self._client.store()
         if not self._policy_checked:
             await self._warn_if_evicting(store)
@@ -187,13 +205,30 @@ class RedisBackend:
     async def wait(self, name: str, options: JobOptions, push: Push,
                    batch: OpenBatch | None) -> bool:
         client = self._client
-        return await dependents.wait(client.store(), JobLookup(client.store, True,
-                                                               client.queue_hints),
-                                     options, push, name=name, batch=batch,
-                                     max_bytes=client.settings.max_payload_bytes)
+        try:
+            return await dependents.wait(client.store(), JobLookup(client.store, True,
+                                                                   client.queue_hints),
+                                         options, push, name=name, batch=batch,
+                                         max_bytes=client.settings.max_payload_bytes)
+        except Exception as exc:
+            self._if_unreachable(exc)
+            raise
 
     async def dedup(self, push: Push, options: JobOptions, call: DedupCall) -> str | None:
-        return await dedup_push(self._client.store(), push, call)
+        try:
+            return await dedup_push(self._client.store(), push, call)
+        except Exception as exc:
+            self._if_unreachable(exc)
+            raise
+
+    def _if_unreachable(self, exc: Exception) -> None:
+        """Raise ``RedisUnreachable`` from ``exc`` when no connection could be made
+        (issue 45: name the URL, where it came from, what to do); else return, for the
+        caller to re-raise ``exc`` as it was. Only ever called in an ``except`` branch:
+        a push that succeeds pays nothing."""
+        url = self._client.store().url
+        if url is not None and not_connected(exc):
+            raise unreachable(exc, url, *url_source(self._client.settings)) from exc
 
     def run_sync(self, enqueue: Callable[[], Awaitable[str | None]]) -> str | None:
         jid: str | None = self._client.private_loop().call(enqueue)
@@ -243,6 +278,21 @@ class RedisBackend:
             log.warning("Redis maxmemory-policy is %r: under memory pressure Redis evicts "
                         "keys, and queued jobs vanish without a trace. Set it to "
                         "'noeviction'.", policy)
+
+
+def url_source(settings: Settings) -> tuple[str, str]:
+    """Where the App's URL came from (as ``App._pick_url`` chose it), and what to do
+    when nothing answers there."""
+    if settings.redis_url:
+        return ("App(redis_url=...)", "Is Redis running there, and is the URL right? "
+                "Start it, or pass the right URL to App(redis_url=...).")
+    if environment.redis_url():
+        return (f"${environment.REDIS_URL}", "Is Redis running there, and is the URL "
+                f"right? Start it, or set {environment.REDIS_URL} to the right URL.")
+    return ("the embedded server (no App(redis_url=...), no "
+            f"${environment.REDIS_URL})", "Is it still running? `cogworker-async embedded "
+            "status` says; `cogworker-async embedded stop` and a new start replace it. Or "
+            f"point {environment.REDIS_URL} at a Redis you run.")
 
 
 def duplicate(jid: str) -> str | None:

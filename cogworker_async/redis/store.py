@@ -87,6 +87,8 @@ class Store:
                  dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS,
                  durability: Durability | None = None,
                  keep_status: float = KEEP_STATUS, *, track_jobs: bool = True) -> None:
+        self.url: str | None = None
+        """The URL it was opened from (``from_url``), to name in an error; else None."""
         self.scripts = Scripts(client, durability)
         self.shared = Shared.over(client, keys, self.scripts, dead_limits=dead_limits,
                                   keep_status=keep_status, track_jobs=track_jobs)
@@ -108,8 +110,10 @@ class Store:
                  dead_limits: DeadLimits = DEFAULT_DEAD_LIMITS,
                  durability: Durability | None = None,
                  keep_status: float = KEEP_STATUS, *, track_jobs: bool = True) -> Store:
-        return cls(connect(url), Keys(namespace), dead_limits, durability, keep_status,
-                   track_jobs=track_jobs)
+        store = cls(connect(url), Keys(namespace), dead_limits, durability, keep_status,
+                    track_jobs=track_jobs)
+        store.url = url
+        return store
 
     # -- the shared state, as attributes (read and, by tests and tools, set) ---------
 
