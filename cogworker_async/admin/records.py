@@ -316,6 +316,12 @@ class QueueInfo:
     def paused(self) -> bool:
         return self.paused_since is not None
 
+    @property
+    def state(self) -> str:
+        """``"paused"`` or ``"running"``: the word the dashboard, ``stats`` and
+        ``queues`` all show (one place, so that they never disagree)."""
+        return "paused" if self.paused else "running"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunningJob:

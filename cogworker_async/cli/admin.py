@@ -28,6 +28,7 @@ from cogworker_async.admin.records import (
     Done,
     JobRecord,
     Page,
+    QueueInfo,
 )
 from cogworker_async.admin.sets import JobSet
 from cogworker_async.app import App
@@ -288,10 +289,17 @@ async def _act_on_all(job_set: JobSet, action: str) -> Done:
 # -- reading and showing ----------------------------------------------------------------
 
 
+async def _listed_queues(insp: Inspector) -> list[QueueInfo]:
+    """The queues ``stats`` and the dashboard list: the App's own (declared, its jobs',
+    the default), empty or not, and every queue Redis has registered; by name."""
+    names, _ = await insp.queues.bounded()
+    return await insp.queues.infos(sorted(names))
+
+
 def _show_queues(app: App, as_json: bool) -> None:
-    infos = run_in_loop(app, lambda insp: insp.queues.infos())
+    infos = run_in_loop(app, _listed_queues)
     if as_json:
-        emit_json({"queues": [dataclasses.asdict(q) for q in infos]})
+        emit_json({"queues": [{**dataclasses.asdict(q), "state": q.state} for q in infos]})
     else:
         show(tables.queue_table(infos))
 

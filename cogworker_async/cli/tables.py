@@ -147,7 +147,7 @@ def queue_table(queues: Sequence[QueueInfo]) -> RenderableType:
     table.add_column("groups", justify="right")  # fair groups with jobs waiting
     for info in queues:
         table.add_row(info.name, str(info.size), duration(info.latency),
-                      "paused" if info.paused else "", str(info.waiting_for_parents),
+                      info.state, str(info.waiting_for_parents),
                       priority.describe(info.by_priority), groups_waiting(info))
     return table
 

@@ -186,7 +186,7 @@ def test_clearing_a_queue_with_yes_deletes_its_jobs_and_its_name(jobs: adminapp.
     cleared = invoke("queues", "low", "--clear", "--yes")
     assert cleared.exit_code == 0, cleared.output
     assert "clear: 3 done" in cleared.stdout
-    assert invoke_json("queues")["queues"] == []
+    assert "low" not in {q["name"] for q in invoke_json("queues")["queues"]}
 
 
 def test_a_dead_job_retried_by_token_is_back_on_its_queue_and_runs(

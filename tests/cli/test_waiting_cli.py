@@ -43,8 +43,8 @@ def test_queues_and_stats_count_the_jobs_waiting_for_parents(jobs: adminapp.Jobs
     assert listed.exit_code == 0, listed.output
     assert "waiting for parents" in listed.stdout  # the column's header
     # low: none on its list, two waiting; default: one queued, none waiting
-    assert re.search(r"│ low\s+│\s+0 │\s+\S+ │\s+│\s+2 │", listed.stdout), listed.stdout
-    assert re.search(r"│ default\s+│\s+1 │\s+\S+ │\s+│\s+0 │", listed.stdout), listed.stdout
+    assert re.search(r"│ low\s+│\s+0 │\s+\S+ │ running\s+│\s+2 │", listed.stdout), listed.stdout
+    assert re.search(r"│ default\s+│\s+1 │\s+\S+ │ running\s+│\s+0 │", listed.stdout), listed.stdout
     found = {q["name"]: q for q in invoke_json("queues")["queues"]}
     assert (found["low"]["size"], found["low"]["waiting_for_parents"]) == (0, 2)
     assert found["default"]["waiting_for_parents"] == 0
@@ -54,7 +54,7 @@ def test_queues_and_stats_count_the_jobs_waiting_for_parents(jobs: adminapp.Jobs
     assert {q["name"]: q["waiting_for_parents"] for q in summary["queues"]}["low"] == 2
     shown = invoke("stats")
     assert re.search(r"^\s*waiting for parents\s+2\s*$", shown.stdout, re.M), shown.stdout
-    assert re.search(r"│ low\s+│\s+0 │\s+\S+ │\s+│\s+2 │", shown.stdout), shown.stdout
+    assert re.search(r"│ low\s+│\s+0 │\s+\S+ │ running\s+│\s+2 │", shown.stdout), shown.stdout
 
 
 def test_job_shows_a_waiting_job_and_its_parents(jobs: adminapp.Jobs) -> None:
