@@ -370,6 +370,19 @@ local function payload_bid(raw)
   return nil
 end
 
+-- payload_identity: the name (``class``), enqueue time and batch a raw job names, each
+-- or false: for the record made afresh when a member of a set is retried by hand after
+-- its record went (issue 45: the job showed ``job -``, ``enqueued -`` after the retry).
+-- Decoded: a rare path, and a pattern could be fooled by an argument holding the text.
+local function payload_identity(raw)
+  local ok, payload = pcall(cjson.decode, raw or "")
+  if not ok or type(payload) ~= "table" then return false, false, false end
+  local name = type(payload.class) == "string" and payload.class or false
+  local since = tonumber(payload.enqueued_at)
+  local bid = type(payload.bid) == "string" and payload.bid ~= "" and payload.bid or false
+  return name, since and string.format("%.17g", since) or false, bid
+end
+
 -- fetch_record: the record of job ``jid`` just fetched from the queue whose records are
 -- at ``prefix`` (live hash ``live``) says running, by ``by`` since ``now``; or, when a
 -- cancel waits for the job, that its copy was dropped (kept ``cancelled_ttl`` seconds):

@@ -4,7 +4,7 @@
 -- ARGV[3] the record prefix (``<prefix><jid>``: the jobs' status records; "": none)
 -- ARGV[4] the caller's clock (epoch s)   ARGV[5] a cancelled job's record TTL (s)
 -- ARGV[6] a live record's TTL (s): a job retried by hand from dead, whose record had
--- expired, gets one again
+-- expired, gets one again (its name, enqueue time and batch read from the member)
 -- ARGV[7] "1": the zset is the dead set (a retry by hand): a member whose record says
 -- its jid is alive again (enqueued anew with that jid since it died, or already retried)
 -- stays in the dead set, not counted: two live copies of one jid would make cancel(jid)
@@ -33,14 +33,14 @@ for i = 8, #ARGV - 1, 2 do
       -- left in the dead set: the jid lives on elsewhere in this queue
     elseif type(queue_library().push(KEYS[2], job, false, redis.pcall)) == "number" then -- _queue.lua
       redis.call("ZREM", KEYS[1], member)
-      if record then
-        -- a member retried by hand after its record went: the batch from its payload
-        local bid = not read_record(record) and payload_bid(job)
-        if bid then
-          mark_record(record, ARGV[6], "state", "queued", "batch", bid)
-        else
-          mark_record(record, ARGV[6], "state", "queued")
-        end
+      if record and read_record(record) then
+        mark_record(record, ARGV[6], "state", "queued")
+      elseif record then
+        -- a member retried by hand after its record went: its name, enqueue time and
+        -- batch from the member (the job as it stood in the set, as its record had them)
+        local name, since, bid = payload_identity(member)
+        mark_record(record, ARGV[6], "state", "queued", "name", name, "enqueued_at", since,
+                    "batch", bid)
       end
       moved = moved + 1
     end
