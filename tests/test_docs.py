@@ -160,3 +160,17 @@ def test_the_readme_is_a_front_page_not_a_manual() -> None:
     assert size <= README_MAX_BYTES, (
         f"README.md is {size:,} bytes, over {README_MAX_BYTES:,}: move the detail into its "
         "page of docs/ and link to it")
+
+
+README_LEAD_WORDS: Final = 80
+"""Words the README may hold before "The two commands": a title and a line saying what it
+is (issue 45: a newcomer read 544 words before the first thing to type)."""
+
+
+def test_the_readme_opens_with_the_two_commands_and_install_with_no_placeholder() -> None:
+    text = README.read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[:2] == ["## The two commands", "## Install"], headings[:3]
+    lead = text[:text.index("## The two commands")]
+    assert len(lead.split()) <= README_LEAD_WORDS, lead
+    assert not re.search(r"<[^>\n]*URL[^>\n]*>", text), "a placeholder URL in the README"
