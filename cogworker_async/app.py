@@ -87,7 +87,15 @@ class App:
         self._url: str | None = None
         self._url_lock = threading.Lock()
         self._embedded: EmbeddedServer | None = None
-        self._client = Client(self.settings, self.redis_url, self.client_middleware)
+        self._client = Client(self.settings, self.redis_url, self.client_middleware,
+                              self._own_queues)
+
+    def _own_queues(self) -> set[str]:
+        """The App's queues: declared (``App(queues=...)``), the default, and each
+        registered job's. An enqueue elsewhere is warned about (a typo?)."""
+        settings = self.settings
+        return {settings.default_queue, *settings.queue_names,
+                *(definition.options.queue for definition in self.registry.values())}
 
     # -- registering jobs -------------------------------------------------------------
 

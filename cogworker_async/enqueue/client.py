@@ -20,7 +20,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -32,6 +32,7 @@ from cogworker_async.enqueue import after as dependents
 from cogworker_async.enqueue import dedup_push
 from cogworker_async.enqueue.backend import Backend, Push, RedisBackend, duplicate
 from cogworker_async.enqueue.lookup import QueueHints
+from cogworker_async.enqueue.unknown_queue import QueueCheck
 from cogworker_async.errors import UNTRACKED, ConfigurationError
 from cogworker_async.jobs import context, dedup, unique, wire
 from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, When, enqueue_group
@@ -77,6 +78,7 @@ class Client:
         settings: Settings,
         resolve_url: Callable[[], str],
         middleware: Sequence[ClientMiddleware] = (),
+        app_queues: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.settings = settings
         self._resolve_url = resolve_url
@@ -91,10 +93,15 @@ class Client:
         self._tracer = tracing.job_tracer(settings.tracing,
                                           tracing.TraceOptions.of(settings))
         self.queue_hints = QueueHints()
+        self.queue_check = QueueCheck(app_queues or self._declared_queues)
+        """Warns once per queue on an enqueue to a queue not the App's (a typo?)."""
         """Where this App's recent enqueues went, for ``status(jid)`` (``lookup.py``)."""
         self.redis = RedisBackend(self)
         self.backend: Backend = self.redis
         """Where prepared jobs go: Redis, or a ``jobs.testing.fake()`` block's fake."""
+
+    def _declared_queues(self) -> set[str]:
+        return {self.settings.default_queue, *self.settings.queue_names}
 
     def store(self) -> Store:
         """This event loop's Store (a pool is bound to the loop that made it)."""
@@ -119,6 +126,8 @@ class Client:
     ) -> Push | None:
         """Check, build and pass the job through the client chain; None if refused.
         ``due``: when a scheduled job is due (epoch s), which its deadline must follow."""
+        if options.queue not in self.queue_check.seen:  # the hot path's only cost
+            self.queue_check.first_seen(options.queue)
         definition.check_arguments(args, kwargs)
         if not self.settings.tracked and (options.jid is not None
                                           or options.keep_result is not None):
