@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Final
+from typing import Any, Final
 
 import redis.asyncio
 
@@ -25,12 +25,12 @@ REGISTER_EVERY: Final = 60.0
 
 
 async def _wake_messages(client: redis.asyncio.Redis,
-                         pubsub: redis.asyncio.client.PubSub) -> AsyncIterator[None]:
-    """One item per wake-up message on ``pubsub`` (subscribed already)."""
+                         pubsub: redis.asyncio.client.PubSub) -> AsyncIterator[str]:
+    """The channel of each message on ``pubsub`` (subscribed already), as it comes."""
     if not sentinel.follows(client):
         async for message in pubsub.listen():
             if message.get("type") == "message":
-                yield None
+                yield _channel(message)
         return
     # Behind sentinels, a subscriber stays on a replaced master until Sentinel demotes
     # it (seconds, hearing no wake-up): looked at every FOLLOW_EVERY, and given up as a
@@ -38,11 +38,15 @@ async def _wake_messages(client: redis.asyncio.Redis,
     while True:
         message = await pubsub.get_message(timeout=sentinel.FOLLOW_EVERY)
         if message is not None and message.get("type") == "message":
-            yield None
+            yield _channel(message)
         if await sentinel.replaced(client, pubsub.connection):
             raise LostReply("the wake-up channel's node is no longer the master "
                             "(a Sentinel failover)")
 
+
+def _channel(message: Mapping[str, Any]) -> str:
+    channel = message.get("channel")
+    return as_bytes(channel).decode("utf-8", "replace") if channel is not None else ""
 
 
 class QueuesPart(Part):
@@ -80,18 +84,23 @@ class QueuesPart(Part):
         return sorted(as_bytes(name).decode("utf-8", "replace") for name in names)
 
     @asynccontextmanager
-    async def wake_ups(self) -> AsyncIterator[AsyncIterator[None]]:
-        """Subscribe to the wake channel; iterate to wait for each enqueue's wake-up.
-        Entered once the server confirmed the subscription: a stale pooled connection
+    async def wake_ups(self, channels: Sequence[str] = ()) -> AsyncIterator[AsyncIterator[str]]:
+        """Subscribe to the wake channel and ``channels`` (the notes lists' names, which
+        their writers publish on: ``_record.lua``); iterate for each message's channel.
+        Entered once the server confirmed every subscription: a stale pooled connection
         after a restart fails here, not after the caller counted the channel as back."""
         if isinstance(self.client, ClusterClient):  # its pub/sub node is from the slot map
             await self.client.initialize()
         pubsub = self.client.pubsub()
         try:
-            await pubsub.subscribe(self.keys.wake_channel)
+            names = list(dict.fromkeys([self.keys.wake_channel, *channels]))
+            await pubsub.subscribe(*names)
+            confirmed = 0
             async for confirmation in pubsub.listen():
                 if confirmation.get("type") == "subscribe":
-                    break
+                    confirmed += 1
+                    if confirmed == len(names):
+                        break
 
             yield _wake_messages(self.client, pubsub)
         except (RedisError, OSError):

@@ -356,19 +356,27 @@ class Manager:
             log.warning("couldn't register the limiters: %s", why(exc))
 
     async def _listen_for_wake_ups(self, *, task_status: TaskStatus[None]) -> None:
-        """Each enqueue publishes a wake-up: an idle worker fetches within a round trip."""
+        """Each enqueue publishes a wake-up: an idle worker fetches within a round trip.
+        Each note of a served queue (a batch member's or a watched parent's end) wakes
+        the notes relay, so a hand-off does not wait for its poll."""
         started = False
         streak = self.streaks.wake_ups
+        notes = ({self.store.keys.batch_notes(queue): queue
+                  for queue in self.settings.queue_names} if self.notes is not None else {})
         while True:
             try:
-                async with self.store.wake_ups() as messages:
+                async with self.store.wake_ups(list(notes)) as messages:
                     streak.succeeded()
                     if not started:
                         started = True
                         task_status.started()
                     self.ledger.slots.nudge()
-                    async for _ in messages:
-                        self.ledger.slots.nudge()
+                    async for channel in messages:
+                        queue = notes.get(channel)
+                        if queue is None:
+                            self.ledger.slots.nudge()
+                        elif self.notes is not None:
+                            self.notes.wake(queue)
             except Exception as exc:  # lost connection: idle fetches poll until it is back
                 if not started:
                     started = True

@@ -4,7 +4,9 @@ batches' callbacks due. (Named for what it carries: batches and dependencies ali
 
 A member's settle script, in its queue's slot, notes its end there (``_record.lua``); a
 batch lives in the namespace's slot (``redis/batches.py``). Every worker relays the notes
-of the queues it serves, each pass: applied to their batch first (``batch_apply``), then
+of the queues it serves — at once when the script that wrote one publishes on the notes
+list's name (a hand-off in a few round trips), and in each pass at the poll interval,
+which makes up a wake-up missed: applied to their batch first (``batch_apply``), then
 dropped (``drop_notes``), so a relay that dies between the two applies them again, which
 changes nothing (sets, not counters).
 
@@ -39,7 +41,8 @@ import logging
 import random
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -91,19 +94,59 @@ class NotesRelay:
         self._next_unserved = 0.0
         self._swept: dict[str, str] = {}  # an unserved queue -> its sweep's cursor
         self._away: set[str] = set()
+        self._wake = anyio.Event()
+        self._woken: set[str] = set()  # queues whose writers published a note
+
+    def wake(self, queue: str) -> None:
+        """A note was written in ``queue``'s slot (its writer published on the notes
+        list's name): relay it now, not at the next poll."""
+        self._woken.add(queue)
+        self._wake.set()
 
     async def run(self) -> None:
-        """Relay forever at a jittered interval (the poll interval: processes out of
-        step); an outage is said once by the streak, a bug traced, and neither stops it."""
+        """Relay forever: a whole pass at a jittered interval (the poll interval:
+        processes out of step), and between two, the notes of each queue woken (a
+        hand-off in a few round trips). The poll stays the bound: a wake-up missed (the
+        channel down, a note written by a process that serves nothing) waits for it. An
+        outage is said once by the streak, a bug traced, and neither stops it."""
         await anyio.sleep(random.uniform(0, min(self.interval, 0.5)))
         while True:
+            await self._step(self.relay_once)
+            deadline = anyio.current_time() + self.interval * random.uniform(0.5, 1.5)
+            while (left := deadline - anyio.current_time()) > 0:
+                with anyio.move_on_after(left):
+                    await self._wake.wait()
+                if not self._wake.is_set():
+                    break
+                self._wake = anyio.Event()
+                woken, self._woken = self._woken, set()
+                await self._step(partial(self.relay_woken, woken))
+
+    async def _step(self, step: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await step()
+        except Exception as exc:  # a co-tenant's key (WrongTypeKey) names itself
+            self.streak.failed(exc, trace=not isinstance(exc, (*Unavailable, WrongTypeKey)))
+        else:
+            self.streak.succeeded()
+
+    async def relay_woken(self, queues: Iterable[str]) -> int:
+        """The notes of ``queues`` (each woken by a note), then the callbacks due: the
+        part of a pass a hand-off waits for. Like a pass, a queue that fails is skipped
+        and its failure raised at the end."""
+        applied, failure = 0, None
+        for queue in sorted(queues):
             try:
-                await self.relay_once()
-            except Exception as exc:  # a co-tenant's key (WrongTypeKey) names itself
-                self.streak.failed(exc, trace=not isinstance(exc, (*Unavailable, WrongTypeKey)))
-            else:
-                self.streak.succeeded()
-            await anyio.sleep(self.interval * random.uniform(0.5, 1.5))
+                applied += await self.relay_notes(queue)
+            except Exception as exc:
+                failure = failure or exc
+        try:
+            await self.fire_due()
+        except Exception as exc:
+            failure = failure or exc
+        if failure is not None:
+            raise failure
+        return applied
 
     async def relay_once(self) -> int:
         """One pass: every served queue's notes, then every batch with callbacks due;

@@ -160,10 +160,17 @@ local function record_library()
       -- ``noted`` makes a rewrite of the same end write none (worker/notes_relay.py relays the
       -- notes; the batch's sets and a dependent's pending set make a repeated note
       -- count once anyway).
-      local pushed = redis.pcall("RPUSH", string.sub(live, 1, -5) .. "batch_notes",
+      local notes = string.sub(live, 1, -5) .. "batch_notes"
+      local pushed = redis.pcall("RPUSH", notes,
                                  (fields.batch or "") .. "\t" .. jid .. "\t" .. fields.state ..
                                  (fields.watchers and ("\t" .. fields.watchers) or ""))
-      if type(pushed) == "number" then fields.noted = fields.state end -- else: again later
+      if type(pushed) == "number" then -- else: again later
+        fields.noted = fields.state
+        -- The relays of this queue listen on the notes list's name: woken, a hand-off
+        -- takes a few round trips, not a poll. Not a move (a wake-up missed, or refused
+        -- by an ACL, is made up by the relay's next poll), so never raising.
+        redis.pcall("PUBLISH", notes, "")
+      end
     end
     if LIVE_STATES[fields.state] then
       -- It may run again (retried by hand from dead, recovered): its next end is noted

@@ -1,0 +1,87 @@
+"""A hand-off does not wait for the relay's poll (issue 43 item 3): the script that notes
+a parent's or a batch member's end publishes on the notes list's name, the workers
+serving that queue relay it at once, and the dependent, the chain's next step or the
+batch's callback is pushed with a wake-up of its own.
+
+The workers here poll every 60 s (a pass every 30–90 s after the first): each test's
+whole workflow must end inside ``WAIT``, far less than a single poll, so only the
+wake-up can have handed it off. On a single Redis and on a 3-master cluster, where the
+note's writer and the subscriber are on different nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from cogworker_async import After, App, JobFunction
+from cogworker_async.worker.notes_relay import NotesRelay
+from tests.conftest import url_of_topology
+from tests.waiting import wait_until
+
+POLL = 60.0
+WAIT = 15.0
+"""Far inside one poll (30 s at least): a workflow that ends in it was woken."""
+QUEUES = ["default", "emails", "reports"]
+
+redis_url = pytest.fixture(params=["single", "cluster"])(url_of_topology)
+
+
+def slow_polling(make_app: Callable[..., App]) -> tuple[App, list[tuple[str, int]], JobFunction[..., int], JobFunction[..., None]]:
+    app = make_app(track_jobs=True, queues=QUEUES, poll_interval=POLL)
+    seen: list[tuple[str, int]] = []
+
+    @app.job(name="step", retry=0, keep_result=600)
+    async def step(n: int) -> int:
+        seen.append(("step", n))
+        return n + 1
+
+    @app.job(name="done", retry=0)
+    async def done(kind: str) -> None:
+        seen.append((kind, 0))
+
+    return app, seen, step, done
+
+
+async def test_a_ten_step_chain_hands_off_without_waiting_for_the_poll(
+    make_app: Callable[..., App],
+) -> None:
+    app, seen, step, _ = slow_polling(make_app)
+    async with app.worker():
+        await app.chain(*(step.options(queue=QUEUES[n % 3]).s(n) for n in range(10))).enqueue()
+        await wait_until(lambda: len(seen) == 10, timeout=WAIT)
+    assert seen == [("step", n) for n in range(10)]  # in order, each once
+
+
+async def test_a_dependent_on_another_queue_takes_its_parent_result_at_once(
+    make_app: Callable[..., App],
+) -> None:
+    app, seen, step, _ = slow_polling(make_app)
+    async with app.worker():
+        parent = await step.options(queue="emails").enqueue(41)
+        child = await step.options(queue="reports",
+                                   after=After([parent], pass_result=True)).enqueue()
+        assert await app.result(child, timeout=WAIT) == 43  # 41 + 1 from the parent, + 1
+    assert seen == [("step", 41), ("step", 42)]
+
+
+async def test_a_batch_s_last_end_enqueues_its_callbacks_at_once(
+    make_app: Callable[..., App],
+) -> None:
+    app, seen, step, done = slow_polling(make_app)
+    async with app.worker():
+        async with app.batch("wave", on_complete=done.s("complete"),
+                             on_success=done.s("success")):
+            for n in range(5):
+                await step.options(queue=QUEUES[n % 3]).enqueue(n)
+        await wait_until(lambda: {("complete", 0), ("success", 0)} <= set(seen), timeout=WAIT)
+    assert sorted(seen) == sorted([("step", n) for n in range(5)]
+                                  + [("complete", 0), ("success", 0)])
+
+
+async def test_a_wake_up_for_a_queue_without_notes_relays_nothing_and_ends(
+    make_app: Callable[..., App],
+) -> None:
+    app, *_ = slow_polling(make_app)
+    relay = NotesRelay(app._store(), app.registry, QUEUES, interval=POLL)
+    assert await relay.relay_woken(["default", "emails"]) == 0
