@@ -104,7 +104,7 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
 DEFAULT_SYSTEMS = list(SYSTEMS)
 
 SCENARIOS = ["enqueue", "bulk", "noop", "processes", "latency", "sleep", "memory", "cluster",
-             "durability", "metrics", "flow", "ordering", "outbox"]
+             "durability", "metrics", "flow", "handoff", "ordering", "outbox"]
 CLUSTER_SCRIPT = HERE / "cluster.py"
 """The ``cluster`` scenario (ours only, on its own servers): benchmarks/cluster.py."""
 DURABILITY_SCRIPT = HERE / "durability.py"
@@ -113,11 +113,13 @@ METRICS_SCRIPT = HERE / "metrics_cost.py"
 """The ``metrics`` scenario (ours only, on its own server): benchmarks/metrics_cost.py."""
 FLOW_SCRIPT = HERE / "flow_cost.py"
 """The ``flow`` scenario (ours only, on its own server): benchmarks/flow_cost.py."""
+HANDOFF_SCRIPT = HERE / "handoff.py"
+"""The ``handoff`` scenario (ours only, on its own server): benchmarks/handoff.py."""
 ORDERING_SCRIPT = HERE / "ordering_cost.py"
 """The ``ordering`` scenario (ours only, on its own server): benchmarks/ordering_cost.py."""
 OUTBOX_SCRIPT = HERE / "outbox_lag.py"
 """The ``outbox`` scenario (ours only, on its own server): benchmarks/outbox_lag.py."""
-OWN_SERVERS = ("cluster", "durability", "metrics", "flow", "ordering", "outbox")
+OWN_SERVERS = ("cluster", "durability", "metrics", "flow", "handoff", "ordering", "outbox")
 """Scenarios run by a script of their own, on their own servers (after the others)."""
 FLEET = 2
 """Worker processes in the ``processes`` scenario (this machine has 2 cores)."""
@@ -1203,13 +1205,13 @@ def main() -> int:
                 profile_text = f"(profile failed: {exc})"
     finally:
         redis.stop()
-    (cluster_text, durability_text, metrics_text, flow_text, ordering_text,
+    (cluster_text, durability_text, metrics_text, flow_text, handoff_text, ordering_text,
      outbox_text) = own_scenarios(args, sizes, bench, errors, scenarios)
     finished = dt.datetime.now().astimezone()
     report = render(args, sizes, systems, results, errors, command, started, finished,
                     load_before, os.getloadavg(), redis_version, profile_text,
                     cluster_text, durability_text, metrics_text, flow_text, ordering_text,
-                    outbox_text)
+                    outbox_text, handoff_text)
     print(report)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     raw = RESULTS_DIR / f"{bench.stamp}.json"
@@ -1223,11 +1225,11 @@ def main() -> int:
 
 
 def own_scenarios(args: argparse.Namespace, sizes: Sizes, bench: Bench, errors: list[str],
-                  scenarios: list[str]) -> tuple[str, str, str, str, str, str]:
+                  scenarios: list[str]) -> tuple[str, str, str, str, str, str, str]:
     """The scenarios run by a script of their own (``OWN_SERVERS``), each one's Markdown
     ("" where it was not asked for, or failed)."""
     if OURS not in args.systems.split(","):
-        return "", "", "", "", "", ""
+        return "", "", "", "", "", "", ""
     texts = dict.fromkeys(OWN_SERVERS, "")
     if "cluster" in scenarios:
         texts["cluster"] = run_cluster(args, sizes, bench, errors)
@@ -1236,12 +1238,14 @@ def own_scenarios(args: argparse.Namespace, sizes: Sizes, bench: Bench, errors: 
     for name, what, script in (
             ("metrics", "metrics off vs on (metrics_port)", METRICS_SCRIPT),
             ("flow", "queue limits and limiters vs plain", FLOW_SCRIPT),
+            ("handoff", "workflow hand-offs: dependency, batch callback, chain",
+             HANDOFF_SCRIPT),
             ("ordering", "priorities and groups vs plain", ORDERING_SCRIPT),
             ("outbox", "the outbox relay's lag", OUTBOX_SCRIPT)):
         if name in scenarios:
             texts[name] = run_script(name, what, script, args, bench, errors)
     return (texts["cluster"], texts["durability"], texts["metrics"], texts["flow"],
-            texts["ordering"], texts["outbox"])
+            texts["handoff"], texts["ordering"], texts["outbox"])
 
 
 def run_cluster(args: argparse.Namespace, sizes: Sizes, bench: Bench,
@@ -1307,7 +1311,8 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
            started: dt.datetime, finished: dt.datetime, load_before: tuple[float, ...],
            load_after: tuple[float, ...], redis_version: str, profile_text: str,
            cluster_text: str = "", durability_text: str = "", metrics_text: str = "",
-           flow_text: str = "", ordering_text: str = "", outbox_text: str = "") -> str:
+           flow_text: str = "", ordering_text: str = "", outbox_text: str = "",
+           handoff_text: str = "") -> str:
     box = machine()
     kind = "QUICK smoke run (--quick: small N, 1 run)" if args.quick else \
         f"full run ({sizes.runs} runs, medians)"
@@ -1362,6 +1367,7 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
         ("Durability: off vs 'replica' and 'aof' (ours)", durability_text),
         ("Prometheus metrics: off vs on (ours)", metrics_text),
         ("Flow control: queue limits and limiters vs plain (ours)", flow_text),
+        ("Workflow hand-off (ours)", handoff_text),
         ("Who runs next: priorities and fair groups vs plain (ours)", ordering_text),
         ("Enqueue with the commit: the outbox relay's lag (ours)", outbox_text),
     ]
@@ -1485,6 +1491,12 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         "(concurrent, window, bucket), back to back in each run (order rotating); jobs/s, "
         "worker and Redis CPU per job, each ÷ the defaults (see "
         "`benchmarks/flow_cost.py`).",
+        "- **handoff** (ours): an embedded worker with the defaults (`poll_interval` not "
+        "shortened, `track_jobs=True`), one hand-off at a time: a dependent's start after "
+        "its parent's end (parent and dependent on one queue, and on two), a batch's "
+        "`on_complete` callback's start after its last member's end, and a 10-step "
+        "chain of no-op jobs from its enqueue call to its last step's end; p50/p99 against "
+        "the issue's targets (see `benchmarks/handoff.py`).",
         "- **ordering** (ours): one worker's no-op processing with every job at priority "
         "0, with the jobs spread over three priorities (default aging, and strict), and "
         "over 100 fair groups, "
