@@ -27,7 +27,10 @@ QUEUES = ["default", "emails", "reports"]
 redis_url = pytest.fixture(params=["single", "cluster"])(url_of_topology)
 
 
-def slow_polling(make_app: Callable[..., App]) -> tuple[App, list[tuple[str, int]], JobFunction[..., int], JobFunction[..., None]]:
+Jobs = tuple[App, list[tuple[str, int]], JobFunction[..., int], JobFunction[..., None]]
+
+
+def slow_polling(make_app: Callable[..., App]) -> Jobs:
     app = make_app(track_jobs=True, queues=QUEUES, poll_interval=POLL)
     seen: list[tuple[str, int]] = []
 
