@@ -11,10 +11,11 @@ note's writer and the subscriber are on different nodes."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from cogworker_async import After, App, JobFunction
+from cogworker_async import After, App
 from cogworker_async.worker.notes_relay import NotesRelay
 from tests.conftest import url_of_topology
 from tests.waiting import wait_until
@@ -27,7 +28,7 @@ QUEUES = ["default", "emails", "reports"]
 redis_url = pytest.fixture(params=["single", "cluster"])(url_of_topology)
 
 
-Jobs = tuple[App, list[tuple[str, int]], JobFunction[..., int], JobFunction[..., None]]
+Jobs = tuple[App, list[tuple[str, int]], Any, Any]
 
 
 def slow_polling(make_app: Callable[..., App]) -> Jobs:
@@ -62,8 +63,10 @@ async def test_a_dependent_on_another_queue_takes_its_parent_result_at_once(
     app, seen, step, _ = slow_polling(make_app)
     async with app.worker():
         parent = await step.options(queue="emails").enqueue(41)
+        assert parent is not None
         child = await step.options(queue="reports",
                                    after=After([parent], pass_result=True)).enqueue()
+        assert child is not None
         assert await app.result(child, timeout=WAIT) == 43  # 41 + 1 from the parent, + 1
     assert seen == [("step", 41), ("step", 42)]
 
