@@ -13,7 +13,10 @@ For every scenario and system, the peer's script (``benchmarks/peers/<system>_pe
 runs as a subprocess with that system's interpreter, through the system's own API and
 its real worker class. The ``noop`` and ``processes`` scenarios run each system's worker
 as its users start it, through its own CLI (``benchmarks/cli_workers.py``; ``--embedded``:
-``noop`` with the worker embedded in the peer script instead, as before). Results
+``noop`` with the worker embedded in the peer script instead, as before); ``noop_rtt``
+runs the same through ``benchmarks/rtt_proxy.py`` (2 ms added each way), and after each
+``noop`` run ``redis-benchmark`` calls a trivial script on the same server (its Redis CPU
+per call, beside the Redis CPU per job). Results
 (medians of ``--runs``) go to stdout as tables with the ratio of ours to each peer, to
 ``benchmarks/RESULTS.md`` and, raw, to ``benchmarks/results/<stamp>.json``. Only the
 standard library is used here.
@@ -103,8 +106,8 @@ SYSTEMS: dict[str, System] = {s.name: s for s in [
 ]}
 DEFAULT_SYSTEMS = list(SYSTEMS)
 
-SCENARIOS = ["enqueue", "bulk", "noop", "processes", "latency", "sleep", "memory", "cluster",
-             "durability", "metrics", "flow", "handoff", "ordering", "outbox"]
+SCENARIOS = ["enqueue", "bulk", "noop", "processes", "noop_rtt", "latency", "sleep", "memory",
+             "cluster", "durability", "metrics", "flow", "handoff", "ordering", "outbox"]
 CLUSTER_SCRIPT = HERE / "cluster.py"
 """The ``cluster`` scenario (ours only, on its own servers): benchmarks/cluster.py."""
 DURABILITY_SCRIPT = HERE / "durability.py"
@@ -123,6 +126,17 @@ OWN_SERVERS = ("cluster", "durability", "metrics", "flow", "handoff", "ordering"
 """Scenarios run by a script of their own, on their own servers (after the others)."""
 FLEET = 2
 """Worker processes in the ``processes`` scenario (this machine has 2 cores)."""
+RTT_PROXY = HERE / "rtt_proxy.py"
+"""The ``noop_rtt`` scenario's loopback proxy (standard library, run with this driver's
+interpreter): every chunk delayed by ``RTT_DELAY_MS`` each way."""
+RTT_DELAY_MS = 2.0
+"""Added by the proxy in each direction (a round trip: twice that, plus loopback)."""
+TRIVIAL_SCRIPT = "return 1"
+"""The trivial script whose Redis CPU per ``EVALSHA`` the no-op Redis CPU is set beside."""
+TRIVIAL_CLIENTS = 10
+"""``redis-benchmark -c``: connections calling the trivial script (the issue's -c 10)."""
+CEILING_CLIENTS, CEILING_PIPELINE = 50, 16
+"""The proxy's own ceiling: ``redis-benchmark -c 50 -P 16 PING`` through it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,16 +163,25 @@ class Sizes:
     mem_peers: int
     mem_processed: int
     profile_n: int
+    evalsha_n: int
+    """Calls of the trivial script after each no-op run (its Redis CPU per call)."""
+    rtt_n: int
+    """Jobs for ``noop_rtt``: through 2 ms each way a peer runs a few hundred a second."""
+    rtt_cap: float
+    ceiling_n: int
+    """PINGs for the proxy's ceiling (``redis-benchmark -c 50 -P 16`` through it)."""
 
 
 FULL = Sizes(runs=3, noop_n=20_000, noop_cap=30, proc_n=40_000, enqueue_n=10_000, enqueue_cap=20,
              bulk_n=50_000, bulk_cap=30, bulk_chunk=1000, probes=300, probe_interval=0.02,
              warmup=2, idle_window=10, sleep_n=2000, sleep_concurrency=100, sleep_ms=50,
-             mem_ours=1_000_000, mem_peers=100_000, mem_processed=10_000, profile_n=30_000)
+             mem_ours=1_000_000, mem_peers=100_000, mem_processed=10_000, profile_n=30_000,
+             evalsha_n=100_000, rtt_n=3000, rtt_cap=30, ceiling_n=400_000)
 QUICK = Sizes(runs=1, noop_n=2000, noop_cap=10, proc_n=6000, enqueue_n=1000, enqueue_cap=10,
               bulk_n=10_000, bulk_cap=20, bulk_chunk=1000, probes=40, probe_interval=0.02,
               warmup=1, idle_window=3, sleep_n=2000, sleep_concurrency=100, sleep_ms=50,
-              mem_ours=20_000, mem_peers=20_000, mem_processed=2000, profile_n=10_000)
+              mem_ours=20_000, mem_peers=20_000, mem_processed=2000, profile_n=10_000,
+              evalsha_n=20_000, rtt_n=1000, rtt_cap=15, ceiling_n=100_000)
 
 
 # -- venvs -----------------------------------------------------------------------------
@@ -443,6 +466,101 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def redis_benchmark(port: int, clients: int, n: int, *command: str,
+                    pipeline: int = 1) -> float | None:
+    """``redis-benchmark`` against 127.0.0.1:``port``: requests per second (None when
+    it is not installed)."""
+    binary = shutil.which("redis-benchmark")
+    if binary is None:
+        return None
+    done = subprocess.run([binary, "-p", str(port), "-c", str(clients), "-n", str(n),
+                           "-P", str(pipeline), "--csv", *command],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise ScenarioError(f"redis-benchmark exited with {done.returncode}: "
+                            f"{done.stderr.strip()[-300:]}")
+    rows = [line.split('","') for line in done.stdout.splitlines()
+            if line.startswith('"') and not line.startswith('"test"')]
+    if not rows:
+        raise ScenarioError(f"redis-benchmark said nothing: {done.stdout[-300:]!r}")
+    return float(rows[-1][1])
+
+
+def python_calls(port: int, clients: int, n: int, *command: str) -> float:
+    """The fallback of ``redis-benchmark``: ``clients`` connections (a thread each),
+    each sending its share of ``n`` calls one at a time; calls per second."""
+    share = [n // clients + (1 if i < n % clients else 0) for i in range(clients)]
+    conns = [Resp(port) for _ in range(clients)]
+
+    def calls(conn: Resp, count: int) -> None:
+        for _ in range(count):
+            conn.call(*command)
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=calls, args=pair) for pair in zip(conns, share,
+                                                                        strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.monotonic() - began
+    for conn in conns:
+        conn.close()
+    return n / seconds
+
+
+class RttProxy:
+    """``benchmarks/rtt_proxy.py`` in front of the private Redis, stopped by pid."""
+
+    def __init__(self, target_port: int, delay_ms: float, log_path: Path) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(log_path, "w")
+        self.delay_ms = delay_ms
+        self.process = subprocess.Popen(
+            [sys.executable, str(RTT_PROXY), "--target-port", str(target_port),
+             "--delay-ms", str(delay_ms)], stdout=subprocess.PIPE, stderr=self.log,
+            text=True)
+        found: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: found.put(self.process.stdout.readline()
+                                                  if self.process.stdout else ""),
+                         daemon=True).start()
+        try:
+            line = found.get(timeout=15)
+            self.port = int(json.loads(line)["port"])
+        except (queue.Empty, ValueError, KeyError) as exc:
+            self.stop()
+            raise SystemExit(f"rtt_proxy.py did not start (see {log_path})") from exc
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def round_trip_ms(self, pings: int = 200) -> float:
+        """The mean time of a PING through the proxy, one at a time."""
+        conn = Resp(self.port)
+        try:
+            conn.call("PING")
+            began = time.monotonic()
+            for _ in range(pings):
+                conn.call("PING")
+            return 1000 * (time.monotonic() - began) / pings
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        process = self.process
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        self.log.close()
+
+
 # -- peer processes ----------------------------------------------------------------------
 
 class ScenarioError(Exception):
@@ -516,29 +634,35 @@ class Bench:
         self.stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         self.logs = RESULTS_DIR / "logs" / self.stamp
         self.pythons: dict[str, Path] = {}
+        self.proxy: RttProxy | None = None
+        """The ``noop_rtt`` scenario's proxy in front of ``redis`` (started by main)."""
 
-    def argv(self, system: System, *command: str | int | float) -> list[str]:
+    def argv(self, system: System, *command: str | int | float,
+             url: str | None = None) -> list[str]:
         python = self.pythons.get(system.name)
         if python is None:
             python = self.pythons[system.name] = interpreter(system)
-        return [str(python), str(PEERS / system.script), "--redis-url", self.redis.url,
-                "--mode", system.mode, *map(str, command)]
+        return [str(python), str(PEERS / system.script), "--redis-url",
+                url or self.redis.url, "--mode", system.mode, *map(str, command)]
 
-    def child(self, system: System, tag: str, *command: str | int | float) -> Child:
-        return Child(self.argv(system, *command), self.logs / f"{system.name}-{tag}.log")
+    def child(self, system: System, tag: str, *command: str | int | float,
+              url: str | None = None) -> Child:
+        return Child(self.argv(system, *command, url=url),
+                     self.logs / f"{system.name}-{tag}.log")
 
     def oneshot(self, system: System, tag: str, timeout: float,
-                *command: str | int | float) -> dict[str, Any]:
-        child = self.child(system, tag, *command)
+                *command: str | int | float, url: str | None = None) -> dict[str, Any]:
+        child = self.child(system, tag, *command, url=url)
         try:
             return child.wait_event("result", timeout)
         finally:
             child.finish()
 
-    def prefill(self, system: System, tag: str, n: int, job: str = "noop") -> None:
+    def prefill(self, system: System, tag: str, n: int, job: str = "noop",
+                url: str | None = None) -> None:
         result = self.oneshot(system, f"{tag}-prefill", 900, "enqueue-bulk", "--n", n,
                               "--job", job, "--chunk", self.sizes.bulk_chunk,
-                              "--max-seconds", 600)
+                              "--max-seconds", 600, url=url)
         if result["n"] < n:
             raise ScenarioError(f"prefill stopped at {result['n']} of {n} jobs")
 
@@ -546,14 +670,14 @@ class Bench:
         return min(wanted, system.max_concurrency)
 
     def work(self, system: System, tag: str, n: int, concurrency: int, cap: float,
-             job: str = "noop") -> tuple[dict[str, Any], float]:
+             job: str = "noop", url: str | None = None) -> tuple[dict[str, Any], float]:
         """Run a worker over ``n`` prefilled jobs; its result and the Redis CPU used."""
         redis_cpu = self.redis.cpu()
         extra = ["--cprofile", str(self.logs / "profile-worker.cprofile")] \
             if tag == "cprofile" else []
         child = self.child(system, tag, "work", "--n", n, "--concurrency", concurrency,
                            "--job", job, "--sleep-ms", self.sizes.sleep_ms,
-                           "--max-seconds", cap, *extra)
+                           "--max-seconds", cap, *extra, url=url)
         try:
             result = child.wait_event("result", cap + 60)
             return result, self.redis.cpu() - redis_cpu
@@ -585,15 +709,58 @@ class Bench:
         self.prefill(system, f"noop-{run}", s.noop_n)
         concurrency = self.concurrency(system, self.args.concurrency)
         if not self.args.embedded:
-            return self.fleet(system, f"noop-{run}", "noop", 1, concurrency)
-        result, redis_cpu = self.work(system, f"noop-{run}", s.noop_n, concurrency, s.noop_cap)
+            out = self.fleet(system, f"noop-{run}", "noop", 1, concurrency)
+        else:
+            result, redis_cpu = self.work(system, f"noop-{run}", s.noop_n, concurrency,
+                                          s.noop_cap)
+            n = max(1, result["n"])
+            out = {"noop_rate": rate(n, result.get("span")),
+                   "noop_rate_from_start": n / result["seconds"],
+                   "noop_cpu_us": 1e6 * result["cpu"] / n,
+                   "noop_redis_cpu_us": 1e6 * redis_cpu / n, "noop_capped": result["capped"],
+                   "noop_concurrency": concurrency, "noop_first_job_ms":
+                   None if result["first_job"] is None else 1000 * result["first_job"]}
+        out.update(self.trivial_script())
+        if out.get("noop_redis_cpu_us") is not None and out["noop_evalsha_cpu_us"] > 0:
+            out["noop_redis_per_evalsha"] = \
+                out["noop_redis_cpu_us"] / out["noop_evalsha_cpu_us"]
+        return out
+
+    def trivial_script(self) -> dict[str, Any]:
+        """Redis' CPU per call of a trivial script (``EVALSHA`` of ``return 1``), on the
+        same server as the no-op run just before it: ``redis-benchmark -c 10`` (without
+        it, 10 Python connections calling one at a time)."""
+        assert self.redis.conn is not None
+        sha = self.redis.conn.call("SCRIPT", "LOAD", TRIVIAL_SCRIPT).decode()
+        n = self.sizes.evalsha_n
+        before = self.redis.cpu()
+        calls = redis_benchmark(self.redis.port, TRIVIAL_CLIENTS, n, "EVALSHA", sha, "0")
+        tool = "redis-benchmark"
+        if calls is None:
+            calls = python_calls(self.redis.port, TRIVIAL_CLIENTS, n, "EVALSHA", sha, "0")
+            tool = "python"
+        used = self.redis.cpu() - before
+        return {"noop_evalsha_cpu_us": 1e6 * used / n, "noop_evalsha_rate": calls,
+                "noop_evalsha_tool": tool}
+
+    def noop_rtt(self, system: System, run: int) -> dict[str, Any]:
+        """``noop`` through the proxy (``RTT_DELAY_MS`` each way): the prefill and the
+        worker both connect to it (``--embedded``: the embedded worker)."""
+        if self.proxy is None:
+            return {"noop_rtt_skipped": "no proxy"}
+        s = self.sizes
+        url = self.proxy.url
+        self.prefill(system, f"noop-rtt-{run}", s.rtt_n, url=url)
+        concurrency = self.concurrency(system, self.args.concurrency)
+        if not self.args.embedded:
+            return self.fleet(system, f"noop-rtt-{run}", "rtt", 1, concurrency, s.rtt_n,
+                              cap=s.rtt_cap, url=url)
+        result, redis_cpu = self.work(system, f"noop-rtt-{run}", s.rtt_n, concurrency,
+                                      s.rtt_cap, url=url)
         n = max(1, result["n"])
-        return {"noop_rate": rate(n, result.get("span")),
-                "noop_rate_from_start": n / result["seconds"],
-                "noop_cpu_us": 1e6 * result["cpu"] / n,
-                "noop_redis_cpu_us": 1e6 * redis_cpu / n, "noop_capped": result["capped"],
-                "noop_concurrency": concurrency, "noop_first_job_ms":
-                None if result["first_job"] is None else 1000 * result["first_job"]}
+        return {"rtt_rate": rate(n, result.get("span")), "rtt_cpu_us": 1e6 * result["cpu"] / n,
+                "rtt_redis_cpu_us": 1e6 * redis_cpu / n, "rtt_capped": result["capped"],
+                "rtt_concurrency": concurrency}
 
     def processes(self, system: System, run: int) -> dict[str, Any]:
         """``FLEET`` worker processes over ``noop_n`` queued no-op jobs, through the
@@ -606,14 +773,17 @@ class Bench:
         return self.fleet(system, f"processes-{run}", "proc", FLEET, concurrency, s.proc_n)
 
     def fleet(self, system: System, tag: str, prefix: str, processes: int,
-              concurrency: int, n: int | None = None) -> dict[str, Any]:
+              concurrency: int, n: int | None = None, cap: float | None = None,
+              url: str | None = None) -> dict[str, Any]:
         """The system's CLI worker(s) over ``n`` (``noop_n``) queued jobs
-        (``cli_workers.run``)."""
+        (``cli_workers.run``), connected to ``url`` (the private Redis); Redis' CPU is
+        read from the server itself."""
         s = self.sizes
         try:
             result = cli_workers.run(system.venv, system.mode, processes, concurrency,
-                                     self.redis.url, n or s.noop_n, s.noop_cap,
-                                     self.redis.cpu, self.logs / f"{system.name}-{tag}.log")
+                                     url or self.redis.url, n or s.noop_n,
+                                     cap or s.noop_cap, self.redis.cpu,
+                                     self.logs / f"{system.name}-{tag}.log")
         except cli_workers.FleetError as exc:
             raise ScenarioError(str(exc)) from exc
         if not result["all_started"]:
@@ -737,6 +907,10 @@ METRICS = [
     Metric("noop_rate", "no-op processing", "jobs/s", True, "noop"),
     Metric("noop_cpu_us", "worker CPU / job", "µs", False, "noop"),
     Metric("noop_redis_cpu_us", "Redis CPU / job", "µs", False, "noop"),
+    Metric("noop_evalsha_cpu_us", "↳ Redis CPU / one trivial EVALSHA, same run", "µs", False,
+           "noop", 1, compare=False),
+    Metric("noop_redis_per_evalsha", "↳ Redis CPU / job ÷ one trivial EVALSHA", "×", False,
+           "noop", 2, compare=False),
     Metric("noop_first_job_ms", "↳ start to first job", "ms", False, "noop", 1,
            compare=False),
     Metric("proc_rate", f"no-op processing, {FLEET} processes", "jobs/s", True, "processes"),
@@ -745,6 +919,12 @@ METRICS = [
     Metric("proc_cpu_us", f"worker CPU / job, {FLEET} processes", "µs", False, "processes"),
     Metric("proc_redis_cpu_us", f"Redis CPU / job, {FLEET} processes", "µs", False,
            "processes"),
+    Metric("rtt_rate", f"no-op processing, {RTT_DELAY_MS:g} ms each way (proxy)", "jobs/s",
+           True, "noop_rtt"),
+    Metric("rtt_vs_direct", "↳ through the proxy ÷ direct", "×", True, "noop_rtt", 2,
+           compare=False),
+    Metric("rtt_redis_cpu_us", "Redis CPU / job, through the proxy", "µs", False,
+           "noop_rtt"),
     Metric("enqueue_rate", "enqueue, one at a time", "jobs/s", True, "enqueue"),
     Metric("bulk_rate", "bulk enqueue", "jobs/s", True, "bulk"),
     Metric("latency_p50_ms", "pick-up p50", "ms", False, "latency", 2),
@@ -801,7 +981,7 @@ def ratio(ours: float | None, peer: float | None, higher_is_better: bool) -> str
 
 
 CAPPED = {"noop_rate": "noop_capped", "noop_cpu_us": "noop_capped",
-          "proc_rate": "proc_capped", "proc_cpu_us": "proc_capped",
+          "proc_rate": "proc_capped", "proc_cpu_us": "proc_capped", "rtt_rate": "rtt_capped",
           "enqueue_rate": "enqueue_capped", "bulk_rate": "bulk_capped",
           "sleep_seconds": "sleep_capped"}
 
@@ -818,7 +998,7 @@ def cell(metrics: dict[str, Any], metric: Metric, concurrency: int) -> str:
         text += " †"
     if metric.key == "bulk_rate" and metrics.get("bulk_method") == "gather":
         text += " g"
-    for key in ("noop", "proc"):
+    for key in ("noop", "proc", "rtt"):
         if metric.key == f"{key}_rate" and \
                 metrics.get(f"{key}_concurrency", concurrency) != concurrency:
             text += f" (c={metrics[f'{key}_concurrency']})"
@@ -863,6 +1043,18 @@ def processing_targets(ours: dict[str, Any], peers: dict[str, dict[str, Any]]) -
         best, name = max(same)
         rows.append(("no-op processing ≥ 3× the best peer",
                      f"{fmt(rate)}/s = ×{rate / best:.2f} {name}", rate >= 3 * best))
+    per = ours.get("noop_redis_per_evalsha")
+    if per is not None:
+        rows.append(("Redis CPU per no-op job ≤ 0.5× one trivial EVALSHA (same run)",
+                     f"{ours['noop_redis_cpu_us']:.1f} ÷ {ours['noop_evalsha_cpu_us']:.1f} µs "
+                     f"= ×{per:.2f}", per <= 0.5))
+    rtt = ours.get("rtt_rate")
+    same = [(r["rtt_rate"], n) for n, r in peers.items() if r.get("rtt_rate")
+            and r.get("rtt_concurrency") == ours.get("rtt_concurrency")]
+    if rtt and same:
+        best, name = max(same)
+        rows.append((f"no-op processing with {RTT_DELAY_MS:g} ms each way ≥ 5× the best peer",
+                     f"{fmt(rtt)}/s = ×{rtt / best:.2f} {name}", rtt >= 5 * best))
     if ours.get("proc_scaling") is not None:
         rows.append((f"`--processes {FLEET}` ≥ 1.6× one process",
                      f"{fmt(ours['proc_rate'])}/s = ×{ours['proc_scaling']:.2f}",
@@ -1166,6 +1358,8 @@ def measure(bench: Bench, systems: list[System], scenarios: list[str],
             done = runs[system.name][-1]
             if done.get("proc_rate") and done.get("noop_rate"):
                 done["proc_scaling"] = done["proc_rate"] / done["noop_rate"]
+            if done.get("rtt_rate") and done.get("noop_rate"):
+                done["rtt_vs_direct"] = done["rtt_rate"] / done["noop_rate"]
     results = {name: median_of(done) for name, done in runs.items()}
     if "memory" in scenarios:
         for system in systems:
@@ -1193,9 +1387,17 @@ def main() -> int:
     bench = Bench(args, sizes, redis)
     errors: list[str] = []
     profile_text = ""
+    args.proxy = None  # the proxy's own figures, for the report
     try:
         redis_version = redis.version()
         log(f"redis {redis_version} on {redis.url}; logs in {bench.logs}")
+        if "noop_rtt" in scenarios:
+            bench.proxy = RttProxy(redis.port, RTT_DELAY_MS, bench.logs / "rtt-proxy.log")
+            try:
+                args.proxy = proxy_figures(bench.proxy, sizes)
+            except (ScenarioError, OSError, subprocess.SubprocessError) as exc:
+                errors.append(f"rtt proxy's own figures: {exc}")
+            log(f"rtt proxy on port {bench.proxy.port}: {args.proxy}")
         runs, results = measure(bench, systems, scenarios, errors)
         if args.profile:
             log("profiling our worker (py-spy) ...")
@@ -1204,6 +1406,8 @@ def main() -> int:
             except ScenarioError as exc:
                 profile_text = f"(profile failed: {exc})"
     finally:
+        if bench.proxy is not None:
+            bench.proxy.stop()
         redis.stop()
     (cluster_text, durability_text, metrics_text, flow_text, handoff_text, ordering_text,
      outbox_text) = own_scenarios(args, sizes, bench, errors, scenarios)
@@ -1216,12 +1420,22 @@ def main() -> int:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     raw = RESULTS_DIR / f"{bench.stamp}.json"
     raw.write_text(json.dumps({"command": command, "sizes": dataclasses.asdict(sizes),
-                               "runs": runs, "results": results, "errors": errors},
+                               "runs": runs, "results": results, "errors": errors,
+                               "rtt_proxy": args.proxy},
                               indent=1, default=str))
     if not args.no_write:
         Path(args.output).write_text(report + "\n")
         log(f"wrote {args.output} and {raw}")
     return 1 if errors else 0
+
+
+def proxy_figures(proxy: RttProxy, sizes: Sizes) -> dict[str, Any]:
+    """What the proxy itself does: the round trip of one PING at a time through it, and
+    its ceiling (``redis-benchmark -c 50 -P 16 PING`` through it; None without
+    redis-benchmark), so that a rate through it is known not to be its own limit."""
+    return {"delay_ms": proxy.delay_ms, "round_trip_ms": proxy.round_trip_ms(),
+            "ceiling_per_s": redis_benchmark(proxy.port, CEILING_CLIENTS, sizes.ceiling_n,
+                                             "PING", pipeline=CEILING_PIPELINE)}
 
 
 def own_scenarios(args: argparse.Namespace, sizes: Sizes, bench: Bench, errors: list[str],
@@ -1354,6 +1568,7 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
         "† stopped at the time cap (rate over the jobs done); g: no bulk API, each chunk's "
         "enqueue calls gathered concurrently; n/a: not applicable.",
         "",
+        *proxy_note(args, results),
     ]
     target_table = targets(results)
     if target_table:
@@ -1380,6 +1595,62 @@ def render(args: argparse.Namespace, sizes: Sizes, systems: list[System],
                   profile_text, "```", ""]
     lines += [method(sizes, args, systems)]
     return "\n".join(lines)
+
+
+def proxy_note(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> list[str]:
+    """The proxy's own figures under the results (``noop_rtt``)."""
+    proxy = getattr(args, "proxy", None)
+    if not proxy:
+        return []
+    fastest = max((r["rtt_rate"] for r in results.values() if r.get("rtt_rate")),
+                  default=None)
+    ceiling = proxy.get("ceiling_per_s")
+    return [f"Round-trip proxy (`benchmarks/rtt_proxy.py`, {proxy['delay_ms']:g} ms each "
+            f"way): one PING at a time through it took {proxy['round_trip_ms']:.2f} ms "
+            "there and back; its own ceiling, `redis-benchmark -c "
+            f"{CEILING_CLIENTS} -P {CEILING_PIPELINE} PING` through it: "
+            + (f"{fmt(ceiling)} PINGs/s" if ceiling else "not measured (no redis-benchmark)")
+            + (f", against {fmt(fastest)} jobs/s for the fastest system through it."
+               if fastest else "."), ""]
+
+
+def trivial_method(sizes: Sizes) -> str:
+    tool = (f"`redis-benchmark -p PORT -c {TRIVIAL_CLIENTS} -n {sizes.evalsha_n} EVALSHA "
+            "<sha> 0`" if shutil.which("redis-benchmark") else
+            f"a Python client of the driver's (redis-benchmark is not installed here): "
+            f"{TRIVIAL_CLIENTS} connections, a thread each, each calling its share of "
+            f"{sizes.evalsha_n:,} `EVALSHA <sha> 0` one at a time, as redis-benchmark's "
+            f"`-c {TRIVIAL_CLIENTS}` does")
+    return (
+        "- **Redis CPU / job ÷ one trivial EVALSHA** (issue 43's target: ≤ 0.5× for ours): "
+        "right after each system's no-op run (its workers stopped), on the same private "
+        f"server, `SCRIPT LOAD \"{TRIVIAL_SCRIPT}\"` then {tool}; the trivial call's "
+        "Redis CPU = the server's INFO cpu (`used_cpu_user` + `used_cpu_sys`) delta over "
+        "those calls ÷ their number, measured the same way as Redis' CPU per job. The "
+        "ratio is taken run by run (each system beside its own measurement of the "
+        "trivial call), then the median. A trivial call's cost is mostly its network "
+        "I/O (read, parse, reply, write): a job below 1× shares a call among several "
+        "jobs.")
+
+
+def rtt_method(sizes: Sizes, args: argparse.Namespace) -> str:
+    return (
+        f"- **no-op processing, {RTT_DELAY_MS:g} ms each way** (`noop_rtt`; issue 43's "
+        "target: ≥ 5× the best peer): a loopback TCP proxy (`benchmarks/rtt_proxy.py`, "
+        "asyncio, standard library, one process started by the driver in front of the "
+        "private Redis) delays every chunk it reads by "
+        f"{RTT_DELAY_MS:g} ms before writing it on, in each direction, keeping each "
+        "direction's order (a queue of due times per direction and connection; no netem "
+        "in this kernel); it forwards bytes, so pipelines, blocking calls and pub/sub "
+        f"pass. Then `noop` over {sizes.rtt_n:,} jobs (cap {sizes.rtt_cap:.0f} s, † when "
+        "stopped there: the rate over the jobs done), the prefill and the worker "
+        "(the same CLI command as `noop`" + (", here embedded" if args.embedded else "")
+        + ") both connected to the proxy's port; the same measure as `noop`, and Redis' "
+        "CPU from the server itself. ↳ through the proxy ÷ direct is taken run by run. "
+        "The proxy's own round trip (one PING at a time) and its ceiling ("
+        f"`redis-benchmark -c {CEILING_CLIENTS} -P {CEILING_PIPELINE} PING` through it) "
+        "are printed under the results, so that a rate through it is known not to be "
+        "its limit. The proxy takes CPU on the same 2 cores as the worker and Redis.")
 
 
 def started_as(systems: list[System], concurrency: int) -> list[str]:
@@ -1453,6 +1724,8 @@ def method(sizes: Sizes, args: argparse.Namespace, systems: list[System]) -> str
         "",
         *noop_method(sizes, args, systems),
         "",
+        trivial_method(sizes),
+        rtt_method(sizes, args),
         f"- **enqueue, one at a time**: {sizes.enqueue_n:,} sequential awaited enqueues "
         "from one process.",
         f"- **bulk enqueue**: {sizes.bulk_n:,} jobs in calls of {sizes.bulk_chunk:,} "
