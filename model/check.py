@@ -68,6 +68,8 @@ FIXED = [
     Run("groups/group_limit", "SCEN_GROUPS", "group_limit", "pass"),
     Run("groups/no_job_lost", "SCEN_GROUPS", "no_job_lost", "pass"),
     Run("groups/jobs_end", "SCEN_GROUPS", "jobs_end", "pass"),
+    # A co-tenant's key at a process's marker name, without a TTL: recovery still comes.
+    Run("cotenant/jobs_end", "SCEN_JOBS", "jobs_end", "pass", ("-DLIGHT", "-DCOTENANT")),
 ]
 
 # A Redis whose failover loses the last acknowledged write (docs/reliability.md,
@@ -91,6 +93,9 @@ PREFIX = [
         ("unserved", "SCEN_UNSERVED", "batch_ends"),  # defect 5
         ("add_window", "SCEN_BATCH", "batch_ends"),   # found by the model, then fixed
     ]
+] + [  # found by the co-tenant fuzz (a marker without a TTL kept a dead process alive)
+    Run("prefix/marker_garbage", "SCEN_JOBS", "jobs_end", "fail",
+        ("-DLIGHT", "-DCOTENANT", "-DPREFIX_MARKER_GARBAGE"), True),
 ]
 
 # Findings of the model still open in the code (docs/model.md): expected to fail.

@@ -8,7 +8,8 @@
  * other. A scenario is chosen with -DSCEN_JOBS (default), -DSCEN_BATCH, -DSCEN_UNSERVED,
  * -DSCEN_DEPS or -DSCEN_GROUPS; -DCHECK_<property> turns on a safety assertion;
  * -DMUTANT_<name> weakens a script; -DPREFIX_<name> is the code as it was before issue
- * 40's fixes; -DLOSSY is a Redis whose failover may lose the last acknowledged write
+ * 40's fixes (or of a later one: PREFIX_MARKER_GARBAGE, a marker without a TTL taken for
+ * a beat's; -DCOTENANT lets a co-tenant plant one); -DLOSSY is a Redis whose failover may lose the last acknowledged write
  * (docs/reliability.md "Replication is asynchronous"), -DLOSSY -DDURABLE the same with
  * durability="replica", durability_replicas = all. model/check.py runs every combination
  * that matters.
@@ -132,6 +133,7 @@ byte note[MAXJ];       /* its end noted in its queue's batch_notes (0: none) */
 bool note_w[MAXJ];     /* the note names watchers */
 byte qof[MAXJ];        /* its queue: 0 (served) or 1 (served by no worker) */
 bool marker[NW];       /* process:<w> alive marker (and a fresh last beat) */
+bool planted[NW];      /* a co-tenant's key at that marker's name, with no TTL (COTENANT) */
 bool declared[NW];     /* declared_dead */
 bool forgotten[NW];    /* registries forgotten (forget.lua) */
 /* batch (one) */
@@ -267,6 +269,9 @@ inline h_chaos(w) {
   :: crashes < MAX_CRASH -> atomic { crashes++; crashed[w] = 1; marker[w] = 0; h_mark_window(w) };
      goto gone
   :: pauses < MAX_PAUSE -> atomic { pauses++; marker[w] = 0; h_mark_window(w) } /* resumes later */
+#ifdef COTENANT
+  :: !planted[w] -> planted[w] = 1 /* garbage at its marker's name: no beat's, no TTL */
+#endif
   :: true -> skip
   fi
 }
@@ -475,17 +480,19 @@ inline promote(w) {
 }
 /* beat.lua: alive again; z = 1 if recovery declared it dead meanwhile (a zombie) */
 inline beat(w, z) {
-  atomic { z = declared[w]; marker[w] = 1 }
+  atomic { z = declared[w]; marker[w] = 1; planted[w] = 0 } /* SET PX: over any key */
 }
 /* requeue.lua (recovery): the list of a process that looks dead (no alive marker, no
    recent beat: the fence check, in the same step) back on the queue; a job whose
    cancel waits is dropped; the owner is marked declared_dead. */
 inline requeue(w, v) {
   atomic {
-#ifndef MUTANT_RECOVERY_SKIPS_FENCE
-    if :: !marker[v] ->
-#else
+#if defined(MUTANT_RECOVERY_SKIPS_FENCE)
     if :: true ->
+#elif defined(PREFIX_MARKER_GARBAGE)
+    if :: !marker[v] && !planted[v] -> /* any key at the marker's name taken for a beat's */
+#else
+    if :: !marker[v] -> /* a key there without a TTL is none (PTTL > 0: a beat's) */
 #endif
        for (t : 1 .. NJ) {
          if
@@ -506,7 +513,11 @@ inline requeue(w, v) {
 inline forget(w, v) {
   atomic {
     t = 0; for (u : 1 .. NJ) { if :: ip[u] & (1 << v) -> t = 1 :: else -> skip fi };
+#ifdef PREFIX_MARKER_GARBAGE
+    if :: t == 0 && !marker[v] && !planted[v] -> forgotten[v] = 1 :: else -> skip fi
+#else
     if :: t == 0 && !marker[v] -> forgotten[v] = 1 :: else -> skip fi
+#endif
   }
 }
 /* cancel.lua: queued/retrying: cancel="1", the record ends cancelled (noted), the copy is

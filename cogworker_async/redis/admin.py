@@ -249,7 +249,7 @@ class Admin:
         keys = self.keys
         async with self.client.pipeline(transaction=False) as pipe:
             for identity in identities:
-                pipe.exists(keys.process(identity))
+                pipe.pttl(keys.process(identity))  # alive: with a beat's TTL
                 pipe.hget(keys.beats, identity)
                 pipe.hget(keys.last_beat, identity)
                 pipe.hgetall(keys.workers(identity))
@@ -263,7 +263,7 @@ class Admin:
                     running[_text(jid)] = _json_object(what) or {}
             found.append({
                 "identity": identity,
-                "alive": not isinstance(alive, Exception) and int(alive) == 1,
+                "alive": not isinstance(alive, Exception) and int(alive) > 0,
                 "info": None if isinstance(info, Exception) else _json_object(info),
                 "last_beat": None if isinstance(last, Exception) else _float(last),
                 "running": running,

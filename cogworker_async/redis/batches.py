@@ -285,11 +285,11 @@ class BatchesPart(Part):
             return set()
         async with self.client.pipeline(transaction=False) as pipe:
             for identity in wanted:
-                pipe.exists(self.keys.process(identity))
+                pipe.pttl(self.keys.process(identity))  # alive: with a beat's TTL
                 pipe.hexists(self.keys.last_beat, identity)
             replies = await pipe.execute()
         return {identity for i, identity in enumerate(wanted)
-                if not int(replies[2 * i]) and not replies[2 * i + 1]}
+                if int(replies[2 * i]) <= 0 and not replies[2 * i + 1]}
 
     async def apply(self, bid: str, ends: Sequence[tuple[str, str]],
                     now: float | None = None) -> str | None:

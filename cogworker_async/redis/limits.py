@@ -314,10 +314,10 @@ async def _alive(store: Store, states: Sequence[Any]) -> set[str]:
         return set()
     async with store.client.pipeline(transaction=False) as pipe:
         for identity in identities:
-            pipe.exists(store.keys.process(identity))
+            pipe.pttl(store.keys.process(identity))  # alive: with a beat's TTL
         replies = await pipe.execute(raise_on_error=False)
     return {identity for identity, reply in zip(identities, replies, strict=True)
-            if reply == 1}
+            if isinstance(reply, int) and reply > 0}
 
 
 def _int(value: Any) -> int:

@@ -251,7 +251,10 @@ class Liveness(Part):
         return counts
 
     async def is_alive(self, identity: str) -> bool:
-        return int(await self.client.exists(self.keys.process(identity))) == 1
+        """Whether ``identity``'s alive marker is there, with a TTL as every beat writes
+        it: a key without one is no beat's (a co-tenant's), and must not keep a dead
+        process's jobs waiting forever (``requeue.lua`` decides the same way)."""
+        return int(await self.client.pttl(self.keys.process(identity))) > 0
 
     async def orphan_count(self, queue: str, jid: str) -> int:
         """How often ``jid`` was recovered from a dead process (0 if never)."""

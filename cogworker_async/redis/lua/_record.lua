@@ -167,7 +167,7 @@ local function record_library()
       if type(pushed) == "number" then -- else: again later
         fields.noted = fields.state
         -- The relays of this queue listen on the notes list's name: woken, a hand-off
-        -- takes a few round trips, not a poll. Not a move (a wake-up missed, or refused
+        -- takes a few round trips, not a poll. Not a move (a message missed, or refused
         -- by an ACL, is made up by the relay's next poll), so never raising.
         redis.pcall("PUBLISH", notes, "")
       end

@@ -13,7 +13,8 @@
 -- recovery of a forgotten identity would report a failure
 -- (tests/worker/chaos/redisfaults/test_wrong_types.py).
 -- Model: forget (model/protocol.pml); upholds: batch_ends
-if redis.call("LLEN", KEYS[1]) > 0 or redis.call("EXISTS", KEYS[4]) == 1 then
+-- Alive: a marker with a TTL, as every beat writes it (requeue.lua: one without is none).
+if redis.call("LLEN", KEYS[1]) > 0 or redis.call("PTTL", KEYS[4]) > 0 then
   return 0
 end
 redis.call("SREM", KEYS[2], ARGV[1])

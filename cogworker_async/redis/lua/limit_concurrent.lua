@@ -50,7 +50,8 @@ local function free_gone()
       gone = seconds == nil or taken + seconds < now
     else
       if alive[identity] == nil then
-        alive[identity] = redis.call("EXISTS", ARGV[3] .. identity) == 1
+        -- a marker with a TTL, as every beat writes it (requeue.lua: one without is none)
+        alive[identity] = redis.call("PTTL", ARGV[3] .. identity) > 0
       end
       gone = not alive[identity]
     end

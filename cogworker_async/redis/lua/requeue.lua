@@ -35,15 +35,20 @@ local threshold = tonumber(opts.threshold)
 local recovering = threshold >= 0
 
 if recovering then
-  if redis.call("EXISTS", KEYS[2]) == 1 then
+  -- Alive: its marker, which every beat writes with a TTL. A key there without one is
+  -- no beat's (a co-tenant's, a hand's): it counts as no marker, or the dead owner's
+  -- jobs would wait for it forever (PTTL: -1 no TTL, -2 no key; any type).
+  if redis.call("PTTL", KEYS[2]) > 0 then
     return {-1, 0, 0}
   end
   -- A stamp that is not a finite number counts as no stamp: the presence key alone
-  -- decides ("inf" would keep a dead owner alive forever; NaN fails the test too).
+  -- decides ("inf" would keep a dead owner alive forever; NaN fails the test too). Nor
+  -- does one more than a threshold ahead of this server's clock, which wrote every
+  -- beat's stamp: a huge one would keep the owner alive as long.
   local last = tonumber(redis.call("HGET", KEYS[3], opts.identity) or "")
   if last and last > -math.huge and last < math.huge then
     local now = redis_now(opts.now)
-    if now - last <= threshold then
+    if now - last <= threshold and last - now <= threshold then
       return {-1, 0, 0}
     end
   end

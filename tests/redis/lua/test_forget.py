@@ -184,6 +184,18 @@ async def test_refused_while_the_process_is_alive(
 
 
 @pytest.mark.parametrize("slot", SLOTS, ids=["queue", "namespace"])
+async def test_a_marker_without_a_ttl_does_not_hold_a_gone_process(
+    store: Store, keys: Keys, slot: str | None
+) -> None:
+    # A beat's marker always has a TTL: one without is a co-tenant's, and must not keep
+    # the process in the registries forever.
+    await registered(store, keys, IDENTITY, alive=False)
+    await store.client.set(marker_key(keys, slot, IDENTITY), "planted")
+
+    assert await store.forget(IDENTITY, slot, declared_dead=False) is True
+
+
+@pytest.mark.parametrize("slot", SLOTS, ids=["queue", "namespace"])
 @pytest.mark.parametrize("keep", [True, False])
 async def test_declared_dead_is_kept_only_when_asked(
     store: Store, keys: Keys, keep: bool, slot: str | None

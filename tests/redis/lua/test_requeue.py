@@ -225,6 +225,55 @@ async def test_a_stamp_that_is_not_a_finite_number_counts_as_no_stamp(
     assert await fetch_all(store, QUEUE) == jobs
 
 
+@pytest.mark.parametrize("planted", ["string", "hash", "list"])
+async def test_a_process_key_without_a_ttl_is_no_beat_s_and_the_owner_is_dead(
+    store: Store, keys: Keys, planted: str
+) -> None:
+    # Every beat writes the marker with a TTL: a key there without one is a co-tenant's
+    # (or a hand's), and the dead owner's jobs must not wait for it forever.
+    jobs = await fetched(store, OWNER, [make_job()])
+    marker = keys.queue_process(QUEUE, OWNER)
+    if planted == "string":
+        await store.client.set(marker, "alive")
+    elif planted == "hash":
+        await store.client.hset(marker, "alive", "1")
+    else:
+        await store.client.rpush(marker, "alive")
+
+    assert await recover(store) == Requeued(moved=1)
+
+    assert await fetch_all(store, QUEUE) == jobs
+
+
+async def test_a_process_key_of_another_type_with_a_ttl_keeps_the_owner_alive_until_it_expires(
+    store: Store, keys: Keys
+) -> None:
+    # Bounded: what has a TTL ends. Until then the owner counts as alive (a beat's
+    # marker is never of another type, but a TTL is the bound that matters).
+    jobs = await fetched(store, OWNER, [make_job()])
+    marker = keys.queue_process(QUEUE, OWNER)
+    await store.client.hset(marker, "alive", "1")
+    await store.client.pexpire(marker, 60_000)
+    assert await recover(store) is None
+    await store.client.delete(marker)
+    assert await recover(store) == Requeued(moved=1)
+    assert await fetch_all(store, QUEUE) == jobs
+
+
+async def test_a_stamp_far_ahead_of_the_server_s_clock_counts_as_no_stamp(
+    store: Store, keys: Keys
+) -> None:
+    # Beats are stamped by this server's TIME: one a day ahead is no beat's, and would
+    # otherwise keep a dead owner alive for that day (or forever: 1e300).
+    jobs = await fetched(store, OWNER, [make_job()])
+    await store.client.hset(keys.queue_last_beat(QUEUE), OWNER,
+                            repr(await redis_now(store) + 86_400))
+
+    assert await recover(store) == Requeued(moved=1)
+
+    assert await fetch_all(store, QUEUE) == jobs
+
+
 async def test_recovery_declares_the_owner_dead_once_it_took_its_jobs(
     store: Store, keys: Keys
 ) -> None:
@@ -256,8 +305,8 @@ async def test_the_owner_is_not_declared_dead_unless_recovery_took_jobs(
 ) -> None:
     if case != "nothing taken":
         await fetched(store, OWNER, [make_job()])
-    if case == "alive":
-        await store.client.set(keys.queue_process(QUEUE, OWNER), "alive")
+    if case == "alive":  # as a beat writes it: with a TTL
+        await store.client.set(keys.queue_process(QUEUE, OWNER), "alive", ex=30)
 
     if case == "own list":
         assert await store.requeue(OWNER, QUEUE) == 1
