@@ -67,7 +67,20 @@ class QueuesPart(Part):
         if new:
             # Through the lane: it replaces a dead idle connection before sending (an
             # enqueue right after a Redis restart must not fail on the pool's).
-            await self.scripts.lane.call(b"SADD", self.keys.queues, *new)
+            try:
+                await self.scripts.lane.call(b"SADD", self.keys.queues, *new)
+            except ResponseError as exc:
+                if not wrong_type(exc):
+                    raise
+                # A co-tenant's key of another type: the registry is the dashboard's and
+                # the unserved relay's index, never a push's condition. Said (at most
+                # once a REGISTER_EVERY), and the enqueue or the worker goes on.
+                self._registered.update(dict.fromkeys(new, now))
+                log.error("the set of queue names %r holds another type (%s): queues %s "
+                          "are not registered (the dashboard and the relay of unserved "
+                          "queues miss them); delete that key", self.keys.queues, exc,
+                          ", ".join(new))
+                return False
             self._registered.update(dict.fromkeys(new, now))
         return bool(new)
 
