@@ -164,7 +164,11 @@ async def test_burst_exits_whatever_a_key_holds(served: adminapp.Jobs, store: St
         try:
             code = await process.wait_exit(BURST_TIMEOUT)
         except Exception as exc:
-            failures.append(f"{planting.id}: --burst did not exit: {exc!r}")
+            # Killed here, not at teardown: left running, it would take the next case's
+            # job from under its set-up (fresh()'s dead process's job).
+            process.kill()
+            failures.append(f"{planting.id}: --burst did not exit: {exc!r}\n"
+                            f"{process.log()[-1500:]}")
             continue
         if code != 0:
             failures.append(f"{planting.id}: --burst exited {code}\n{process.log()[-1500:]}")
