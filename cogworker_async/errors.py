@@ -28,6 +28,7 @@ Another is ``RedisUnreachable`` (``redis/unreachable.py``): a ``CogworkerError``
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 
@@ -126,7 +127,14 @@ class Retry(CogworkerError):
     """Raise from a job to have it retried after ``in_`` seconds (it counts as a retry:
     with no retries left, the job goes to dead)."""
 
-    def __init__(self, in_: float = 0.0, reason: str = "") -> None:
+    def __init__(self, in_: float | timedelta = 0.0, reason: str = "") -> None:
+        # As jobs/times.py's seconds_of (this bottom module imports nothing above it): a
+        # timedelta is seconds too; a bool is not. A negative delay is "now" (the worker's).
+        if isinstance(in_, timedelta):
+            in_ = in_.total_seconds()
+        elif isinstance(in_, bool) or not isinstance(in_, int | float):
+            raise TypeError(f"Retry(in_=) takes seconds or a timedelta, not "
+                            f"{type(in_).__name__}")
         super().__init__(reason or f"retry requested in {in_}s")
         self.delay = float(in_)
 

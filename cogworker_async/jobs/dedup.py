@@ -33,10 +33,12 @@ import math
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Final, Protocol
 
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.jobs import context, unique
+from cogworker_async.jobs.times import seconds_of
 
 MAX_WINDOW: Final = 366 * 24 * 3600.0
 """Longest throttle window or debounce delay (a year)."""
@@ -74,7 +76,7 @@ def _seconds(name: str, value: object) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+        raise TypeError(f"{name} must be seconds or a timedelta, not {type(value).__name__}")
     if not (math.isfinite(value) and 0 < value <= MAX_WINDOW):
         raise ValueError(f"{name} must be seconds > 0 and <= {MAX_WINDOW:,.0f}, "
                          f"got {value!r}")
@@ -167,15 +169,17 @@ class Throttle:
     """``dedup=Throttle(S, key=...)``: the first enqueue of a key runs, any other within
     S seconds of it returns None (module docstring)."""
 
-    seconds: float
+    seconds: float | timedelta
     key: str | DedupKey | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.seconds, timedelta):
+            object.__setattr__(self, "seconds", seconds_of(self.seconds, "Throttle"))
         _window("Throttle", self.seconds)
         unique.check_key(self.key)
 
     def fields(self) -> dict[str, Any]:
-        return {**NONE, "throttle": float(self.seconds), "key": self.key}
+        return {**NONE, "throttle": seconds_of(self.seconds), "key": self.key}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,15 +187,17 @@ class Debounce:
     """``dedup=Debounce(S, key=...)``: a burst of enqueues of a key runs once, S seconds
     after the last, with the last arguments (module docstring)."""
 
-    seconds: float
+    seconds: float | timedelta
     key: str | DedupKey | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.seconds, timedelta):
+            object.__setattr__(self, "seconds", seconds_of(self.seconds, "Debounce"))
         _window("Debounce", self.seconds)
         unique.check_key(self.key)
 
     def fields(self) -> dict[str, Any]:
-        return {**NONE, "debounce": float(self.seconds), "key": self.key}
+        return {**NONE, "debounce": seconds_of(self.seconds), "key": self.key}
 
 
 @dataclass(frozen=True, slots=True)

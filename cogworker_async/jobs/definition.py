@@ -12,7 +12,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Final
 
 from cogworker_async.errors import ConfigurationError
@@ -32,12 +32,10 @@ from cogworker_async.jobs.retries import RetryIn as RetryIn  # re-exported: its 
 from cogworker_async.jobs.retries import check_discard_on as check_discard_on
 from cogworker_async.jobs.retries import check_retry
 from cogworker_async.jobs.status import check_jid, check_keep_result
+from cogworker_async.jobs.times import Delay as Delay  # re-exported: their home was here
+from cogworker_async.jobs.times import When as When
+from cogworker_async.jobs.times import seconds_of
 from cogworker_async.jobs.unique import UniqueKey, UniquePolicy
-
-Delay = float | int | timedelta
-"""How long from now: seconds, or a timedelta."""
-When = datetime | float | int
-"""A moment: an aware datetime, or epoch seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +101,7 @@ class JobOptions:
     enqueue (None: the job's arguments)."""
 
     def __post_init__(self) -> None:
+        self._in_seconds()
         check_queue_name(self.queue)
         check_retry(self.retry)
         if self.timeout is not None:
@@ -125,6 +124,16 @@ class JobOptions:
         if mode is not None and (self.unique or self.after or self.jid is not None):
             raise ValueError(f"{mode[0]} decides which enqueues run: it does not combine "
                              "with unique, after= or a chosen jid")
+
+    def _in_seconds(self) -> None:
+        """Each duration given as a timedelta, as seconds (arq's spelling, and the
+        standard library's); ``keep_result=0`` as None: arq's "keep no result"."""
+        for name in DURATIONS:
+            value = getattr(self, name)
+            if isinstance(value, timedelta):
+                object.__setattr__(self, name, seconds_of(value, name))
+        if self.keep_result == 0 and not isinstance(self.keep_result, bool):
+            object.__setattr__(self, "keep_result", None)
 
     def deadline(self, now: float) -> float | None:
         """When a job that may start from ``now`` on must have started by (epoch s), if
@@ -164,6 +173,9 @@ def _check_expiry(expires_in: object, expires_at: object, dead_on_expiry: object
         raise TypeError(f"dead_on_expiry must be True or False, not {dead_on_expiry!r}")
 
 
+DURATIONS: Final = ("timeout", "unique_ttl", "keep_result", "expires_in", "throttle",
+                     "debounce")
+"""The ``JobOptions`` fields that are seconds: each may be given as a ``timedelta``."""
 MAX_EXPIRES_IN: Final = 366 * 24 * 3600.0
 """Longest ``expires_in`` (a year)."""
 MAX_TIMEOUT: Final = 366 * 24 * 3600.0
@@ -173,7 +185,7 @@ MAX_TIMEOUT: Final = 366 * 24 * 3600.0
 def _seconds(name: str, value: object, cap: float) -> None:
     """A duration a job is declared with: a finite number of seconds in (0, cap]."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+        raise TypeError(f"{name} must be seconds or a timedelta, not {type(value).__name__}")
     if not 0 < value <= cap:  # False for NaN too
         raise ValueError(f"{name} must be a number of seconds > 0 and <= {cap:,.0f}, "
                          f"got {value!r}")

@@ -38,7 +38,7 @@ from cogworker_async.jobs.after import After, parents_of
 from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions, When
 from cogworker_async.jobs.groups import Group, GroupKey, group_value
 from cogworker_async.jobs.retries import RetryIn, RetryPolicy, check_discard_on
-from cogworker_async.jobs.times import epoch_from, seconds_from
+from cogworker_async.jobs.times import epoch_from
 from cogworker_async.jobs.unique import UniqueKey, UniquePolicy, policy_of
 
 
@@ -49,8 +49,8 @@ class JobKeywords(TypedDict, total=False):
     queue: str | None
     retry: bool | int | RetryPolicy | None
     """Retries after the first run (True: 25), or a ``RetryPolicy``."""
-    timeout: float | None
-    keep_result: float | None
+    timeout: Delay | None
+    keep_result: Delay | None
     expires_in: Delay | None
     expires_at: When | None
     dead_on_expiry: bool | None
@@ -61,14 +61,14 @@ class JobKeywords(TypedDict, total=False):
     after: Iterable[str] | After | None
     # The older flat spellings, each still working:
     unique: bool | UniquePolicy | None
-    unique_ttl: float | None
+    unique_ttl: Delay | None
     unique_key: UniqueKey | None
     retry_in: RetryIn | None
     discard_on: Sequence[type[BaseException]] | None
     on_parent_failure: str | None
     pass_result: bool | None
-    throttle: float | None
-    debounce: float | None
+    throttle: Delay | None
+    debounce: Delay | None
     coalesce: bool | None
     key: str | None
 
@@ -180,10 +180,8 @@ def _expiry(present: Mapping[str, Any]) -> dict[str, Any]:
     expires_in, expires_at = present.get("expires_in"), present.get("expires_at")
     if expires_in is not None and expires_at is not None:
         raise ValueError("give expires_in or expires_at, not both")
-    if expires_in is not None:
-        plain = isinstance(expires_in, int | float) and not isinstance(expires_in, bool)
-        return {"expires_in": expires_in if plain else seconds_from(expires_in),
-                "expires_at": None}
+    if expires_in is not None:  # a timedelta is converted, and checked, by JobOptions
+        return {"expires_in": expires_in, "expires_at": None}
     if expires_at is not None:
         return {"expires_at": epoch_from(expires_at, "expires_at"), "expires_in": None}
     return {}

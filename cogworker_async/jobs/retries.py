@@ -23,7 +23,10 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
+
+from cogworker_async.jobs.times import seconds_of
 
 if TYPE_CHECKING:  # job imports settings, which imports this module
     from cogworker_async.jobs.wire import Payload
@@ -112,8 +115,9 @@ def for_manual_retry(payload: Payload) -> None:
             payload["retry_count"] = count - 1
 
 
-RetryIn = Callable[[int, BaseException], float | None]
-"""``retry_in(attempt, error)``: seconds before the next attempt, or None for the default."""
+RetryIn = Callable[[int, BaseException], float | timedelta | None]
+"""``retry_in(attempt, error)``: seconds (or a timedelta) before the next attempt, or None
+for the default."""
 
 
 def check_discard_on(discard_on: object) -> tuple[type[BaseException], ...]:
@@ -156,14 +160,17 @@ class RetryPolicy:
     """
 
     max: bool | int = True
-    delay: float | RetryIn | None = None
+    delay: float | timedelta | RetryIn | None = None
     discard_on: Sequence[type[BaseException]] | type[BaseException] = ()
 
     def __post_init__(self) -> None:
         check_retry(self.max)
+        if isinstance(self.delay, timedelta):
+            object.__setattr__(self, "delay", seconds_of(self.delay, "delay"))
         if self.delay is not None and not callable(self.delay):
             if isinstance(self.delay, bool) or not isinstance(self.delay, int | float):
-                raise TypeError("delay must be seconds or fn(attempt, error) -> seconds, "
+                raise TypeError("delay must be seconds, a timedelta or fn(attempt, error) -> "
+                                "seconds, "
                                 f"not {type(self.delay).__name__}")
             if not 0 <= self.delay <= MAX_ASKED_DELAY:  # False for NaN too
                 raise ValueError(f"delay must be seconds >= 0 and <= {MAX_ASKED_DELAY:,.0f}, "
@@ -175,7 +182,7 @@ class RetryPolicy:
         """``delay`` as the worker calls it: ``fn(attempt, error)``, or None."""
         if self.delay is None or callable(self.delay):
             return self.delay
-        return FixedDelay(float(self.delay))
+        return FixedDelay(seconds_of(self.delay, "delay"))
 
     @property
     def discarded(self) -> tuple[type[BaseException], ...]:

@@ -25,7 +25,10 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Final, Literal
+
+from cogworker_async.jobs.times import seconds_of
 
 UniquePolicy = Literal["until_executed", "until_started"]
 POLICIES: Final = ("until_executed", "until_started")
@@ -86,14 +89,16 @@ class Unique:
     beside the name and queue (None: the arguments)."""
 
     policy: UniquePolicy = "until_executed"
-    ttl: float = DEFAULT_TTL
+    ttl: float | timedelta = DEFAULT_TTL
     key: str | UniqueKey | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"Unique's policy must be one of {POLICIES}, not {self.policy!r}")
+        if isinstance(self.ttl, timedelta):
+            object.__setattr__(self, "ttl", seconds_of(self.ttl, "ttl"))
         if isinstance(self.ttl, bool) or not isinstance(self.ttl, int | float):
-            raise TypeError(f"ttl must be a number of seconds, not {type(self.ttl).__name__}")
+            raise TypeError(f"ttl must be seconds or a timedelta, not {type(self.ttl).__name__}")
         if not (math.isfinite(self.ttl) and 0 < self.ttl <= MAX_TTL):
             raise ValueError(f"ttl must be seconds > 0 and <= {MAX_TTL:,.0f}, got {self.ttl!r}")
         check_key(self.key)

@@ -25,6 +25,7 @@ from cogworker_async.jobs.context import JobContext, RunControl
 from cogworker_async.jobs.definition import JobDefinition
 from cogworker_async.jobs.retries import attempt_of
 from cogworker_async.jobs.status import Ended
+from cogworker_async.jobs.times import seconds_of
 from cogworker_async.limits.limiter import RUNNER, Runner
 from cogworker_async.middleware import ServerMiddleware
 from cogworker_async.observe.run_metrics import Tally
@@ -402,7 +403,7 @@ class Processor:
             return None
         try:
             wanted = definition.retry_in(attempt_of(payload), error)
+            return None if wanted is None else max(0.0, seconds_of(wanted, "retry_in's answer"))
         except Exception:
             log.exception("%s: retry_in failed; using the default delay", definition.name)
             return None
-        return None if wanted is None else max(0.0, float(wanted))

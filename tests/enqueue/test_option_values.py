@@ -345,7 +345,7 @@ async def test_a_value_and_its_flat_spelling_build_the_same_payload(
 
 @pytest.mark.parametrize(("make", "error", "match"), [
     (lambda: Throttle(0), ValueError, "Throttle must be seconds > 0"),
-    (lambda: Throttle("5"), TypeError, "Throttle must be a number"),
+    (lambda: Throttle("5"), TypeError, "Throttle must be seconds or a timedelta"),
     (lambda: Debounce(None), TypeError, "Debounce needs a number"),
     (lambda: Coalesce(key=""), TypeError, "key must be a non-empty str"),
     (lambda: Unique("sometimes"), ValueError, "Unique's policy must be one of"),
@@ -355,7 +355,7 @@ async def test_a_value_and_its_flat_spelling_build_the_same_payload(
     (lambda: After([], pass_result=True), ValueError, "exactly one job"),
     (lambda: RetryPolicy(max=-1), ValueError, "retry must be >= 0"),
     (lambda: RetryPolicy(discard_on=(int,)), TypeError, "discard_on takes exception"),
-    (lambda: RetryPolicy(delay="soon"), TypeError, "delay must be seconds or fn"),
+    (lambda: RetryPolicy(delay="soon"), TypeError, "delay must be seconds, a timedelta or fn"),
     (lambda: Group(3), TypeError, "group must be a str or a function"),
     (lambda: Group("a", limit=0), ValueError, "Group's limit must be from 1"),
 ])

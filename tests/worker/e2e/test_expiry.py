@@ -107,7 +107,7 @@ async def test_bad_deadlines_are_refused_at_the_enqueue(make_app: Callable[..., 
         work.options(expires_in=10, expires_at=time.time() + 60)
     with pytest.raises(ValueError, match="expires_in must be a number of seconds > 0"):
         await work.options(expires_in=0).enqueue("zero")
-    with pytest.raises(TypeError, match="a delay must be seconds or a timedelta"):
+    with pytest.raises(TypeError, match="expires_in must be seconds or a timedelta"):
         work.options(expires_in="soon")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="aware datetime"):
         work.options(expires_at=datetime.now())  # naive

@@ -1,0 +1,142 @@
+"""What an arq user writes, through a real worker: durations as ``timedelta`` wherever a
+duration is taken, a negative delay that means "now", and ``keep_result=0`` for "keep
+no result" (docs/migration/arq.md). Bad durations are still refused at the call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import anyio
+import pytest
+
+from cogworker_async import App, Retry, RetryPolicy, current_job
+from cogworker_async.jobs.dedup import Debounce, Throttle
+from cogworker_async.jobs.unique import Unique
+from tests.waiting import wait_until
+
+TIMEOUT = 20.0
+
+
+async def _ended(jobs: App, jid: str | None) -> str:
+    """The state ``jid`` ends in (waits, bounded)."""
+    assert jid is not None
+
+    async def ended() -> bool:
+        return (await jobs.status(jid)).state in ("succeeded", "dead", "cancelled")
+    await wait_until(ended, timeout=TIMEOUT)
+    return (await jobs.status(jid)).state
+
+
+async def test_timedelta_durations_run_as_seconds(make_app: Callable[..., App]) -> None:
+    jobs = make_app()
+    tries: list[int] = []
+
+    @jobs.job(timeout=timedelta(milliseconds=300), retry=False,
+              keep_result=timedelta(minutes=5))
+    async def slow(seconds: float) -> str:
+        await anyio.sleep(seconds)
+        return "done"
+
+    @jobs.job(keep_result=timedelta(minutes=5))
+    async def flaky() -> int:
+        tries.append(current_job().attempt)
+        if len(tries) == 1:
+            raise Retry(in_=timedelta(milliseconds=100))
+        return len(tries)
+
+    @jobs.job(retry=RetryPolicy(max=2, delay=lambda attempt, error: timedelta(
+        milliseconds=50)), keep_result=60)
+    async def asks_with_retry_in() -> int:
+        if current_job().attempt == 1:
+            raise RuntimeError("first run fails")
+        return current_job().attempt
+
+    quick = await slow.enqueue(0)
+    stuck = await slow.enqueue(5)
+    retried = await flaky.enqueue()
+    asked = await asks_with_retry_in.enqueue()
+    async with jobs.worker():
+        assert await jobs.result(quick, timeout=TIMEOUT) == "done"
+        assert await _ended(jobs, stuck) == "dead"
+        assert await jobs.result(retried, timeout=TIMEOUT) == 2
+        assert await jobs.result(asked, timeout=TIMEOUT) == 2
+    error = (await jobs.status(stuck)).error
+    assert error is not None
+    assert error.startswith("JobTimeout")
+    assert tries == [1, 2]
+
+
+def test_every_duration_option_takes_a_timedelta(make_app: Callable[..., App]) -> None:
+    jobs = make_app()
+
+    @jobs.job(unique=True, unique_ttl=timedelta(hours=2), timeout=timedelta(seconds=90),
+              keep_result=timedelta(days=1))
+    async def report() -> None: ...
+
+    options = report.options(expires_in=timedelta(minutes=1)).job_options
+    assert (options.unique_ttl, options.timeout, options.keep_result, options.expires_in) \
+        == (7200.0, 90.0, 86400.0, 60.0)
+    assert report.options(throttle=timedelta(seconds=5), unique=False,
+                          ).job_options.throttle == 5.0
+    assert Unique(ttl=timedelta(minutes=1)).ttl == 60.0
+    assert Throttle(timedelta(seconds=3)).seconds == 3.0
+    assert Debounce(timedelta(milliseconds=500)).seconds == 0.5
+    assert RetryPolicy(delay=timedelta(seconds=7)).delay == 7.0
+    assert Retry(in_=timedelta(minutes=2)).delay == 120.0
+
+
+def test_bad_durations_are_refused_at_the_call(make_app: Callable[..., App]) -> None:
+    jobs = make_app()
+    with pytest.raises(TypeError, match="timeout must be seconds or a timedelta, not bool"):
+        jobs.job(timeout=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout must be a number of seconds > 0"):
+        jobs.job(timeout=timedelta(seconds=-1))
+    with pytest.raises(ValueError, match="keep_result must be seconds > 0"):
+        jobs.job(keep_result=-5)
+    with pytest.raises(TypeError, match=r"Retry\(in_=\) takes seconds or a timedelta"):
+        Retry(in_=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ttl must be seconds > 0"):
+        Unique(ttl=timedelta(0))
+
+
+async def test_a_negative_delay_runs_now(make_app: Callable[..., App]) -> None:
+    jobs = make_app()
+
+    @jobs.job(keep_result=60)
+    async def echo(tag: str) -> str:
+        return tag
+
+    late = await echo.enqueue_in(-2, "late")
+    later = await echo.enqueue_in(timedelta(seconds=-30), "later")
+    assert late is not None
+    assert later is not None
+    assert (await jobs.status(late)).state == "queued"  # not scheduled: due now
+    with pytest.raises(ValueError, match="a delay must be a finite number"):
+        await echo.enqueue_in(float("nan"), "never")
+    async with jobs.worker():
+        assert await jobs.result(late, timeout=TIMEOUT) == "late"
+        assert await jobs.result(later, timeout=TIMEOUT) == "later"
+
+
+async def test_keep_result_zero_keeps_no_result(make_app: Callable[..., App]) -> None:
+    jobs = make_app()
+
+    @jobs.job(keep_result=0)
+    async def answer() -> int:
+        return 42
+
+    @jobs.job(keep_result=3600)
+    async def kept() -> int:
+        return 7
+
+    assert answer.job_options.keep_result is None
+    none = await answer.enqueue()
+    overridden = await kept.options(keep_result=0).enqueue()
+    still = await kept.enqueue()
+    async with jobs.worker():
+        assert await _ended(jobs, none) == "succeeded"
+        assert await _ended(jobs, overridden) == "succeeded"
+        assert await jobs.result(still, timeout=TIMEOUT) == 7
+    assert await jobs.result(none, timeout=1) is None
+    assert await jobs.result(overridden, timeout=1) is None
