@@ -5,6 +5,9 @@
 | ``COGWORKER_REDIS_URL`` | App, the CLI | the Redis URL when ``App(redis_url=...)`` gives none |
 | ``COGWORKER_DATA_DIR`` | the embedded server | its data dir (default ``./.cogworker``) |
 | ``COGWORKER_REDIS_SERVER`` | the embedded server | the server binary to run |
+| ``COGWORKER_EMBEDDED_REGISTRY`` | the embedded server | the list of servers this user started |
+| ``XDG_CACHE_HOME``, ``HOME`` | the embedded server | where that list is by default |
+| ``PYTEST_CURRENT_TEST`` | the embedded server | set: a test's (no notice of a start) |
 | ``COGWORKER_WEB_AUTH`` | ``cogworker-async web`` | ``user:password`` for basic auth |
 | ``COGWORKER_SUPERVISOR`` | ``run`` | set by ``run --processes``: a child's supervisor |
 | ``COGWORKER_CHILD_REDIS_URL`` | ``run`` | set by ``run --processes``: a child's URL |
@@ -22,6 +25,7 @@ from typing import Final
 REDIS_URL: Final = "COGWORKER_REDIS_URL"
 DATA_DIR: Final = "COGWORKER_DATA_DIR"
 REDIS_SERVER: Final = "COGWORKER_REDIS_SERVER"
+EMBEDDED_REGISTRY: Final = "COGWORKER_EMBEDDED_REGISTRY"
 WEB_AUTH: Final = "COGWORKER_WEB_AUTH"
 SUPERVISOR: Final = "COGWORKER_SUPERVISOR"
 CHILD_REDIS_URL: Final = "COGWORKER_CHILD_REDIS_URL"
@@ -47,6 +51,22 @@ def data_dir() -> str | None:
 def redis_server() -> str | None:
     """``$COGWORKER_REDIS_SERVER``, or None when unset or empty."""
     return os.environ.get(REDIS_SERVER) or None
+
+
+def embedded_registry() -> str | None:
+    """``$COGWORKER_EMBEDDED_REGISTRY``, or None when unset or empty."""
+    return os.environ.get(EMBEDDED_REGISTRY) or None
+
+
+def cache_home() -> str | None:
+    """``$XDG_CACHE_HOME``, or None when unset or empty (then ``~/.cache``)."""
+    return os.environ.get("XDG_CACHE_HOME") or None
+
+
+def under_test() -> bool:
+    """True while pytest runs a test, in its process or one it started (it sets
+    ``PYTEST_CURRENT_TEST``, which children inherit)."""
+    return bool(os.environ.get("PYTEST_CURRENT_TEST"))
 
 
 def web_auth() -> str | None:

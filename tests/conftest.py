@@ -10,6 +10,7 @@ rather than listing tests keeps the marks right as tests are added.
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from functools import cache
@@ -93,7 +94,12 @@ FAST: dict[str, Any] = {
 def _stop_embedded_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The embedded server outlives the process that started it (it is the folder's):
     any a test left running in this session's temporary dirs is stopped at the end, so a
-    test run leaves no server behind. Tests stop their own; this is the net."""
+    test run leaves no server behind. Tests stop their own; this is the net.
+
+    Every server a test starts records itself in a registry of this session's own (it
+    and every process a test starts inherit the variable): the suite never touches the
+    user's real one (``~/.cache/cogworker-async/embedded``)."""
+    os.environ["COGWORKER_EMBEDDED_REGISTRY"] = str(tmp_path_factory.mktemp("registry"))
     yield
     from cogworker_async.redis.embedded import EmbeddedServer
 

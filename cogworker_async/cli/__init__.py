@@ -55,6 +55,7 @@ from cogworker_async.cli.run import (
     NotReachable,
 )
 from cogworker_async.errors import why
+from cogworker_async.redis.embedded import quiet_start_notice
 from cogworker_async.version import __version__
 
 # What this package offered before ``run``, ``web`` and the exit codes moved to modules of
@@ -225,6 +226,7 @@ def main() -> None:
     """The ``cogworker-async`` entry point, and the one boundary for errors that escape
     a command: a Redis or configuration error is one line and its exit code (see the
     module docstring); anything else is a bug and keeps its traceback."""
+    quiet_start_notice()  # a command logs or prints a start itself: no script's notice
     try:
         _commands_for(sys.argv[1:])()
     except Exception as exc:

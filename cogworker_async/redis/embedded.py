@@ -30,6 +30,10 @@ the worker of a dev loop leaves the API enqueueing. It runs until
   refused, sent nothing but PING and INFO (no job, no SHUTDOWN), and the error says
   why. A running process's client looks at the socket's owner and mode before each
   connection (``check_socket``): one put there after our server was stopped is refused;
+- **none forgotten**: each server this user starts is recorded in a per-user registry
+  (``embedded_registry.py``) that ``embedded status --all`` and ``embedded stop --all``
+  read; a plain script that starts one says so on stderr, once per start, with how to
+  stop it (the CLI logs it instead, and a test stays quiet);
 - **no TCP port**: a unix socket only, so no port races and nothing on the network. The
   socket is in the data dir, or ``/tmp/cogworker-<hash of the data dir>.sock`` if that
   path is too long for ``sun_path``: the same path in every process.
@@ -47,6 +51,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -55,6 +60,7 @@ from typing import IO, Any, Final
 
 from cogworker_async import environment
 from cogworker_async.errors import EmbeddedServerError
+from cogworker_async.redis import embedded_registry
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +190,18 @@ class ServerStatus:
     uptime_seconds: int | None = None
     used_memory: str | None = None
     keys: int | None = None
+    rss_bytes: int | None = None
+    """The server's resident memory (INFO ``used_memory_rss``)."""
+
+
+_notice: list[bool] = [True]
+"""Whether a start is announced on stderr: off in the CLI (``quiet_start_notice``)."""
+
+
+def quiet_start_notice() -> None:
+    """No line on stderr when this process starts a server: the CLI's commands log it
+    (``run``) or print it (``embedded start``) themselves."""
+    _notice[0] = False
 
 
 _in_process: dict[str, EmbeddedServer] = {}
@@ -231,12 +249,44 @@ class EmbeddedServer:
         """Find the running server, or start it; return its URL. Safe from any number of
         threads and processes at once: they end with one server. A server on the socket
         that cogworker did not start for this data dir is refused (``_refuse_foreign``)."""
+        started = self.started
         if not ping(self.socket_path):
             with self._threads, self._start_lock():
                 self._start_unless_running()
         self._refuse_foreign()
         _in_process[self.socket_path] = self
+        self._register()
+        if self.started > started:
+            self._announce()
         return self.url
+
+    def ours(self) -> bool:
+        """True if the server answering on the socket is the one cogworker started for
+        this data dir (``_not_ours``): what ``embedded_fleet.py`` proves an entry by."""
+        return self._not_ours() is None
+
+    def _register(self) -> None:
+        """Record the (proven ours) server in the user's registry, unless it is there:
+        one found running that an older version started gets its entry too."""
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(self.pid_file.read_text().strip())
+            if embedded_registry.recorded_pid(self.data_dir) != pid:
+                embedded_registry.record(self.data_dir, self.socket_path, pid)
+
+    def _announce(self) -> None:
+        """Once per start, in a plain script: where the server is, that it outlives the
+        script, and how to stop it (eight guides in eight folders left eight servers
+        running, unknown to the user who started them)."""
+        if not _notice[0] or environment.under_test():
+            return
+        where = "" if self.data_dir == default_data_dir() else f" --data-dir {self.data_dir}"
+        with contextlib.suppress(OSError, ValueError):  # no stderr, or a closed one
+            sys.stderr.write(
+                f"cogworker-async: started an embedded server for {self.data_dir} "
+                f"({self.url}); it keeps running after this process ends. Stop it with "
+                f"'cogworker-async embedded stop{where}' (every one you started: "
+                f"'cogworker-async embedded stop --all')\n")
+            sys.stderr.flush()
 
     def check_socket(self) -> None:
         """Before a connection: an ``EmbeddedServerError`` if the socket is there and not
@@ -353,7 +403,7 @@ class EmbeddedServer:
                 f"{': ' + ' / '.join(said) if said else ''}; see {self.data_dir / 'server.log'}")
         self.started += 1
         log.info("started the embedded server in %s (it runs until "
-                 "'cogworker-async embedded stop')", self.data_dir)
+                 "'cogworker-async embedded stop', or 'embedded stop --all')", self.data_dir)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
@@ -380,7 +430,8 @@ class EmbeddedServer:
             pid=int(info["process_id"]) if "process_id" in info else None,
             version=info.get("valkey_version") or info.get("redis_version"),
             uptime_seconds=int(info.get("uptime_in_seconds", 0)),
-            used_memory=info.get("used_memory_human"), keys=keys)
+            used_memory=info.get("used_memory_human"), keys=keys,
+            rss_bytes=int(info["used_memory_rss"]) if "used_memory_rss" in info else None)
 
     def stop(self) -> bool:
         """Shut the server down (a SHUTDOWN: the AOF is written out first) and wait until
@@ -390,6 +441,7 @@ class EmbeddedServer:
         with self._threads, self._start_lock():
             answer = _answer(self.socket_path)
             if answer is None:
+                embedded_registry.forget(self.data_dir)  # nothing runs: a stale entry
                 return False
             if answer.startswith(b"+PONG"):
                 self._refuse_foreign()
@@ -413,4 +465,5 @@ class EmbeddedServer:
                 time.sleep(POLL)
             with contextlib.suppress(FileNotFoundError):
                 Path(self.socket_path).unlink()
+            embedded_registry.forget(self.data_dir)
             return True

@@ -1,0 +1,197 @@
+"""Leftover servers (issue 45, item 9): every embedded server this user started is
+listed by ``embedded status --all`` and stopped by ``embedded stop --all``, whatever its
+folder; a plain script that starts one says so on stderr, once.
+
+Real processes and the real binary. Each test has a registry of its own
+(``COGWORKER_EMBEDDED_REGISTRY``, inherited by the processes it starts): nothing here
+reads or writes the user's real one, nor sees another test's servers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cogworker_async.redis import embedded_registry
+from cogworker_async.redis.embedded import EmbeddedServer
+from tests.redis.test_embedded import (
+    ROOT,
+    Reaper,
+    alive,
+    ended_gracefully,
+    gone,
+    pytestmark,  # noqa: F401  (the same skips: Linux, a server binary)
+    wait_for,
+)
+
+NOTICE = "cogworker-async: started an embedded server"
+
+SCRIPT = textwrap.dedent("""
+    import asyncio, sys
+    from cogworker_async import App
+    from cogworker_async.redis.embedded import EmbeddedServer
+
+    app = App(namespace="script", data_dir=sys.argv[1])
+
+    @app.job
+    async def noop() -> None: ...
+
+    async def main() -> None:
+        for _ in range(5):  # several commands, a pool of connections
+            await noop.enqueue()
+        await app.close()
+
+    asyncio.run(main())
+    EmbeddedServer(sys.argv[1]).start()  # another start in the same process: found
+    print(app.redis_url())
+""")
+
+
+@pytest.fixture
+def reaper() -> Iterator[Reaper]:
+    """Every server a test starts is stopped at its end (test_embedded.py's Reaper)."""
+    tracked = Reaper()
+    try:
+        yield tracked
+    finally:
+        tracked.cleanup()
+
+
+@pytest.fixture
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    where = tmp_path / "registry"
+    monkeypatch.setenv("COGWORKER_EMBEDDED_REGISTRY", str(where))
+    monkeypatch.delenv("COGWORKER_REDIS_URL", raising=False)
+    return where
+
+
+def folder(tmp_path: Path, name: str) -> Path:
+    d = tmp_path / name / ".cogworker"
+    if len(str(d / "redis.sock")) > 100:
+        pytest.skip(f"tmp_path too long for a socket in the data dir: {d}")
+    return d
+
+
+def not_a_test() -> dict[str, str]:
+    """This environment but PYTEST_CURRENT_TEST: a process run as a user runs it."""
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+def script(data_dir: Path) -> subprocess.CompletedProcess[str]:
+    """A plain script (not the CLI, not a test)."""
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(data_dir)], cwd=ROOT,
+                          env=not_a_test(),
+                          text=True, capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cogworker_async", "embedded", *args],
+                          cwd=ROOT, env={**not_a_test(), "COLUMNS": "300"}, text=True,
+                          capture_output=True, timeout=60, check=False)
+
+
+def pid_of(data_dir: Path) -> int:
+    return int((data_dir / "server.pid").read_text())
+
+
+def test_status_all_lists_every_folders_server_and_stop_all_stops_them(
+    reaper: Reaper, registry: Path, tmp_path: Path
+) -> None:
+    first, second = folder(tmp_path, "one"), folder(tmp_path, "two")
+    for data_dir in (first, second):
+        reaper.data_dirs.append(data_dir)
+        script(data_dir)  # exits: its server runs on
+    pids = {str(first): pid_of(first), str(second): pid_of(second)}
+    assert all(alive(pid) for pid in pids.values())
+
+    listed = cli("status", "--all", "--json")
+
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert {row["data_dir"]: row["pid"] for row in rows} == pids
+    assert all(row["answering"] and row["rss_bytes"] > 0 for row in rows)
+    assert all(row["url"] == f"unix://{row['data_dir']}/redis.sock" for row in rows)
+    table = cli("status", "--all").stdout
+    assert all(d in table and str(pid) in table for d, pid in pids.items()), table
+
+    stopped = cli("stop", "--all")
+
+    assert stopped.returncode == 0, stopped.stderr
+    for data_dir, pid in pids.items():
+        assert f"stopped the embedded server in {data_dir} (pid {pid})" in stopped.stdout
+        wait_for(functools.partial(gone, pid), f"server {pid} gone")
+        assert ended_gracefully(Path(data_dir), pid)  # SHUTDOWN: its data written out
+    after = cli("status", "--all")
+    assert (after.returncode, after.stdout.strip()) == (3, "no embedded server of yours is running")
+    assert list(registry.glob("*.json")) == []
+
+
+def test_stale_entries_are_pruned_and_their_pids_never_signalled(
+    reaper: Reaper, registry: Path, tmp_path: Path
+) -> None:
+    killed_dir, bystander_dir = folder(tmp_path, "killed"), folder(tmp_path, "reused")
+    killed = reaper.server(killed_dir)
+    killed.start()
+    killed_pid = pid_of(killed_dir)
+    os.kill(killed_pid, 9)  # a crash, a reboot: its entry stays behind
+    wait_for(functools.partial(gone, killed_pid), "killed server gone")
+    # An entry whose pid now names another process of this user (pid reuse).
+    bystander = reaper.popen(["sleep", "60"])
+    embedded_registry.record(bystander_dir, str(bystander_dir / "redis.sock"), bystander.pid)
+    assert len(list(registry.glob("*.json"))) == 2
+
+    listed = cli("status", "--all", "--json")
+    stopped = cli("stop", "--all")
+
+    assert (listed.returncode, json.loads(listed.stdout)) == (3, [])
+    assert "no embedded server of yours was running" in stopped.stdout
+    assert bystander.poll() is None  # not signalled
+    assert list(registry.glob("*.json")) == []
+
+
+def test_a_script_that_starts_one_says_so_on_stderr_once(
+    reaper: Reaper, registry: Path, tmp_path: Path
+) -> None:
+    data_dir = folder(tmp_path, "script")
+    reaper.data_dirs.append(data_dir)
+
+    first = script(data_dir)
+    again = script(data_dir)  # it runs already: this script started nothing
+
+    notices = [line for line in first.stderr.splitlines() if line.startswith(NOTICE)]
+    assert len(notices) == 1, first.stderr
+    assert str(data_dir) in notices[0]
+    assert f"cogworker-async embedded stop --data-dir {data_dir}" in notices[0]
+    assert "cogworker-async embedded stop --all" in notices[0]
+    assert NOTICE not in again.stderr
+    # The CLI says it its own way: no notice on its stderr.
+    assert EmbeddedServer(data_dir).stop()
+    started = cli("start", "--data-dir", str(data_dir))
+    assert started.returncode == 0
+    assert NOTICE not in started.stderr
+
+
+def test_all_takes_no_folder(registry: Path, tmp_path: Path) -> None:
+    refused = cli("stop", "--all", "--data-dir", str(tmp_path))
+
+    assert refused.returncode == 2
+    assert "--all is every folder's server" in refused.stderr
+
+
+def test_the_registry_is_overridable_and_not_the_users(
+    registry: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert embedded_registry.directory() == registry
+    monkeypatch.delenv("COGWORKER_EMBEDDED_REGISTRY")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert embedded_registry.directory() == tmp_path / "cache" / "cogworker-async" / "embedded"
