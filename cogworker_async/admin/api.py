@@ -45,6 +45,7 @@ from cogworker_async.admin.records import (
     vars_of,
 )
 from cogworker_async.admin.run_metrics import RunMetrics
+from cogworker_async.admin.serving import mark_unserved
 from cogworker_async.admin.sets import DeadSet, JobSet, RetrySet, ScheduledSet, release_lock
 from cogworker_async.admin.waiting import WaitingJobs
 from cogworker_async.redis.admin import Admin
@@ -193,7 +194,11 @@ class Queues:
         return Page(await self.infos(names[start:stop + 1]), max(1, number), size,
                     len(names))
 
-    async def infos(self, names: Sequence[str] | None = None) -> list[QueueInfo]:
+    async def infos(self, names: Sequence[str] | None = None, *,
+                    processes: Sequence[ProcessInfo] | None = None) -> list[QueueInfo]:
+        """The rows of queues ``names`` (every registered queue by default), each marked
+        ``unserved`` when it holds jobs none of the live ``processes`` serves (read here
+        unless the caller has them already)."""
         admin = self._inspector.admin()
         if names is None:
             names = await admin.queue_names()
@@ -214,7 +219,9 @@ class Queues:
                                    pause.since if pause is not None else None, held,
                                    head.by_priority, head.by_group, due, running,
                                    head.size + due + running))
-        return infos
+        if processes is None:
+            processes = await self._inspector.processes.all()
+        return mark_unserved(infos, processes)
 
     async def pause(self, name: str) -> bool:
         """Pause queue ``name`` (see ``App.pause``); False if it was paused already."""
@@ -333,8 +340,8 @@ class Inspector:
         admin = self.admin()
         totals = await self.stats.totals()
         names, count = await self.queues.bounded()
-        queues = await self.queues.infos(names)
         processes = await self.processes.all()
+        queues = await self.queues.infos(names, processes=processes)
         policy = await admin.eviction_policy()
         scheduled, retries, dead = await admin.set_sizes(["schedule", "retry", "dead"],
                                                          names)
@@ -351,7 +358,7 @@ class Inspector:
             "processes": sum(1 for p in processes if p.alive),
             "busy": sum(p.busy for p in processes if p.alive),
             "awaiting_recovery": sum(1 for p in processes if p.awaiting_recovery),
-            "queues": [vars_of(q) for q in top],
+            "queues": [{**vars_of(q), "state": q.state} for q in top],
             "queue_count": count,
             "queues_read": len(names),  # of queue_count: the sums are over these
             "dead_max_jobs": settings.dead_max_jobs,

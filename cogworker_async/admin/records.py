@@ -311,6 +311,9 @@ class QueueInfo:
     demand: int = 0
     """``size + due + running``: the work the queue has now, what an autoscaler scales
     on (``cogworker_queue_demand``); jobs waiting for their parents are not in it."""
+    unserved: bool = False
+    """It holds jobs to run (queued, or due) and no live process serves it: they wait
+    until a worker for it starts (``admin/serving.py``)."""
 
     @property
     def paused(self) -> bool:
@@ -318,9 +321,12 @@ class QueueInfo:
 
     @property
     def state(self) -> str:
-        """``"paused"`` or ``"running"``: the word the dashboard, ``stats`` and
-        ``queues`` all show (one place, so that they never disagree)."""
-        return "paused" if self.paused else "running"
+        """``"paused"``, ``"unserved"`` or ``"running"``: the word the dashboard,
+        ``stats`` and ``queues`` all show (one place, so that they never disagree). A
+        paused queue says paused, served or not: the pause is what the user chose."""
+        if self.paused:
+            return "paused"
+        return "unserved" if self.unserved else "running"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

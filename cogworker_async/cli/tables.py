@@ -24,6 +24,7 @@ from cogworker_async.admin.records import (
     ProcessInfo,
     QueueInfo,
 )
+from cogworker_async.admin.serving import UNSERVED_HINT
 from cogworker_async.jobs import priority
 from cogworker_async.redis.limits import LimiterUsage
 
@@ -102,7 +103,7 @@ def stats(summary: dict[str, Any], server: dict[str, Any],
     queues = [QueueInfo(q["name"], q["size"], q["latency"], q.get("paused_since"),
                         q.get("waiting_for_parents", 0),
                         {int(p): n for p, n in q.get("by_priority", {}).items()},
-                        q.get("by_group", {}))
+                        q.get("by_group", {}), unserved=q.get("unserved", False))
               for q in summary["queues"]]
     parts: list[RenderableType] = [totals, Text(""), queue_table(queues)]
     if summary["eviction_warning"]:
@@ -149,6 +150,9 @@ def queue_table(queues: Sequence[QueueInfo]) -> RenderableType:
         table.add_row(info.name, str(info.size), duration(info.latency),
                       info.state, str(info.waiting_for_parents),
                       priority.describe(info.by_priority), groups_waiting(info))
+    if any(info.state == "unserved" for info in queues):
+        table.caption = f"unserved: {UNSERVED_HINT}"
+        table.caption_justify = "left"
     return table
 
 

@@ -25,6 +25,7 @@ from starlette.routing import Router
 
 from cogworker_async.admin.api import Inspector
 from cogworker_async.admin.records import Done, printable
+from cogworker_async.admin.serving import UNSERVED_HINT
 from cogworker_async.errors import CogworkerError
 from cogworker_async.jobs import priority
 from cogworker_async.redis.errors import unreachable as redis_unreachable
@@ -90,6 +91,7 @@ def environment() -> jinja2.Environment:
                        plural=format.plural, na=format.na, brief=format.brief,
                        percent=format.percent, capped=format.capped,
                        priorities=priority.describe)
+    env.globals["unserved_hint"] = UNSERVED_HINT  # the mark's tooltip (_macros.html)
     return env
 
 

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.timeout(60)
 
 # default: 3 of acme, 1 of zeta, 1 plain, 1 of priority 5 (6 in all; 2 outside groups,
 # by priority 5:1 0:1; 2 groups); low: 1 plain (no priority to tell apart, no group).
-DEFAULT_ROW: Final = re.compile(r"│ default\s+│\s+6 │\s+\S+ │ running\s+│\s+0 │ 5:1 0:1\s+│\s+2 │")
-LOW_ROW: Final = re.compile(r"│ low\s+│\s+1 │\s+\S+ │ running\s+│\s+0 │\s+│\s+│")
+# No worker runs: both hold jobs no live process serves.
+DEFAULT_ROW: Final = re.compile(r"│ default\s+│\s+6 │\s+\S+ │ unserved\s+│\s+0 │ 5:1 0:1\s+│\s+2 │")
+LOW_ROW: Final = re.compile(r"│ low\s+│\s+1 │\s+\S+ │ unserved\s+│\s+0 │\s+│\s+│")
 
 
 def enqueue_grouped(jobs: adminapp.Jobs) -> None:

@@ -42,9 +42,11 @@ def test_queues_and_stats_count_the_jobs_waiting_for_parents(jobs: adminapp.Jobs
     listed = invoke("queues")
     assert listed.exit_code == 0, listed.output
     assert "waiting for parents" in listed.stdout  # the column's header
-    # low: none on its list, two waiting; default: one queued, none waiting
+    # low: none on its list, two waiting; default: one queued, none waiting (and no
+    # worker: unserved; jobs waiting for their parents do not make low so)
     assert re.search(r"│ low\s+│\s+0 │\s+\S+ │ running\s+│\s+2 │", listed.stdout), listed.stdout
-    assert re.search(r"│ default\s+│\s+1 │\s+\S+ │ running\s+│\s+0 │", listed.stdout), listed.stdout
+    assert re.search(r"│ default\s+│\s+1 │\s+\S+ │ unserved\s+│\s+0 │",
+                     listed.stdout), listed.stdout
     found = {q["name"]: q for q in invoke_json("queues")["queues"]}
     assert (found["low"]["size"], found["low"]["waiting_for_parents"]) == (0, 2)
     assert found["default"]["waiting_for_parents"] == 0
