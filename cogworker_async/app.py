@@ -28,7 +28,7 @@ from cogworker_async.enqueue.app_queues import AppQueues
 from cogworker_async.enqueue.client import Client
 from cogworker_async.enqueue.handles import JobFunction
 from cogworker_async.errors import LIFESPAN_ERRORS, ConfigurationError
-from cogworker_async.jobs.definition import JobDefinition, JobOptions
+from cogworker_async.jobs.definition import Delay, JobDefinition, JobOptions
 from cogworker_async.jobs.groups import with_limit
 from cogworker_async.jobs.keywords import JobKeywords, resolve
 from cogworker_async.jobs.periodic import Periodic, parse_tz
@@ -150,14 +150,16 @@ class App:
         name: str | None = None,
         queue: str | None = None,
         retry: bool | int | RetryPolicy = False,
-        timeout: float | None = None,
-        expires_in: float | None = None,
+        timeout: Delay | None = None,
+        expires_in: Delay | None = None,
+        run_at_startup: bool = False,
     ) -> JobDecorator:
         """Register a job enqueued on a cron ``schedule`` (five fields, or six with
         seconds last), once per tick across all processes, never two runs at once.
         ``tz``: the schedule's timezone (default UTC). The function takes no arguments.
         ``expires_in``: a tick not started within this many seconds is skipped (dead
-        as ``Expired``), e.g. after a backlog or a pause.
+        as ``Expired``), e.g. after a backlog or a pause. ``run_at_startup``: also run
+        once when the workers start (processes starting within a minute share one run).
         """
 
         def register(function: Callable[P, R]) -> JobFunction[P, R]:
@@ -173,7 +175,7 @@ class App:
                     raise TypeError(f"periodic job {definition.name} must take no "
                                     "required arguments") from None
             self.periodics[definition.name] = Periodic(definition.name, schedule,
-                                                       parse_tz(tz))
+                                                       parse_tz(tz), run_at_startup)
             return registered
 
         return register

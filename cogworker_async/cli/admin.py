@@ -183,11 +183,34 @@ def _pause_or_resume(app: App, queue: str, action: str, as_json: bool, yes: bool
 
 
 def _processes_command(load_app: LoadApp) -> Callable[..., None]:
-    def processes(target: Target, redis_url: RedisUrl = None, as_json: AsJson = False) -> None:
-        """Worker processes (busy, beats, lag, memory), their running jobs, recoveries."""
-        _show_processes(open_app(load_app, target, redis_url), as_json)
+    def processes(target: Target, redis_url: RedisUrl = None, as_json: AsJson = False,
+                  check: CheckAlive = False) -> None:
+        """Worker processes (busy, beats, lag, memory), their running jobs, recoveries.
+        ``--check``: a health check by exit code (arq's ``--check``)."""
+        app = open_app(load_app, target, redis_url)
+        if check:
+            _check_alive(app)
+        _show_processes(app, as_json)
 
     return processes
+
+
+CheckAlive = Annotated[bool, typer.Option(
+    "--check", help="Print nothing but one line; exit 0 if a worker process of this App "
+                    "is alive (it beat within orphan_threshold), 1 if none, 3 if Redis is "
+                    "out of reach: for a container's health check (arq --check).")]
+
+
+def _check_alive(app: App) -> None:
+    found = run_in_loop(app, lambda insp: insp.processes.all())
+    alive = [process for process in found if process.alive]
+    if alive:
+        typer.echo(f"ok: {len(alive)} worker process{'es' if len(alive) > 1 else ''} "
+                   "alive")
+        raise typer.Exit(0)
+    typer.echo(f"no worker process of this App is alive ({len(found)} known, none "
+               "beating)", err=True)
+    raise typer.Exit(EXIT_PARTIAL)
 
 
 def _periodic_command(load_app: LoadApp) -> Callable[..., None]:

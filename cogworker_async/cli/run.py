@@ -119,11 +119,17 @@ def _command(load_app: LoadApp) -> Callable[..., None]:
         burst: Annotated[bool, typer.Option(
             "--burst", help="Exit 0 once the queues and their due scheduled and retry jobs "
                             "are empty.")] = False,
+        burst_wait: Annotated[float | None, typer.Option(
+            min=0, metavar="SECONDS",
+            help="Implies --burst, and also waits for (and runs) the scheduled jobs and "
+                 "retries due within SECONDS (arq's burst waits for every deferred job).")]
+        = None,
         reload: Annotated[bool, typer.Option(
             "--reload", help="Development: restart the worker(s) when a .py file under the "
                              "current directory changes (the reload extra).")] = False,
     ) -> None:
         """Work jobs until SIGTERM/SIGINT, then shut down gracefully."""
+        burst = burst or burst_wait is not None
         try:
             logs.configure(_log_level(log_level), log_format)
         except ValueError as exc:
@@ -148,7 +154,7 @@ def _command(load_app: LoadApp) -> Callable[..., None]:
             shared = _child_options(concurrency=concurrency, queue=queue,
                                     wait_for_redis=wait_for_redis, log_level=log_level,
                                     log_format=log_format, metrics_host=metrics_host,
-                                    max_jobs=max_jobs, burst=burst)
+                                    max_jobs=max_jobs, burst=burst, burst_wait=burst_wait)
             settings = _settings(app, overrides)
             code = _supervise(target, shared, url, processes=processes, max_memory=max_memory,
                               metrics_port=settings.metrics_port, burst=burst, reload=reload,
@@ -158,7 +164,7 @@ def _command(load_app: LoadApp) -> Callable[..., None]:
         try:
             # uvloop (the ``speed`` extra) when installed: a good share less CPU per job.
             uvloop = importlib.util.find_spec("uvloop") is not None
-            code = anyio.run(_serve, app, overrides, url, wait_for_redis, burst,
+            code = anyio.run(_serve, app, overrides, url, wait_for_redis, burst, burst_wait or 0.0,
                              backend_options={"use_uvloop": uvloop})
         except Exception as exc:
             _fail_run(exc, url)
@@ -233,8 +239,9 @@ async def _until_reachable(url: str, bound: float, signals: AsyncIterator[int]) 
 
 
 async def _serve(app: App, overrides: dict[str, Any], url: str, wait_for: float,
-                 burst: bool = False) -> int:
-    """Run a worker until a signal stops it (or, ``burst``, its work is done, or it has
+                 burst: bool = False, burst_wait: float = 0.0) -> int:
+    """Run a worker until a signal stops it (or, ``burst``, its work is done — and none
+    is due within ``burst_wait`` seconds — or it has
     fetched ``max_jobs``); the exit code: 0 graceful (or stopped while its lifespan was
     being entered), 1 hard, 4 (``EXIT_RECYCLE``) after ``max_jobs`` under a supervisor
     (which then starts a fresh process). A lifespan whose exit raised: 5, from
@@ -257,7 +264,8 @@ async def _serve(app: App, overrides: dict[str, Any], url: str, wait_for: float,
                         desk.started(manager)
                         _say_ready()
                         if burst:
-                            tg.start_soon(stopper.stop_when_drained, cast(Manager, manager))
+                            tg.start_soon(stopper.stop_when_drained, cast(Manager, manager),
+                                          burst_wait)
                         await manager.wait_stopped()
                 tg.cancel_scope.cancel()
             if desk.stopped_starting:
@@ -368,7 +376,8 @@ def _supervise(target: str, shared: list[str], url: str, *, processes: str | Non
 
 def _child_options(*, concurrency: int | None, queue: list[str] | None,
                    wait_for_redis: float, log_level: str, log_format: str,
-                   metrics_host: str | None, max_jobs: int | None, burst: bool) -> list[str]:
+                   metrics_host: str | None, max_jobs: int | None, burst: bool,
+                   burst_wait: float | None = None) -> list[str]:
     """The ``run`` options every child of a supervisor gets: the parent's. The URL it
     resolved (an embedded server it started is the children's too) goes in their
     environment instead (``_supervise``): a command line is visible to every user."""
@@ -384,6 +393,8 @@ def _child_options(*, concurrency: int | None, queue: list[str] | None,
         options += ["--max-jobs", str(max_jobs)]
     if burst:
         options.append("--burst")
+    if burst_wait is not None:
+        options += ["--burst-wait", repr(burst_wait)]
     return options
 
 

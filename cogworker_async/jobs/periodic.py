@@ -7,6 +7,8 @@ Each tick is enqueued exactly once however many worker processes run (claimed in
 by ``cron_claim.lua``, no leader); a run that would overlap the previous one is skipped
 and logged (a running lock per periodic job); after an outage there is one catch-up run
 for the latest missed tick, not a flood; a new schedule starts at its next tick.
+``run_at_startup=True`` (arq's): one run more when the workers start, shared by the
+processes that start within ``STARTUP_WINDOW`` of each other (``worker/cron.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Final
 from zoneinfo import ZoneInfo
 
 TICK_EPSILON: Final = 0.001
+STARTUP_WINDOW: Final = 60.0
+"""Seconds during which processes starting after the first share its ``run_at_startup``
+run: a fleet started (or rolled) together runs it once; a worker started later, again."""
 RUNNING_LOCK_TTL: Final = 3600.0
 """Seconds a periodic job's running lock lives at most (a crashed run frees it then)."""
 
@@ -36,9 +41,14 @@ class Periodic:
     name: str
     schedule: str
     tz: tzinfo
+    run_at_startup: bool = False
+    """Also enqueued once when the workers start (``STARTUP_WINDOW``)."""
 
     def __post_init__(self) -> None:
         from croniter import croniter  # loaded by the first periodic job, not at start
+
+        if not isinstance(self.run_at_startup, bool):
+            raise TypeError(f"run_at_startup must be True or False, not {self.run_at_startup!r}")
 
         if not isinstance(self.schedule, str) or not croniter.is_valid(self.schedule):
             raise ValueError(f"invalid cron schedule {self.schedule!r} for {self.name}")

@@ -419,6 +419,11 @@ class Keys:
         """Hash periodic job name -> the last tick (epoch s) enqueued on ``queue``."""
         return self._queue(queue, "cron:claimed")
 
+    def cron_startup(self, queue: str, name: str) -> str:
+        """Lock taken by the first process to enqueue a periodic job's ``run_at_startup``
+        run; the others starting within its TTL skip theirs."""
+        return self._queue(queue, f"cron:startup:{name}")
+
     def periodic_running(self, queue: str, name: str) -> str:
         """Lock held (by a jid) while a periodic job runs: runs never overlap."""
         return self._queue(queue, f"cron:running:{name}")

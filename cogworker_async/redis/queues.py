@@ -125,13 +125,15 @@ class QueuesPart(Part):
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
 
-    async def backlog(self, queues: Sequence[str]) -> tuple[int, list[str]]:
-        """Jobs of ``queues`` waiting to run now: queued, plus due scheduled and retry
-        entries (``run --burst`` stops when it is 0), and the names of those keys that
-        hold another type (WRONGTYPE: nothing this worker can run is there, so they
-        count 0). One pipeline; by Redis TIME."""
+    async def backlog(self, queues: Sequence[str], ahead: float = 0.0,
+                      ) -> tuple[int, list[str]]:
+        """Jobs of ``queues`` waiting to run now: queued, plus scheduled and retry
+        entries due now or within ``ahead`` seconds (``run --burst`` stops when it is 0;
+        ``--burst-wait S`` looks S ahead), and the names of those keys that hold another
+        type (WRONGTYPE: nothing this worker can run is there, so they count 0). One
+        pipeline; by Redis TIME."""
         seconds, micros = await self.client.time()
-        now = repr(int(seconds) + int(micros) / 1_000_000)
+        now = repr(int(seconds) + int(micros) / 1_000_000 + ahead)
         # Every priority's list (lua/_queue.lua): an LLEN of a key that does not exist
         # costs next to nothing, and needs no read of the levels first.
         # A group's jobs count as one while any wait (the ring has a member per group that

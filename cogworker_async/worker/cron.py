@@ -9,6 +9,7 @@ so that it asks Redis once per tick, not once per wake-up.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
@@ -17,7 +18,7 @@ import anyio
 
 from cogworker_async.jobs import wire
 from cogworker_async.jobs.definition import JobDefinition
-from cogworker_async.jobs.periodic import Periodic, tick_to_claim
+from cogworker_async.jobs.periodic import STARTUP_WINDOW, Periodic, tick_to_claim
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.streak import Streak
@@ -57,12 +58,19 @@ class CronTicker:
         self.build = build
         self.claimed: dict[str, float] = {}
         self.streak = Streak("cron: ticking")
+        self.started = False
+        """Whether the ``run_at_startup`` runs were seen to (an outage: tried again)."""
+        self.owner = secrets.token_hex(8)
+        """This ticker, as its startup locks' holder (never released: outlived)."""
 
     async def run(self) -> None:
         if not self.periodics:
             return
         while True:
             try:
+                if not self.started:
+                    await self.run_at_startup(time.time())
+                    self.started = True
                 if not self.claimed:
                     for queue in {self.build(p, 0.0)[0] for p in self.periodics}:
                         self.claimed.update(await self.store.cron_claimed(queue))
@@ -96,6 +104,24 @@ class CronTicker:
                                 f"{missed}+" if missed >= MAX_COUNTED else missed,
                                 _stamp(before or tick), _stamp(tick))
             self.claimed[periodic.name] = tick
+        return enqueued
+
+    async def run_at_startup(self, now: float) -> int:
+        """Enqueue each ``run_at_startup`` job once for this start; returns how many
+        this process enqueued. The first process takes the job's startup lock for
+        ``STARTUP_WINDOW``: the others starting meanwhile (a fleet started together)
+        skip theirs. Not a tick: the schedule's ticks are claimed as ever."""
+        enqueued = 0
+        for periodic in self.periodics:
+            if not periodic.run_at_startup:
+                continue
+            queue, raw = self.build(periodic, now)
+            lock = self.store.keys.cron_startup(queue, periodic.name)
+            if not await self.store.take_lock(lock, self.owner, STARTUP_WINDOW):
+                continue
+            await self.store.enqueue(queue, [raw])
+            enqueued += 1
+            log.info("cron: enqueued %s at startup (run_at_startup)", periodic.name)
         return enqueued
 
     def _sleep(self, now: float) -> float:

@@ -1,5 +1,6 @@
 """Stopper: ends a worker whose work is done — ``run --burst``: its queues and their due
-scheduled and retry jobs are empty (arq's burst mode). The worker stops gracefully
+scheduled and retry jobs are empty; ``--burst-wait S`` also waits for those due within S
+seconds (arq's burst waits for every deferred job). The worker stops gracefully
 (``Worker.stop``) and the process exits 0. (``run --max-jobs`` is ``Settings.max_jobs``,
 which the dispatcher itself counts.)
 """
@@ -35,9 +36,9 @@ class Stoppable(Protocol):
     def stop(self) -> None: ...
 
 
-async def stop_when_drained(worker: Stoppable) -> None:
-    """Stop ``worker`` once it is idle and its queues hold nothing due, ``EMPTY_LOOKS``
-    looks in a row (``idle_fetch_interval`` apart)."""
+async def stop_when_drained(worker: Stoppable, ahead: float = 0.0) -> None:
+    """Stop ``worker`` once it is idle and its queues hold nothing due (nor due within
+    ``ahead`` seconds), ``EMPTY_LOOKS`` looks in a row (``idle_fetch_interval`` apart)."""
     store, ledger, queues = worker.store, worker.ledger, worker.settings.queue_names
     empty, damaged = 0, set[str]()
     while not worker.stopping:
@@ -47,7 +48,7 @@ async def stop_when_drained(worker: Stoppable) -> None:
             continue
         try:  # a paused queue's jobs wait for a resume, not for this worker
             paused = await store.pauses(queues)
-            waiting, wrong = await store.backlog([q for q in queues if q not in paused])
+            waiting, wrong = await store.backlog([q for q in queues if q not in paused], ahead)
         except Unavailable as exc:  # an outage is not an empty queue: look again
             log.debug("burst: couldn't read the backlog: %s", exc)
             empty = 0

@@ -1,18 +1,24 @@
 """What an arq user writes, through a real worker: durations as ``timedelta`` wherever a
 duration is taken, a negative delay that means "now", and ``keep_result=0`` for "keep
-no result" (docs/migration/arq.md). Bad durations are still refused at the call."""
+no result" (docs/migration/arq.md). Bad durations are still refused at the call.
+``run_at_startup`` runs a periodic job once when the workers start."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import anyio
 import pytest
 
 from cogworker_async import App, Retry, RetryPolicy, current_job
+from cogworker_async.admin import Inspector
 from cogworker_async.jobs.dedup import Debounce, Throttle
 from cogworker_async.jobs.unique import Unique
+from cogworker_async.redis.store import Store
+from cogworker_async.worker.cron import CronTicker, periodic_job
 from tests.waiting import wait_until
 
 TIMEOUT = 20.0
@@ -140,3 +146,35 @@ async def test_keep_result_zero_keeps_no_result(make_app: Callable[..., App]) ->
         assert await jobs.result(still, timeout=TIMEOUT) == 7
     assert await jobs.result(none, timeout=1) is None
     assert await jobs.result(overridden, timeout=1) is None
+
+
+async def test_run_at_startup_runs_once_when_the_workers_start(
+    make_app: Callable[..., App], store: Store,
+) -> None:
+    runs: list[int] = []
+    apps = [make_app() for _ in range(3)]
+    for jobs in apps:
+        @jobs.periodic("0 0 1 1 *", name="warm_cache", run_at_startup=True)  # ticks yearly
+        async def warm_cache() -> None:
+            runs.append(current_job().attempt)
+
+    # Three processes starting together: one run, not three.
+    tickers = [CronTicker(store, list(jobs.periodics.values()),
+                          partial(periodic_job, jobs.registry)) for jobs in apps]
+    now = time.time()
+    enqueued = [await ticker.run_at_startup(now) for ticker in tickers]
+    assert sorted(enqueued) == [0, 0, 1]
+    assert (await Inspector(apps[0]).queue("default").info()).size == 1
+
+    # A real worker runs it; a start after the window (its lock gone) enqueues again.
+    async with apps[0].worker():
+        await wait_until(lambda: runs == [1], timeout=TIMEOUT)
+    await store.client.delete(store.keys.cron_startup("default", "warm_cache"))
+    async with apps[1].worker():
+        await wait_until(lambda: runs == [1, 1], timeout=TIMEOUT)
+    with pytest.raises(TypeError, match="run_at_startup must be True or False"):
+        apps[2].periodic("* * * * *", name="other", run_at_startup="yes")(  # type: ignore[arg-type]
+            _no_arguments)
+
+
+async def _no_arguments() -> None: ...
