@@ -18,7 +18,11 @@ Every ``python`` block is marked, on the line before it, with what it is:
 
 Blocks of other languages may be marked ``file`` too (a ``pytest.ini``). Each page runs
 in a folder of its own, its blocks in order, on a private Redis server flushed between
-pages (``COGWORKER_REDIS_URL``, so no embedded server is started).
+pages (``COGWORKER_REDIS_URL``, so no embedded server is started), with the python of a
+venv that holds only what the page names in its ``pip install`` lines (this package
+built from the tree, with the extras it names, and the peers: ``tests/doc_installs.py``).
+A page that uses what it does not name fails twice: the static check says which
+distribution, the run how it broke.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -41,6 +44,7 @@ import httpx
 import pytest
 import redis
 
+from tests import doc_installs
 from tests.servers import ServerProcess, free_port
 
 ROOT: Final = Path(__file__).resolve().parent.parent
@@ -137,6 +141,51 @@ def test_every_sketch_parses() -> None:
     assert not broken, broken
 
 
+# -- every page names what its examples need ----------------------------------------------
+
+
+def test_every_install_line_names_extras_that_exist() -> None:
+    wrong = []
+    for page in PAGES:
+        try:
+            doc_installs.named(page.read_text("utf-8")).key()  # reads pyproject's extras
+        except AssertionError as exc:
+            wrong.append(f"{page.relative_to(ROOT)}: {exc}")
+    assert not wrong, wrong
+
+
+# What a block kind runs on, besides what its code imports.
+_RUNS_ON: Final = {"pytest": "import pytest\n", "serve": "import uvicorn\n"}
+
+
+def _needs(page: Path) -> dict[str, set[str]]:
+    """Distribution -> where on the page it is needed."""
+    sources: list[tuple[str, str]] = []
+    local: set[str] = set()  # what the page's own files provide (``app``, ``shop``)
+    for block in blocks(page):
+        if block.kind in ("file", "pytest", "serve"):
+            sources += block.files()
+            local |= {Path(path).parts[0].removesuffix(".py") for path, _ in block.files()}
+        elif block.kind == "run":
+            sources.append((f"the run block at line {block.line}.py", block.body))
+        if block.kind in _RUNS_ON:
+            sources.append((f"the {block.kind} block at line {block.line}.py",
+                            _RUNS_ON[block.kind]))
+    return doc_installs.needed(sources, local)
+
+
+@pytest.mark.parametrize("page", pages_with_examples(),
+                         ids=lambda page: str(page.relative_to(ROOT)))
+def test_a_page_names_what_its_examples_need(page: Path) -> None:
+    installed = doc_installs.named(page.read_text("utf-8"))
+    missing = {name: sorted(where) for name, where in _needs(page).items()
+               if name not in installed.names()}
+    assert not missing, (
+        f"{page.relative_to(ROOT)} installs {installed.describe()!r}, and its examples "
+        f"need more ({{distribution: [files]}}): {missing}; name each in a `pip install` "
+        "line near the page's top")
+
+
 # -- the runnable ones run --------------------------------------------------------------
 
 
@@ -149,21 +198,28 @@ def server() -> Iterator[ServerProcess]:
         process.cleanup()
 
 
-def _environment(folder: Path, server: ServerProcess) -> dict[str, str]:
-    env = {**os.environ, "COGWORKER_REDIS_URL": server.url,
-           "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)]),
-           "COGWORKER_DATA_DIR": str(folder / ".cogworker")}
-    env.pop("PYTEST_ADDOPTS", None)
-    env.pop("PYTEST_XDIST_WORKER", None)
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return doc_installs.build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def _environment(folder: Path, server: ServerProcess, python: Path) -> dict[str, str]:
+    # Nothing of this venv or of the tree: the page's folder and its venv only.
+    env = {**os.environ, "COGWORKER_REDIS_URL": server.url, "PYTHONPATH": str(folder),
+           "COGWORKER_DATA_DIR": str(folder / ".cogworker"),
+           "PATH": os.pathsep.join([str(python.parent), os.environ.get("PATH", "")])}
+    for name in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "VIRTUAL_ENV", "PYTHONHOME"):
+        env.pop(name, None)
     return env
 
 
-def _run(block: Block, command: list[str], folder: Path, env: dict[str, str]) -> None:
+def _run(block: Block, command: list[str], folder: Path, env: dict[str, str]) -> str:
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
                           timeout=TIMEOUT, check=False)
     assert done.returncode == 0, (
         f"{block.where}: {' '.join(command)} exited {done.returncode}\n"
         f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done.stdout + done.stderr
 
 
 def _save(block: Block, folder: Path) -> list[Path]:
@@ -180,11 +236,11 @@ def _save(block: Block, folder: Path) -> list[Path]:
     return saved
 
 
-def _serve(block: Block, folder: Path, env: dict[str, str]) -> None:
+def _serve(block: Block, python: Path, folder: Path, env: dict[str, str]) -> None:
     target, method, path = block.args[0], *block.args[1:3]
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", target, "--port", str(port), "--log-level",
+        [str(python), "-m", "uvicorn", target, "--port", str(port), "--log-level",
          "warning"], cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
     try:
@@ -194,7 +250,11 @@ def _serve(block: Block, folder: Path, env: dict[str, str]) -> None:
                 answer = httpx.request(method, f"http://127.0.0.1:{port}{path}", timeout=10)
                 break
             except httpx.TransportError:
-                if server.poll() is not None or time.monotonic() > deadline:
+                if server.poll() is not None:  # say why: a missing module, a bad app
+                    raise AssertionError(f"{block.where}: uvicorn {target} exited "
+                                         f"{server.returncode}\n{server.stdout.read()}"
+                                         ) from None
+                if time.monotonic() > deadline:
                     raise AssertionError(f"{block.where}: uvicorn {target} did not serve"
                                          ) from None
                 time.sleep(0.05)  # polling for the port to open, bounded by the deadline
@@ -210,23 +270,31 @@ def _serve(block: Block, folder: Path, env: dict[str, str]) -> None:
     assert "ERROR" not in out, f"{block.where}: {out}"
 
 
+# A page's bound: its venv built (the first time; INSTALL_TIMEOUT each pip run), and its
+# blocks run (TIMEOUT each: a page of a few blocks takes seconds).
+@pytest.mark.timeout(2 * doc_installs.INSTALL_TIMEOUT + 2 * TIMEOUT)
 @pytest.mark.parametrize("page", pages_with_examples(),
                          ids=lambda page: str(page.relative_to(ROOT)))
-def test_the_examples_of_a_page_run(page: Path, server: ServerProcess, tmp_path: Path) -> None:
+def test_the_examples_of_a_page_run(page: Path, server: ServerProcess, wheel: Path,
+                                    tmp_path: Path) -> None:
     with redis.Redis(port=server.port) as r:
         r.flushall()
-    env = _environment(tmp_path, server)
+    python = doc_installs.venv_python(doc_installs.named(page.read_text("utf-8")), wheel)
+    env = _environment(tmp_path, server, python)
     for block in blocks(page):
         if block.kind in ("file", "pytest", "serve"):
             saved = _save(block, tmp_path)
             if block.kind == "pytest":
                 tests = [str(p.relative_to(tmp_path)) for p in saved
                          if p.name.startswith("test_")]
-                _run(block, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             *tests], tmp_path, env)
+                out = _run(block, [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                   *tests], tmp_path, env)
+                # A reader who copies the page sees what pytest prints: no warning in it
+                # (a plugin's, as pytest-asyncio's on a setting left unset, is on stderr).
+                assert not re.search(r"Warning\b|\d+ warnings?\b", out), f"{block.where}: {out}"
             elif block.kind == "serve":
-                _serve(block, tmp_path, env)
+                _serve(block, python, tmp_path, env)
         elif block.kind == "run":
             script = tmp_path / f"_example_{block.line}.py"
             script.write_text(block.body)
-            _run(block, [sys.executable, "-c", RUNNER, str(script)], tmp_path, env)
+            _run(block, [str(python), "-c", RUNNER, str(script)], tmp_path, env)
