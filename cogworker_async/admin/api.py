@@ -89,6 +89,8 @@ class Stats:
         return Totals(processed=processed, failed=failed, at=time.time())
 
     async def reset(self) -> None:
+        """Start counting again: the totals and the per-day history both (``make run``
+        does it on each run; the header and "today" then agree)."""
         await self._inspector.admin().reset_totals()
 
     async def history(self, days: int = HISTORY_DAYS) -> list[DayTotals]:

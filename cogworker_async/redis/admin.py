@@ -17,6 +17,7 @@ queue's keys, and a write to the namespace's slot (the registry) is a command of
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
@@ -30,6 +31,7 @@ from cogworker_async.redis.admin_sets import SetReads
 from cogworker_async.redis.admin_waiting import WaitingReads
 from cogworker_async.redis.liveness import as_bytes
 from cogworker_async.redis.part import Via
+from cogworker_async.redis.stats import HISTORY_TTL
 from cogworker_async.redis.store import Store
 from cogworker_async.settings import check_queue_name
 
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 RECOVERY_EVENTS_SHOWN: Final = 50
 MAXMEMORY_POLICY: Final = "maxmemory-policy"
+DAY: Final = 24 * 3600
 
 
 def _text(value: Any) -> str:
@@ -129,7 +132,16 @@ class Admin:
         return [(_int(values[i]), _int(values[i + 1])) for i in range(0, len(values), 2)]
 
     async def reset_totals(self) -> None:
-        await self.client.delete(self.keys.stats_processed, self.keys.stats_failed)
+        """Start counting again: the totals and every kept day's counts, in one DEL.
+        The days too, or the dashboard's "today" went on counting what the header's
+        total no longer did (357 processed against "today: 714" after two demos)."""
+        now = time.time()
+        days = [time.strftime("%Y-%m-%d", time.gmtime(now - back * DAY))
+                for back in range(HISTORY_TTL // DAY + 2)]  # a day's key outlives it by the TTL
+        keys = [self.keys.stats_processed, self.keys.stats_failed]
+        keys += [key for day in days
+                 for key in (self.keys.stats_processed_on(day), self.keys.stats_failed_on(day))]
+        await self.client.delete(*keys)  # one slot: the namespace's, on a cluster too
 
     async def server_info(self) -> dict[str, Any] | None:
         """The server's name, version, memory and clients (INFO), as reported; None when
