@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import redis.asyncio
 
+from cogworker_async.errors import WrongTypeKey
 from cogworker_async.jobs.priority import LEVELS
 from cogworker_async.redis import sentinel
 from cogworker_async.redis.cluster import ClusterClient
@@ -20,17 +21,20 @@ from cogworker_async.redis.part import Part, Shared, as_bytes, wrong_type
 
 log = logging.getLogger(__name__)
 
+NOTES_WAKE: Final = "notes\t"
+"""A wake-up message that says a note was written in the queue named after it
+(``_record.lua``): no queue name holds a tab, so no enqueue's wake-up reads as one."""
 REGISTER_EVERY: Final = 60.0
 """Seconds after which a Store registers a queue name again on its next enqueue."""
 
 
 async def _wake_messages(client: redis.asyncio.Redis,
                          pubsub: redis.asyncio.client.PubSub) -> AsyncIterator[str]:
-    """The channel of each message on ``pubsub`` (subscribed already), as it comes."""
+    """Each message on ``pubsub`` (subscribed already), as text."""
     if not sentinel.follows(client):
         async for message in pubsub.listen():
             if message.get("type") == "message":
-                yield _channel(message)
+                yield _data(message)
         return
     # Behind sentinels, a subscriber stays on a replaced master until Sentinel demotes
     # it (seconds, hearing no wake-up): looked at every FOLLOW_EVERY, and given up as a
@@ -38,15 +42,15 @@ async def _wake_messages(client: redis.asyncio.Redis,
     while True:
         message = await pubsub.get_message(timeout=sentinel.FOLLOW_EVERY)
         if message is not None and message.get("type") == "message":
-            yield _channel(message)
+            yield _data(message)
         if await sentinel.replaced(client, pubsub.connection):
             raise LostReply("the wake-up channel's node is no longer the master "
                             "(a Sentinel failover)")
 
 
-def _channel(message: Mapping[str, Any]) -> str:
-    channel = message.get("channel")
-    return as_bytes(channel).decode("utf-8", "replace") if channel is not None else ""
+def _data(message: Mapping[str, Any]) -> str:
+    data = message.get("data")
+    return as_bytes(data).decode("utf-8", "replace") if isinstance(data, bytes | str) else ""
 
 
 class QueuesPart(Part):
@@ -55,12 +59,17 @@ class QueuesPart(Part):
         self._registered: dict[str, float] = {}
         """Queue name -> when this Store last registered it (``time.monotonic``)."""
 
-    async def register_queues(self, queues: Sequence[str]) -> bool:
+    async def register_queues(self, queues: Sequence[str], *, required: bool = True) -> bool:
         """Record queue names in the namespace's registry (the dashboard and recovery
         find each queue's slot through it). It is another slot than the queue's, so never
         in the enqueue script itself: written before the first push, so a queue with jobs
         is registered, then again every ``REGISTER_EVERY`` seconds at most (Redis may
-        have lost the set: a restart without persistence, a failover). True if it sent."""
+        have lost the set: a restart without persistence, a failover). True if it sent.
+
+        The registry of another type (a co-tenant's key): ``required`` (a push follows)
+        raises ``WrongTypeKey`` naming it, before anything is pushed; else (a worker's
+        own queues, which it serves and recovers whatever the registry holds) it is said
+        in the log, at most once a ``REGISTER_EVERY``, and the worker goes on."""
         now = time.monotonic()
         new = [queue for queue in dict.fromkeys(queues)
                if now - self._registered.get(queue, -REGISTER_EVERY) >= REGISTER_EVERY]
@@ -72,14 +81,14 @@ class QueuesPart(Part):
             except ResponseError as exc:
                 if not wrong_type(exc):
                     raise
-                # A co-tenant's key of another type: the registry is the dashboard's and
-                # the unserved relay's index, never a push's condition. Said (at most
-                # once a REGISTER_EVERY), and the enqueue or the worker goes on.
+                said = (f"the set of queue names {self.keys.queues!r} holds another type "
+                        f"({exc}): delete that key")
+                if required:
+                    raise WrongTypeKey(f"{said}; nothing was enqueued", self.keys.queues) \
+                        from exc
                 self._registered.update(dict.fromkeys(new, now))
-                log.error("the set of queue names %r holds another type (%s): queues %s "
-                          "are not registered (the dashboard and the relay of unserved "
-                          "queues miss them); delete that key", self.keys.queues, exc,
-                          ", ".join(new))
+                log.error("%s (queues %s are not registered: the dashboard and the relay "
+                          "of unserved queues miss them)", said, ", ".join(new))
                 return False
             self._registered.update(dict.fromkeys(new, now))
         return bool(new)
@@ -97,23 +106,19 @@ class QueuesPart(Part):
         return sorted(as_bytes(name).decode("utf-8", "replace") for name in names)
 
     @asynccontextmanager
-    async def wake_ups(self, channels: Sequence[str] = ()) -> AsyncIterator[AsyncIterator[str]]:
-        """Subscribe to the wake channel and ``channels`` (the notes lists' names, which
-        their writers publish on: ``_record.lua``); iterate for each message's channel.
-        Entered once the server confirmed every subscription: a stale pooled connection
+    async def wake_ups(self) -> AsyncIterator[AsyncIterator[str]]:
+        """Subscribe to the wake channel; iterate for each message (an enqueue's
+        wake-up names its queue; a note's is ``NOTES_WAKE`` + its queue: ``_record.lua``).
+        Entered once the server confirmed the subscription: a stale pooled connection
         after a restart fails here, not after the caller counted the channel as back."""
         if isinstance(self.client, ClusterClient):  # its pub/sub node is from the slot map
             await self.client.initialize()
         pubsub = self.client.pubsub()
         try:
-            names = list(dict.fromkeys([self.keys.wake_channel, *channels]))
-            await pubsub.subscribe(*names)
-            confirmed = 0
+            await pubsub.subscribe(self.keys.wake_channel)
             async for confirmation in pubsub.listen():
                 if confirmation.get("type") == "subscribe":
-                    confirmed += 1
-                    if confirmed == len(names):
-                        break
+                    break
 
             yield _wake_messages(self.client, pubsub)
         except (RedisError, OSError):

@@ -99,6 +99,15 @@ PRELUDES: Final = {function: name for name in _lua_files() if name.startswith("_
 """Shared helpers: function name -> the ``lua/_<file>.lua`` that defines it."""
 
 _WORD: Final = re.compile(r"\b\w+\b")
+_NOT_CODE: Final = re.compile(
+    r"--\[\[.*?\]\]|--[^\n]*|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|\[\[.*?\]\]", re.S)
+"""Lua comments and string literals: a word there calls nothing (a comment's "wake-up"
+must not prepend the ``wake`` helper, a closure per call, to a script)."""
+
+
+def _code_words(text: str) -> set[str]:
+    """The words of ``text``'s code, its comments and strings left out."""
+    return set(_WORD.findall(_NOT_CODE.sub(" ", text)))
 
 
 ROUTING_MARK: Final = 'job:"routing"'
@@ -158,10 +167,10 @@ def _assembled(name: str) -> str:
     pieces = [(file, piece) for file in sorted(set(PRELUDES.values()))
               for piece in _pieces(file)]
     defined = {word for _, piece in pieces for word in piece.defines}
-    wanted = set(_WORD.findall(text)) & defined
+    wanted = _code_words(text) & defined
     while True:  # what the wanted pieces use, until nothing new
         more = {word for _, piece in pieces if piece.defines & wanted
-                for word in _WORD.findall(piece.text)} & defined
+                for word in _code_words(piece.text)} & defined
         if more <= wanted:
             break
         wanted |= more

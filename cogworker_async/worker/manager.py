@@ -43,6 +43,7 @@ from cogworker_async.redis.errors import (
     ConnectionLost,
     Unavailable,
 )
+from cogworker_async.redis.queues import NOTES_WAKE
 from cogworker_async.redis.store import StatsFlush, Store
 from cogworker_async.settings import Settings, unserved_limits
 from cogworker_async.version import __version__
@@ -291,7 +292,7 @@ class Manager:
         # Served queues are registered (the dashboard, the poller and recovery find each
         # queue's slot through the registry) before anything is fetched from them.
         await self._warn_of_unknown_queues()  # before registering makes them known
-        await self.store.register_queues(self.settings.queue_names)
+        await self.store.register_queues(self.settings.queue_names, required=False)
         await self._register_limiters()
         # The first beat before the first fetch: a job must never sit on the list of a
         # process that recovery could not yet see as alive.
@@ -361,22 +362,20 @@ class Manager:
         the notes relay, so a hand-off does not wait for its poll."""
         started = False
         streak = self.streaks.wake_ups
-        notes = ({self.store.keys.batch_notes(queue): queue
-                  for queue in self.settings.queue_names} if self.notes is not None else {})
+        relay, served = self.notes, set(self.settings.queue_names)
         while True:
             try:
-                async with self.store.wake_ups(list(notes)) as messages:
+                async with self.store.wake_ups() as messages:
                     streak.succeeded()
                     if not started:
                         started = True
                         task_status.started()
                     self.ledger.slots.nudge()
-                    async for channel in messages:
-                        queue = notes.get(channel)
-                        if queue is None:
+                    async for message in messages:
+                        if not message.startswith(NOTES_WAKE):
                             self.ledger.slots.nudge()
-                        elif self.notes is not None:
-                            self.notes.wake(queue)
+                        elif relay is not None and (queue := message[len(NOTES_WAKE):]) in served:
+                            relay.wake(queue)
             except Exception as exc:  # lost connection: idle fetches poll until it is back
                 if not started:
                     started = True

@@ -386,7 +386,7 @@ async def run_upkeep(recovery: Recovery, reconciler: Reconciler, settings: Setti
     async def recover() -> object:
         # Its own queues stay registered (the Store re-sends at most once a minute):
         # Redis may have lost the registry, which recovery and the dashboard read.
-        sent = await recovery.store.register_queues(settings.queue_names)
+        sent = await recovery.store.register_queues(settings.queue_names, required=False)
         # A process that may judge nobody yet (just started, or its beats just failed)
         # leaves the lock to one that may: holding it, it would hold up every recovery
         # for a whole interval (a fleet restarted one process at a time would recover

@@ -166,10 +166,12 @@ local function record_library()
                                  (fields.watchers and ("\t" .. fields.watchers) or ""))
       if type(pushed) == "number" then -- else: again later
         fields.noted = fields.state
-        -- The relays of this queue listen on the notes list's name: woken, a hand-off
-        -- takes a few round trips, not a poll. Not a move (a message missed, or refused
-        -- by an ACL, is made up by the relay's next poll), so never raising.
-        redis.pcall("PUBLISH", notes, "")
+        -- The relays of this queue hear it on the namespace's wake channel ("notes",
+        -- the queue: no queue name holds a tab): a hand-off takes a few round trips,
+        -- not a poll. Not a move (a message missed is made up by the relay's next
+        -- poll), so never raising. Both names from the notes list's: "<ns>:{<queue>}:".
+        local ns, queue = string.match(notes, "^(.-):{(.-)}:")
+        if ns then redis.pcall("PUBLISH", ns .. ":{" .. ns .. "}:wake", "notes\t" .. queue) end
       end
     end
     if LIVE_STATES[fields.state] then

@@ -7,6 +7,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from cogworker_async.errors import WrongTypeKey
 from cogworker_async.jobs.status import LIVE_TTL
 from cogworker_async.redis.keys import Keys
 from cogworker_async.redis.store import Store
@@ -134,8 +135,9 @@ async def test_an_error_means_nothing_was_enqueued(store: Store, keys: Keys) -> 
     # The name is recorded before the push, so a queue with jobs is always registered.
     await plant_wrong_type(store, keys.queues)
 
-    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+    with pytest.raises(WrongTypeKey, match="nothing was enqueued") as refused:
         await store.enqueue("emails", [make_job("emails")])
+    assert refused.value.key == keys.queues  # named, for the one who deletes it
 
     assert await store.client.llen(keys.queue("emails")) == 0
     assert await still_planted(store, keys.queues)
