@@ -170,7 +170,13 @@ async def test_burst_exits_whatever_a_key_holds(served: adminapp.Jobs, store: St
             failures.append(f"{planting.id}: --burst did not exit: {exc!r}\n"
                             f"{process.log()[-1500:]}")
             continue
-        if code != 0:
+        if planting.wrong_type and planting.spec.label in BEAT_WRITES:
+            # As a worker does (test_a_worker_recovers_...): it refuses to start, naming
+            # the key it cannot write its beat to (exit 2, a usage error).
+            if code != 2 or planting.spec.name(store.keys) not in process.log():
+                failures.append(f"{planting.id}: --burst exited {code} without naming "
+                                f"the key\n{process.log()[-1500:]}")
+        elif code != 0:
             failures.append(f"{planting.id}: --burst exited {code}\n{process.log()[-1500:]}")
     report("cotenant_fuzz", failures, len(cases))
 

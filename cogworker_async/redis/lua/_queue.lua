@@ -141,13 +141,28 @@ local function queue_library()
   -- cache of their heads' scores.
   local function levels(queue)
     local members = redis.pcall("SMEMBERS", levels_key(queue))
-    if type(members) ~= "table" or members.err or #members == 0 then return nil end
+    local damaged = type(members) ~= "table" or members.err ~= nil
+    if not damaged and #members == 0 then return nil end
     local list = {0}
-    for _, member in ipairs(members) do
+    for _, member in ipairs(damaged and {} or members) do
       local level = tonumber(member)
-      if level and level ~= 0 then table.insert(list, level) end
+      if level and level ~= 0 and level == math.floor(level) and level >= -10
+          and level <= 10 then
+        table.insert(list, level)
+      else
+        damaged = true
+      end
     end
-    return {list = list, scores = {}}
+    if damaged then
+      -- The set of another type, or holding what no push writes (a co-tenant's): it
+      -- cannot say which levels hold jobs, so every level is looked at (20 LINDEX), or
+      -- a job on a level it no longer names would wait forever.
+      list = {0}
+      for level = 10, -10, -1 do
+        if level ~= 0 then table.insert(list, level) end
+      end
+    end
+    return {list = list, scores = {}, damaged = damaged}
   end
 
   -- head_score: how soon the head of ``key`` (priority ``level``) goes, lower first; nil
@@ -174,7 +189,9 @@ local function queue_library()
       if score == nil then
         score = head_score(key, level, aging) or false
         seen.scores[key] = score
-        if not score and level ~= 0 then redis.pcall("SREM", levels_key(queue), level) end
+        if not score and level ~= 0 and not seen.damaged then
+          redis.pcall("SREM", levels_key(queue), level)
+        end
       end
       if score and (not best or score < best_score
                     or (score == best_score and level > best_level)) then

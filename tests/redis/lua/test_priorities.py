@@ -196,6 +196,33 @@ async def test_a_level_set_of_the_wrong_type_leaves_the_plain_list_served(
     assert await order(store) == [plain]
 
 
+async def test_a_level_set_of_the_wrong_type_leaves_no_level_s_job_waiting_forever(
+    store: Store, keys: Keys
+) -> None:
+    # A co-tenant's key where the set of levels was: it cannot say which levels hold
+    # jobs, so the fetch looks at every level (the burst of the full co-tenant fuzz
+    # never ended: the job on level 5 was never taken).
+    high, plain, low = prio_job(5), prio_job(0), prio_job(-3)
+    await store.enqueue(QUEUE, [high, plain, low])
+    await store.client.delete(keys.priority_levels(QUEUE))
+    await plant_wrong_type(store, keys.priority_levels(QUEUE))
+
+    assert await order(store) == [high, plain, low]
+
+
+async def test_a_level_set_holding_what_no_push_writes_leaves_no_level_s_job_waiting(
+    store: Store, keys: Keys
+) -> None:
+    high, low = prio_job(5), prio_job(-3)
+    await store.enqueue(QUEUE, [high, low])
+    await store.client.delete(keys.priority_levels(QUEUE))
+    await store.client.sadd(keys.priority_levels(QUEUE), "garbage", "1e300", "2.5")
+
+    assert await order(store) == [high, low]
+    assert await store.client.smembers(keys.priority_levels(QUEUE)) == {  # not ours to drop
+        b"garbage", b"1e300", b"2.5"}
+
+
 async def test_an_unreadable_head_of_a_level_is_taken_first_to_be_filed(
     store: Store, keys: Keys
 ) -> None:
