@@ -21,7 +21,9 @@ from zoneinfo import ZoneInfo
 TICK_EPSILON: Final = 0.001
 STARTUP_WINDOW: Final = 60.0
 """Seconds during which processes starting after the first share its ``run_at_startup``
-run: a fleet started (or rolled) together runs it once; a worker started later, again."""
+run: a fleet started (or rolled) together runs it once; a worker started later, again —
+a process recycled by ``--max-jobs``/``--max-memory`` later than this after the first
+start counts as a start too (arq's runs at every worker start)."""
 RUNNING_LOCK_TTL: Final = 3600.0
 """Seconds a periodic job's running lock lives at most (a crashed run frees it then)."""
 

@@ -420,8 +420,9 @@ class Keys:
         return self._queue(queue, "cron:claimed")
 
     def cron_startup(self, queue: str, name: str) -> str:
-        """Lock taken by the first process to enqueue a periodic job's ``run_at_startup``
-        run; the others starting within its TTL skip theirs."""
+        """Lock taken by the first process to start, naming the periodic job's
+        ``run_at_startup`` run (``<name>:startup:<holder>``, enqueued once) that every
+        process starting within its TTL shares."""
         return self._queue(queue, f"cron:startup:{name}")
 
     def periodic_running(self, queue: str, name: str) -> str:

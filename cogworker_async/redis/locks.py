@@ -13,6 +13,11 @@ class Locks(Part):
     async def take_lock(self, key: str, owner: str, ttl: float) -> bool:
         return int(await self.scripts.run("take_lock", [key], [owner, int(ttl * 1000)])) == 1
 
+    async def lock_holder(self, key: str) -> str | None:
+        """The owner holding ``key``'s lock, None when it is free."""
+        held = await self.client.get(key)
+        return None if held is None else as_bytes(held).decode("utf-8", "replace")
+
     async def release_lock(self, key: str, owner: str) -> bool:
         return int(await self.scripts.run("release_lock", [key], [owner])) == 1
 

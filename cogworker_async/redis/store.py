@@ -225,6 +225,7 @@ class Store:
 
     # locks.py
     take_lock = Via("locks", Locks.take_lock)
+    lock_holder = Via("locks", Locks.lock_holder)
     release_lock = Via("locks", Locks.release_lock)
     extend_lock = Via("locks", Locks.extend_lock)
     cron_claimed = Via("locks", Locks.cron_claimed)

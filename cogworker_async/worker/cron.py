@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import Final, Protocol
 
 import anyio
 
@@ -32,17 +32,22 @@ TICK_GRACE: Final = 5.0
 MAX_PERIODIC_BYTES: Final = 64 * 1024
 """Largest raw job a periodic tick enqueues (it has no arguments: far more than enough)."""
 
-BuildRaw = Callable[[Periodic, float], tuple[str, bytes]]
-"""(periodic, tick) -> (queue, raw job) to enqueue for that tick."""
+class BuildRaw(Protocol):
+    """(periodic, tick[, jid]) -> (queue, raw job) to enqueue for that tick."""
+
+    def __call__(self, periodic: Periodic, tick: float, jid: str | None = None,
+                 ) -> tuple[str, bytes]: ...
 
 
 def periodic_job(registry: Mapping[str, JobDefinition], periodic: Periodic,
-                 tick: float) -> tuple[str, bytes]:
-    """The job a periodic tick enqueues: its queue and raw payload."""
+                 tick: float, jid: str | None = None) -> tuple[str, bytes]:
+    """The job a periodic tick enqueues: its queue and raw payload (a fresh jid unless
+    ``jid``)."""
     definition = registry[periodic.name]
     options = definition.options
     now = time.time()
     payload = wire.build(definition.name, [], {}, queue=options.queue, retry=options.retry,
+                        jid=jid,
                         now=now, expires_at=options.deadline(now),
                         dead_on_expiry=options.dead_on_expiry, priority=options.priority,
                         group=options.group)
@@ -109,20 +114,40 @@ class CronTicker:
     async def run_at_startup(self, now: float) -> int:
         """Enqueue each ``run_at_startup`` job once for this start; returns how many
         this process enqueued. The first process takes the job's startup lock for
-        ``STARTUP_WINDOW``: the others starting meanwhile (a fleet started together)
-        skip theirs. Not a tick: the schedule's ticks are claimed as ever."""
+        ``STARTUP_WINDOW``; every process starting meanwhile (a fleet started together)
+        reads who holds it and enqueues the run as ``<name>:startup:<holder>`` in the
+        mode that refuses a jid ever enqueued: one run per holder, whichever process
+        pushes it — a retry after a failed or unanswered push never doubles it, and a
+        holder that died between its lock and its push loses nothing (the next process
+        to start in the window pushes it for it). Not a tick: the schedule's ticks are
+        claimed as ever."""
         enqueued = 0
         for periodic in self.periodics:
             if not periodic.run_at_startup:
                 continue
-            queue, raw = self.build(periodic, now)
-            lock = self.store.keys.cron_startup(queue, periodic.name)
-            if not await self.store.take_lock(lock, self.owner, STARTUP_WINDOW):
+            queue, _ = self.build(periodic, now)
+            holder = await self._startup_holder(self.store.keys.cron_startup(queue,
+                                                                              periodic.name))
+            if holder is None:
                 continue
-            await self.store.enqueue(queue, [raw])
+            jid = f"{periodic.name}:startup:{holder}"
+            queue, raw = self.build(periodic, now, jid)
+            if await self.store.enqueue(queue, [raw], jids=[jid], chosen="once") < 0:
+                continue  # enqueued for this holder already (by another, or a try of ours)
             enqueued += 1
             log.info("cron: enqueued %s at startup (run_at_startup)", periodic.name)
         return enqueued
+
+    async def _startup_holder(self, lock: str) -> str | None:
+        """Who holds the startup ``lock``: this ticker if it is free (taken now), else
+        its holder. None only if it kept expiring between the two looks."""
+        for _ in range(3):
+            if await self.store.take_lock(lock, self.owner, STARTUP_WINDOW):
+                return self.owner
+            holder = await self.store.lock_holder(lock)
+            if holder is not None:
+                return holder
+        return None
 
     def _sleep(self, now: float) -> float:
         soonest = min(p.next_tick(now) for p in self.periodics)

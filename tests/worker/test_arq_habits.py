@@ -9,14 +9,18 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
+from typing import Any
 
 import anyio
 import pytest
+import redis.exceptions
 
 from cogworker_async import App, Retry, RetryPolicy, current_job
 from cogworker_async.admin import Inspector
 from cogworker_async.jobs.dedup import Debounce, Throttle
+from cogworker_async.jobs.periodic import STARTUP_WINDOW
 from cogworker_async.jobs.unique import Unique
+from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import Store
 from cogworker_async.worker.cron import CronTicker, periodic_job
 from tests.waiting import wait_until
@@ -178,3 +182,82 @@ async def test_run_at_startup_runs_once_when_the_workers_start(
 
 
 async def _no_arguments() -> None: ...
+
+
+def _startup_app(make_app: Callable[..., App], *names: str,
+                 runs: list[str] | None = None) -> App:
+    """An app whose periodic jobs ``names`` run at startup (and put their jid in ``runs``)."""
+    jobs = make_app()
+    for name in names:
+        @jobs.periodic("0 0 1 1 *", name=name, run_at_startup=True)  # ticks yearly
+        async def warm() -> None:
+            if runs is not None:
+                runs.append(current_job().jid)
+    return jobs
+
+
+def _ticker(store: Store, jobs: App) -> CronTicker:
+    return CronTicker(store, list(jobs.periodics.values()), partial(periodic_job, jobs.registry))
+
+
+async def _queued_names(jobs: App) -> list[str]:
+    return sorted(job.name for job in (await Inspector(jobs).queue("default").page()).items)
+
+
+async def test_run_at_startup_retried_after_a_failed_push_runs_each_once(
+    make_app: Callable[..., App], store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    jobs = _startup_app(make_app, "a_first", "b_second")
+    real = store.enqueue
+    calls: list[int] = []
+
+    async def blip(*args: Any, **kwargs: Any) -> int:
+        # Fault injection on our own call, not Redis' behaviour: the first push goes
+        # through and its reply is lost; the second fails outright (a Redis blip).
+        calls.append(1)
+        if len(calls) == 1:
+            await real(*args, **kwargs)
+            raise redis.exceptions.ConnectionError("reply lost")
+        if len(calls) == 2:
+            raise redis.exceptions.ConnectionError("connection reset")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "enqueue", blip)
+    ticker = _ticker(store, jobs)
+    with pytest.raises(Unavailable):
+        await ticker.run_at_startup(time.time())
+    with pytest.raises(Unavailable):  # a_first's retry: refused; b_second's push fails
+        await ticker.run_at_startup(time.time())
+    assert await ticker.run_at_startup(time.time()) == 1
+    assert await ticker.run_at_startup(time.time()) == 0
+    assert await _queued_names(jobs) == ["a_first", "b_second"]
+
+
+async def test_run_at_startup_of_a_holder_that_died_before_its_push_still_runs(
+    make_app: Callable[..., App], store: Store,
+) -> None:
+    runs: list[str] = []
+    jobs = _startup_app(make_app, "warm_cache", runs=runs)
+    # A process took the startup lock and died before it enqueued the run.
+    assert await store.take_lock(store.keys.cron_startup("default", "warm_cache"), "gone",
+                                 STARTUP_WINDOW)
+    assert await _ticker(store, jobs).run_at_startup(time.time()) == 1
+    assert await _ticker(store, jobs).run_at_startup(time.time()) == 0
+    assert await _queued_names(jobs) == ["warm_cache"]
+    async with jobs.worker():
+        await wait_until(lambda: runs == ["warm_cache:startup:gone"], timeout=TIMEOUT)
+
+
+async def test_run_at_startup_of_tickers_starting_at_once_runs_once(
+    make_app: Callable[..., App], store: Store,
+) -> None:
+    apps = [_startup_app(make_app, "warm_cache") for _ in range(4)]
+    enqueued: list[int] = []
+
+    async def start(jobs: App) -> None:
+        enqueued.append(await _ticker(store, jobs).run_at_startup(time.time()))
+    async with anyio.create_task_group() as tg:
+        for jobs in apps:
+            tg.start_soon(start, jobs)
+    assert sorted(enqueued) == [0, 0, 0, 1]
+    assert await _queued_names(apps[0]) == ["warm_cache"]
