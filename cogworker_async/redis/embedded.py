@@ -271,7 +271,12 @@ class EmbeddedServer:
         with contextlib.suppress(OSError, ValueError):
             pid = int(self.pid_file.read_text().strip())
             if embedded_registry.recorded_pid(self.data_dir) != pid:
-                embedded_registry.record(self.data_dir, self.socket_path, pid)
+                # Its own start (a found one may have run for days): what the fleet
+                # proves a pid by, when the server no longer answers.
+                up = 0
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    up = int(_info(self.socket_path)["uptime_in_seconds"])
+                embedded_registry.record(self.data_dir, self.socket_path, pid, time.time() - up)
 
     def _announce(self) -> None:
         """Once per start, in a plain script: where the server is, that it outlives the

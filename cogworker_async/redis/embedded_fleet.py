@@ -6,8 +6,13 @@ this module proves each entry before it lists or stops one, and prunes the rest:
 - **listed** if its socket answers, as the server cogworker started for that data dir
   (``EmbeddedServer.ours``: the socket ours and closed to others, the pid it reports the
   one in its ``server.pid``), or if it does not answer yet (loading its data, or hung)
-  but the entry's pid is still a process of this user working in that data dir (a
-  server ``chdir``\\ s to its ``--dir``; Linux only: read from ``/proc``);
+  but the entry's pid is still its server: a live process working in that data dir (a
+  server ``chdir``\\ s to its ``--dir``), the pid in its ``server.pid``, running a
+  server binary, and started when the entry says (read from ``/proc``). Each test
+  alone is passed by another process: as root ``kill(pid, 0)`` succeeds for any pid, a
+  crashed server leaves its ``server.pid``, and a reused pid may be a shell, or a
+  ``tail -f server.log``, working in the data dir. Without ``/proc`` (macOS) such an
+  entry is listed, unproven, and left alone: ``stop_all`` reports it, never signals it;
 - **pruned** otherwise: its pid gone, or since given to another process, or its socket
   now answered by a server we did not start. A pid read from a file is never signalled
   unproven: a reboot, or a server killed long ago, leaves entries naming someone else.
@@ -29,11 +34,16 @@ from typing import Final
 
 from cogworker_async.errors import EmbeddedServerError
 from cogworker_async.redis import embedded_registry
-from cogworker_async.redis.embedded import POLL, STOP_TIMEOUT, EmbeddedServer
+from cogworker_async.redis.embedded import POLL, STOP_TIMEOUT, EmbeddedServer, find_binary
 from cogworker_async.redis.embedded_registry import RegistryEntry
 
 PAGE_KIB: Final = 1024
 """/proc's ``VmRSS`` is in kB (KiB)."""
+PROC: Final = Path("/proc")
+SERVER_NAMES: Final = frozenset({"redis-server", "valkey-server"})
+START_TOLERANCE: Final = 5.0
+"""Seconds between the entry's start and the process's: both are whole seconds (the
+server's uptime, the boot time), and a reused pid is given seconds later at least."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +58,9 @@ class FleetServer:
     rss_bytes: int | None
     uptime_seconds: int | None
     keys: int | None = None
+    proven: bool = True
+    """False: not answering, and without ``/proc`` its pid cannot be proven its server
+    (``stop_all`` leaves it alone and reports it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,25 +90,71 @@ def _prove(entry: RegistryEntry) -> FleetServer | None:
     status = server.status()
     if status.running and status.pid is not None and server.ours():
         if status.pid != entry.pid:  # started again by a process that did not record it
-            embedded_registry.record(server.data_dir, server.socket_path, status.pid)
+            embedded_registry.record(server.data_dir, server.socket_path, status.pid,
+                                     time.time() - (status.uptime_seconds or 0))
         return FleetServer(server.data_dir, server.socket_path, status.pid, True,
                            status.rss_bytes, status.uptime_seconds, status.keys)
-    if _still_its_server(entry, server):
-        return FleetServer(server.data_dir, server.socket_path, entry.pid, False,
-                           _rss(entry.pid), int(time.time() - entry.started_at))
-    return None
+    proven = _still_its_server(entry, server)
+    if proven is False:
+        return None
+    return FleetServer(server.data_dir, server.socket_path, entry.pid, False,
+                       _rss(entry.pid), int(time.time() - entry.started_at),
+                       proven=proven is True)
 
 
-def _still_its_server(entry: RegistryEntry, server: EmbeddedServer) -> bool:
-    """The entry's pid is a live process of this user, working in the data dir, and the
-    pid the server wrote there: the server, though it does not answer."""
+def _still_its_server(entry: RegistryEntry, server: EmbeddedServer) -> bool | None:
+    """True if the entry's pid is the server, though it does not answer: a live process
+    working in the data dir, the pid the server wrote there, a server binary, started
+    when the entry says. False if any of these fails; None if it is alive and named by
+    ``server.pid`` but, without ``/proc``, the rest cannot be checked."""
     try:
-        os.kill(entry.pid, 0)  # PermissionError: another user's process
-        working_in = os.readlink(f"/proc/{entry.pid}/cwd")  # gone for a zombie
+        os.kill(entry.pid, 0)  # PermissionError: another user's process (not as root)
         written = int(server.pid_file.read_text().strip())
     except (OSError, ValueError):
         return False
-    return working_in == str(server.data_dir) and written == entry.pid
+    if written != entry.pid:
+        return False
+    if not PROC.is_dir():
+        return None
+    try:
+        working_in = os.readlink(PROC / str(entry.pid) / "cwd")  # gone for a zombie
+    except OSError:
+        return False
+    return (working_in == str(server.data_dir) and _runs_a_server(entry.pid)
+            and _started_near(entry.pid, entry.started_at))
+
+
+def _runs_a_server(pid: int) -> bool:
+    """The process runs a server binary: one of its names, or the one ``embedded``
+    starts (``$COGWORKER_REDIS_SERVER`` may name it otherwise)."""
+    try:
+        # " (deleted)": the binary was upgraded under the running server.
+        running = os.readlink(PROC / str(pid) / "exe").removesuffix(" (deleted)")
+    except OSError:
+        try:  # the server rewrites its title: "<argv[0]> <socket>"; split on the space
+            argv = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")[0].decode()
+        except (OSError, UnicodeDecodeError):
+            return False
+        running = argv.split(" ")[0]
+    if os.path.basename(running) in SERVER_NAMES:
+        return True
+    with contextlib.suppress(EmbeddedServerError, OSError):
+        return os.path.realpath(running) == os.path.realpath(find_binary())
+    return False
+
+
+def _started_near(pid: int, started_at: float) -> bool:
+    """The process started within START_TOLERANCE of the entry's start: a pid reused
+    since was given to a process started later (``/proc/<pid>/stat``'s field 22, in
+    clock ticks since boot, plus ``/proc/stat``'s boot time)."""
+    try:
+        ticks = int((PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in (PROC / "stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        per_second = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return abs(boot + ticks / per_second - started_at) <= START_TOLERANCE
 
 
 def _rss(pid: int) -> int | None:
@@ -113,6 +172,11 @@ def stop_all() -> list[Stopped]:
         try:
             if server.answering:
                 EmbeddedServer(server.data_dir).stop()
+            elif not server.proven:
+                raise EmbeddedServerError(
+                    f"the embedded server in {server.data_dir} answers nothing, and pid "
+                    f"{server.pid} (its server.pid) cannot be proven its server here (no "
+                    f"/proc): left alone; stop it yourself if it is (kill {server.pid})")
             else:
                 _terminate(server)
         except EmbeddedServerError as exc:

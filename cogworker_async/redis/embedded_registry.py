@@ -48,7 +48,8 @@ class RegistryEntry:
     socket_path: str
     pid: int
     started_at: float
-    """Epoch seconds of the start (the uptime of a server that no longer answers)."""
+    """Epoch seconds of the server's start (the uptime of a server that no longer
+    answers; what proves its pid was not reused since)."""
 
 
 def directory() -> Path:
@@ -67,11 +68,15 @@ def _file_of(data_dir: Path | str) -> Path:
     return directory() / f"{digest}{SUFFIX}"
 
 
-def record(data_dir: Path, socket_path: str, pid: int) -> None:
+def record(data_dir: Path, socket_path: str, pid: int,
+           started_at: float | None = None) -> None:
     """Note that this user runs a server for ``data_dir`` (replacing any entry of an
-    earlier one there). Written whole (a temp file renamed over), readable by this user
-    only: a reader sees the old entry or the new one, never half of one."""
-    entry = RegistryEntry(str(data_dir), socket_path, pid, time.time())
+    earlier one there), started at ``started_at`` (epoch seconds; default now: the
+    server's own start, which ``embedded_fleet`` compares a pid's process with). Written
+    whole (a temp file renamed over), readable by this user only: a reader sees the old
+    entry or the new one, never half of one."""
+    when = time.time() if started_at is None else started_at
+    entry = RegistryEntry(str(data_dir), socket_path, pid, when)
     try:
         target = _file_of(data_dir)
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

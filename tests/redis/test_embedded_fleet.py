@@ -12,9 +12,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -195,3 +197,53 @@ def test_the_registry_is_overridable_and_not_the_users(
     monkeypatch.delenv("COGWORKER_EMBEDDED_REGISTRY")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert embedded_registry.directory() == tmp_path / "cache" / "cogworker-async" / "embedded"
+
+
+def squatter(reaper: Reaper, data_dir: Path, binary: str) -> subprocess.Popen[bytes]:
+    """A process that is not the server, working in ``data_dir`` (a shell there, a
+    ``tail -f server.log``) and named by its ``server.pid``: a crashed server's file
+    and its pid given again."""
+    data_dir.mkdir(parents=True)
+    proc = subprocess.Popen([binary, "60"], cwd=data_dir, stdin=subprocess.DEVNULL)
+    reaper.processes.append(proc)
+    (data_dir / "server.pid").write_text(f"{proc.pid}\n")
+    return proc
+
+
+def test_stop_all_never_signals_a_process_that_only_works_in_the_data_dir(
+    reaper: Reaper, registry: Path, tmp_path: Path
+) -> None:
+    data_dir = folder(tmp_path, "crashed")
+    bystander = squatter(reaper, data_dir, "sleep")
+    embedded_registry.record(data_dir, str(data_dir / "redis.sock"), bystander.pid)
+
+    stopped = cli("stop", "--all")
+
+    assert bystander.poll() is None  # alive: never signalled (it got SIGTERM before)
+    assert "no embedded server of yours was running" in stopped.stdout, stopped
+    assert list(registry.glob("*.json")) == []
+
+
+def test_a_server_named_process_started_after_its_entry_is_not_signalled(
+    reaper: Reaper, registry: Path, tmp_path: Path
+) -> None:
+    # Named as a server binary, in the data dir, in server.pid: but the entry's server
+    # started an hour before this process did, so its pid was reused since.
+    data_dir = folder(tmp_path, "reused")
+    named = tmp_path / "redis-server"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", named)  # a copy: /proc's exe names it
+    bystander = squatter(reaper, data_dir, str(named))
+    embedded_registry.record(data_dir, str(data_dir / "redis.sock"), bystander.pid,
+                             time.time() - 3600)
+
+    stopped = cli("stop", "--all")
+
+    assert bystander.poll() is None
+    assert list(registry.glob("*.json")) == []
+
+    # Started when its entry says: that is the server, hung; it gets its SIGTERM.
+    embedded_registry.record(data_dir, str(data_dir / "redis.sock"), bystander.pid)
+    stopped = cli("stop", "--all")
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped the embedded server in {data_dir} (pid {bystander.pid})" in stopped.stdout
+    assert bystander.wait(timeout=10) == -15
