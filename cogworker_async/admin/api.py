@@ -45,7 +45,7 @@ from cogworker_async.admin.records import (
     vars_of,
 )
 from cogworker_async.admin.run_metrics import RunMetrics
-from cogworker_async.admin.serving import mark_unserved
+from cogworker_async.admin.serving import mark_unserved, mark_unserved_by, served_by_beats
 from cogworker_async.admin.sets import DeadSet, JobSet, RetrySet, ScheduledSet, release_lock
 from cogworker_async.admin.waiting import WaitingJobs
 from cogworker_async.redis.admin import Admin
@@ -199,8 +199,9 @@ class Queues:
     async def infos(self, names: Sequence[str] | None = None, *,
                     processes: Sequence[ProcessInfo] | None = None) -> list[QueueInfo]:
         """The rows of queues ``names`` (every registered queue by default), each marked
-        ``unserved`` when it holds jobs none of the live ``processes`` serves (read here
-        unless the caller has them already)."""
+        ``unserved`` when it holds jobs none of the live ``processes`` serves (a caller
+        that read them already passes them; else only the live processes' beats are
+        read, once: a queue's page must not read every process's details)."""
         admin = self._inspector.admin()
         if names is None:
             names = await admin.queue_names()
@@ -221,9 +222,9 @@ class Queues:
                                    pause.since if pause is not None else None, held,
                                    head.by_priority, head.by_group, due, running,
                                    head.size + due + running))
-        if processes is None:
-            processes = await self._inspector.processes.all()
-        return mark_unserved(infos, processes)
+        if processes is not None:
+            return mark_unserved(infos, processes)
+        return mark_unserved_by(infos, served_by_beats(await admin.live_beats()))
 
     async def pause(self, name: str) -> bool:
         """Pause queue ``name`` (see ``App.pause``); False if it was paused already."""

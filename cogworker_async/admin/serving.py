@@ -17,8 +17,8 @@ they were before the mark existed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Sequence
-from typing import Final
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Final
 
 from cogworker_async.admin.records import ProcessInfo, QueueInfo
 
@@ -55,9 +55,24 @@ def served_by_live(processes: Iterable[ProcessInfo]) -> list[list[str] | None]:
     return [list(process.queues) or None for process in processes if process.alive]
 
 
+def served_by_beats(beats: Iterable[Mapping[str, Any] | None]) -> list[list[str] | None]:
+    """``served_by_live`` from the live processes' beats alone (``Admin.live_beats``),
+    read as ``records.process_info`` reads a beat's queues: the same mark either way."""
+    found: list[list[str] | None] = []
+    for beat in beats:
+        queues = (beat or {}).get("queues")
+        found.append([str(q) for q in queues] or None if isinstance(queues, list) else None)
+    return found
+
+
 def mark_unserved(infos: Sequence[QueueInfo],
                   processes: Iterable[ProcessInfo]) -> list[QueueInfo]:
     """``infos`` with ``unserved`` set on those that hold jobs no live process serves."""
-    names = unserved((info.name for info in infos if has_jobs_to_run(info)),
-                     served_by_live(processes))
+    return mark_unserved_by(infos, served_by_live(processes))
+
+
+def mark_unserved_by(infos: Sequence[QueueInfo],
+                     served: Iterable[Collection[str] | None]) -> list[QueueInfo]:
+    """``mark_unserved`` given what each live process serves (``served_by_beats``)."""
+    names = unserved((info.name for info in infos if has_jobs_to_run(info)), served)
     return [dataclasses.replace(info, unserved=info.name in names) for info in infos]

@@ -91,10 +91,11 @@ async def read(inspector: Inspector) -> SystemGauges:
     ``MAX_QUEUES_READ`` queues (the App's own first): a scrape of tens of thousands of
     queues took longer than its timeout, and lost ``cogworker_up`` with the rest."""
     names, count = await inspector.queues.bounded()
-    queues = await inspector.queues.infos(names)
+    found = await inspector.processes.all()  # read once: the queues' unserved mark too
+    queues = await inspector.queues.infos(names, processes=found)
     scheduled, retries, dead = await inspector.admin().set_sizes(
         ["schedule", "retry", "dead"], names)
-    processes = sum(1 for process in await inspector.processes.all() if process.alive)
+    processes = sum(1 for process in found if process.alive)
     batches_open = await inspector.app._store().batches.open_count()
     return SystemGauges(tuple(queues), scheduled, retries, dead, processes,
                         count - len(names), batches_open, await _outbox(inspector))

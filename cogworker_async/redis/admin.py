@@ -255,6 +255,21 @@ class Admin:
                 names.update(_text(name) for name in reply)
         return sorted(names)
 
+    async def live_beats(self) -> list[dict[str, Any] | None]:
+        """The last beat of each live process (alive marker with a beat's TTL; None for a
+        beat unreadable): what the unserved mark needs, and nothing of ``processes``'
+        per-process reads (workers hash, in-progress lists) — a single queue's page reads
+        it on every view."""
+        identities = await self.identities()
+        async with self.client.pipeline(transaction=False) as pipe:
+            for identity in identities:
+                pipe.pttl(self.keys.process(identity))
+                pipe.hget(self.keys.beats, identity)
+            replies = await pipe.execute(raise_on_error=False) if identities else []
+        return [None if isinstance(info, Exception) else _json_object(info)
+                for alive, info in zip(replies[::2], replies[1::2], strict=True)
+                if not isinstance(alive, Exception) and int(alive) > 0]
+
     async def processes(self, identities: Sequence[str]) -> list[dict[str, Any]]:
         """For each identity: alive?, its beat info, last beat, in-progress count (over
         the queues it serves), and what its processors run (the workers hash)."""

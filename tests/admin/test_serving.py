@@ -12,7 +12,13 @@ import pytest
 
 from cogworker_async import App
 from cogworker_async.admin import Inspector, QueueInfo
-from cogworker_async.admin.serving import mark_unserved, unserved
+from cogworker_async.admin.records import process_info
+from cogworker_async.admin.serving import (
+    mark_unserved,
+    served_by_beats,
+    served_by_live,
+    unserved,
+)
 from tests.waiting import wait_until
 
 SOON: Final = 0.2
@@ -47,6 +53,16 @@ def test_one_string_instead_of_names_is_refused() -> None:
         unserved("slow", [])
     with pytest.raises(TypeError, match="not one string"):
         unserved({"slow"}, ["slow"])
+
+
+def test_the_beats_alone_say_what_the_full_process_rows_say() -> None:
+    beats: list[dict[str, Any] | None] = [
+        {"queues": ["a", "b"]}, {"queues": []}, {"queues": "a"}, {}, None]
+    rows = [process_info({"identity": f"p{i}", "alive": True, "info": beat,
+                          "last_beat": 1.0, "running": {}, "in_progress": 0}, 2.0)
+            for i, beat in enumerate(beats)]
+    assert served_by_beats(beats) == served_by_live(rows) == [["a", "b"], None, None, None,
+                                                             None]
 
 
 def test_marking_rows_counts_due_jobs_and_ignores_dead_processes() -> None:
@@ -119,6 +135,12 @@ async def test_a_live_worker_serving_the_queue_clears_the_mark_and_one_on_others
         found = await rows(insp)
         assert (found["default"].size, found["default"].unserved) == (1, False)
         assert found["defualt"].state == "unserved"
+        # A queue's page (the live beats alone) and the summary (every process read
+        # in full, passed on) say the same.
+        assert not (await insp.queue("default").info()).unserved
+        assert (await insp.queue("defualt").info()).unserved
+        summary = {q["name"]: q["state"] for q in (await insp.summary())["queues"]}
+        assert summary == {"default": "running", "defualt": "unserved"}
         release.set()
     # The worker has stopped: its marker is gone, the typo'd queue is still unserved.
     assert (await rows(insp))["defualt"].unserved

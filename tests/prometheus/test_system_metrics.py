@@ -208,3 +208,32 @@ async def _demand_is(insp: Inspector, wanted: int) -> bool:
 async def _running_is(insp: Inspector, wanted: int) -> bool:
     [info] = await insp.queues.infos(["default"])
     return info.running == wanted
+
+
+async def test_a_scrape_reads_the_queues_unserved_mark(redis_url: str, namespace: str) -> None:
+    """The scrape reads the processes once and hands them to the queue rows: the rows
+    still carry the unserved mark, and the live process count."""
+    app = App(redis_url, namespace=namespace, poll_interval=0.05, track_jobs=False)
+    release = anyio.Event()
+
+    @app.job(name="hold")
+    async def hold() -> None:
+        await release.wait()
+
+    insp = Inspector(app)
+    try:
+        await hold.enqueue()
+        await hold.options(queue="nobody").enqueue()
+        alone = await system.read(insp)
+        assert {q.name: q.state for q in alone.queues} == {
+            "default": "unserved", "nobody": "unserved"}
+        async with app.worker(concurrency=1):
+            await wait_until(lambda: _running_is(insp, 1), timeout=10)
+            await hold.enqueue()  # waits on the queue the worker serves
+            served = await system.read(insp)
+            release.set()
+        assert served.processes == 1
+        assert {q.name: q.state for q in served.queues} == {
+            "default": "running", "nobody": "unserved"}
+    finally:
+        await app.close()
