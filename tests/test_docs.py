@@ -174,3 +174,12 @@ def test_the_readme_opens_with_the_two_commands_and_install_with_no_placeholder(
     lead = text[:text.index("## The two commands")]
     assert len(lead.split()) <= README_LEAD_WORDS, lead
     assert not re.search(r"<[^>\n]*URL[^>\n]*>", text), "a placeholder URL in the README"
+
+
+def test_no_page_gives_a_placeholder_url_to_type() -> None:
+    """A real URL or none (issue 45 item 10): a newcomer who copies a line of the docs
+    must not paste "<the repository's URL>" into a shell."""
+    pages = [README, *sorted((README.parent / "docs").rglob("*.md"))]
+    placed = [str(page) for page in pages
+              if re.search(r"<[^>\n]*URL[^>\n]*>", page.read_text())]
+    assert not placed, placed
