@@ -120,9 +120,10 @@ def _command(load_app: LoadApp) -> Callable[..., None]:
             "--burst", help="Exit 0 once the queues and their due scheduled and retry jobs "
                             "are empty.")] = False,
         burst_wait: Annotated[float | None, typer.Option(
-            min=0, metavar="SECONDS",
+            metavar="SECONDS", callback=_burst_wait,
             help="Implies --burst, and also waits for (and runs) the scheduled jobs and "
-                 "retries due within SECONDS (arq's burst waits for every deferred job).")]
+                 "retries due within SECONDS, at most 86400 (a day; arq's burst waits for "
+                 "every deferred job).")]
         = None,
         reload: Annotated[bool, typer.Option(
             "--reload", help="Development: restart the worker(s) when a .py file under the "
@@ -236,6 +237,16 @@ async def _until_reachable(url: str, bound: float, signals: AsyncIterator[int]) 
         await _reach_redis(url, bound)
         tg.cancel_scope.cancel()
     return not stopped
+
+
+def _burst_wait(value: float | None) -> float | None:
+    """--burst-wait's SECONDS: finite, 0 to a day (``stopper.check_ahead``)."""
+    if value is None:
+        return None
+    try:
+        return stopper.check_ahead(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 async def _serve(app: App, overrides: dict[str, Any], url: str, wait_for: float,

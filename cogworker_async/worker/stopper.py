@@ -8,6 +8,7 @@ which the dispatcher itself counts.)
 from __future__ import annotations
 
 import logging
+import math
 from typing import Final, Protocol
 
 import anyio
@@ -24,6 +25,19 @@ EMPTY_LOOKS: Final = 2
 poller's move and the fetch, or enqueued by a job that just ended, is seen by one of
 them."""
 
+MAX_AHEAD: Final = 86400.0
+"""Most seconds ``run --burst-wait`` looks ahead (a day): a burst that waits longer is a
+worker, not a burst."""
+
+
+def check_ahead(ahead: float) -> float:
+    """``ahead`` seconds, or a ValueError: NaN would fail every backlog count (a Redis
+    error at each look) and infinity would wait for every job scheduled, however far."""
+    if not math.isfinite(ahead) or not 0 <= ahead <= MAX_AHEAD:
+        raise ValueError(f"must be a finite number of seconds from 0 to {MAX_AHEAD:.0f} "
+                         f"(a day), not {ahead!r}")
+    return float(ahead)
+
 
 class Stoppable(Protocol):
     store: Store
@@ -39,6 +53,7 @@ class Stoppable(Protocol):
 async def stop_when_drained(worker: Stoppable, ahead: float = 0.0) -> None:
     """Stop ``worker`` once it is idle and its queues hold nothing due (nor due within
     ``ahead`` seconds), ``EMPTY_LOOKS`` looks in a row (``idle_fetch_interval`` apart)."""
+    ahead = check_ahead(ahead)
     store, ledger, queues = worker.store, worker.ledger, worker.settings.queue_names
     empty, damaged = 0, set[str]()
     while not worker.stopping:
