@@ -28,7 +28,9 @@ Another is ``RedisUnreachable`` (``redis/unreachable.py``): a ``CogworkerError``
 
 from __future__ import annotations
 
+import numbers
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 
@@ -42,6 +44,13 @@ class ConfigurationError(CogworkerError):
 
 class EmbeddedServerError(ConfigurationError):
     """The embedded Redis-compatible server could not be started or reached."""
+
+
+def install_extra(extra: str) -> str:
+    """How to get a missing extra, for a message: the package is on no index, so
+    ``pip install 'cogworker-async[web]'`` cannot work; a clone's folder can (issue 45)."""
+    return (f"install the package with its {extra} extra: pip install '.[{extra}]' in your "
+            "clone's folder (docs: Install)")
 
 
 class LifespanFailed(CogworkerError):
@@ -129,14 +138,15 @@ class Retry(CogworkerError):
 
     def __init__(self, in_: float | timedelta = 0.0, reason: str = "") -> None:
         # As jobs/times.py's seconds_of (this bottom module imports nothing above it): a
-        # timedelta is seconds too; a bool is not. A negative delay is "now" (the worker's).
+        # timedelta is seconds too, any real number (Decimal, Fraction, numpy's) is read
+        # with float(); a bool is not one. A negative delay is "now" (the worker's).
         if isinstance(in_, timedelta):
             in_ = in_.total_seconds()
-        elif isinstance(in_, bool) or not isinstance(in_, int | float):
+        elif isinstance(in_, bool) or not isinstance(in_, numbers.Real | Decimal):
             raise TypeError(f"Retry(in_=) takes seconds or a timedelta, not "
                             f"{type(in_).__name__}")
-        super().__init__(reason or f"retry requested in {in_}s")
         self.delay = float(in_)
+        super().__init__(reason or f"retry requested in {self.delay:g}s")
 
 
 def why(exc: BaseException) -> str:

@@ -38,7 +38,7 @@ from typing import Any, Final, Protocol
 
 from cogworker_async.errors import ConfigurationError
 from cogworker_async.jobs import context, unique
-from cogworker_async.jobs.times import seconds_of
+from cogworker_async.jobs.times import plain, seconds_of
 
 MAX_WINDOW: Final = 366 * 24 * 3600.0
 """Longest throttle window or debounce delay (a year)."""
@@ -173,8 +173,7 @@ class Throttle:
     key: str | DedupKey | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.seconds, timedelta):
-            object.__setattr__(self, "seconds", seconds_of(self.seconds, "Throttle"))
+        object.__setattr__(self, "seconds", plain(self.seconds, "Throttle"))
         _window("Throttle", self.seconds)
         unique.check_key(self.key)
 
@@ -191,8 +190,7 @@ class Debounce:
     key: str | DedupKey | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.seconds, timedelta):
-            object.__setattr__(self, "seconds", seconds_of(self.seconds, "Debounce"))
+        object.__setattr__(self, "seconds", plain(self.seconds, "Debounce"))
         _window("Debounce", self.seconds)
         unique.check_key(self.key)
 

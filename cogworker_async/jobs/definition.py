@@ -12,7 +12,6 @@ import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Final
 
 from cogworker_async.errors import ConfigurationError
@@ -34,7 +33,7 @@ from cogworker_async.jobs.retries import check_retry
 from cogworker_async.jobs.status import check_jid, check_keep_result
 from cogworker_async.jobs.times import Delay as Delay  # re-exported: their home was here
 from cogworker_async.jobs.times import When as When
-from cogworker_async.jobs.times import seconds_of
+from cogworker_async.jobs.times import plain
 from cogworker_async.jobs.unique import UniqueKey, UniquePolicy
 
 
@@ -126,12 +125,11 @@ class JobOptions:
                              "with unique, after= or a chosen jid")
 
     def _in_seconds(self) -> None:
-        """Each duration given as a timedelta, as seconds (arq's spelling, and the
-        standard library's); ``keep_result=0`` as None: arq's "keep no result"."""
+        """Each duration given as a timedelta (arq's spelling, and the standard
+        library's) or another real number (a Decimal...), as float seconds;
+        ``keep_result=0`` as None: arq's "keep no result"."""
         for name in DURATIONS:
-            value = getattr(self, name)
-            if isinstance(value, timedelta):
-                object.__setattr__(self, name, seconds_of(value, name))
+            object.__setattr__(self, name, plain(getattr(self, name), name))
         if self.keep_result == 0 and not isinstance(self.keep_result, bool):
             object.__setattr__(self, "keep_result", None)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from cogworker_async.jobs.times import seconds_of
+from cogworker_async.jobs.times import plain, seconds_of
 
 if TYPE_CHECKING:  # job imports settings, which imports this module
     from cogworker_async.jobs.wire import Payload
@@ -165,8 +165,7 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         check_retry(self.max)
-        if isinstance(self.delay, timedelta):
-            object.__setattr__(self, "delay", seconds_of(self.delay, "delay"))
+        object.__setattr__(self, "delay", plain(self.delay, "delay"))
         if self.delay is not None and not callable(self.delay):
             if isinstance(self.delay, bool) or not isinstance(self.delay, int | float):
                 raise TypeError("delay must be seconds, a timedelta or fn(attempt, error) -> "

@@ -14,7 +14,9 @@ No imports from the package: the option values below ``definition`` (``unique``,
 from __future__ import annotations
 
 import math
+import numbers
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 Delay = float | int | timedelta
 """How long from now: seconds, or a timedelta."""
@@ -23,14 +25,31 @@ When = datetime | float | int
 
 
 def seconds_of(value: object, name: str = "a duration") -> float:
-    """A duration as seconds: a number, or a ``timedelta``; a TypeError naming ``name``
-    for anything else, a bool too (``True`` is not one second). Its range (above 0, a
-    cap) is the caller's to check: which durations may be 0 differs."""
+    """A duration as seconds: any real number (``Decimal``, ``Fraction``, numpy's too:
+    ``float()`` of it), or a ``timedelta``; a TypeError naming ``name`` for anything
+    else, a bool too (``True`` is not one second). Its range (above 0, a cap) is the
+    caller's to check: which durations may be 0 differs."""
     if isinstance(value, timedelta):
         return value.total_seconds()
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+    if _real(value):
+        return float(value)  # type: ignore[arg-type]
     raise TypeError(f"{name} must be seconds or a timedelta, not {type(value).__name__}")
+
+
+def plain(value: object, name: str = "a duration") -> object:
+    """``value`` as float seconds if it is a duration of another type (a timedelta, a
+    Decimal, a Fraction, numpy's numbers), else as it is: the option values that keep an
+    int or float as given, and check its type and range themselves, convert with it."""
+    if isinstance(value, timedelta) or (_real(value) and not isinstance(value, int | float)):
+        return seconds_of(value, name)
+    return value
+
+
+def _real(value: object) -> bool:
+    """A real number that is not a bool. ``Decimal`` is not registered as a
+    ``numbers.Real`` (it refuses to mix with floats), yet ``float()`` reads it exactly
+    enough for seconds."""
+    return isinstance(value, numbers.Real | Decimal) and not isinstance(value, bool)
 
 
 def seconds_from(delay: Delay) -> float:

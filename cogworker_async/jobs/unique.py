@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Literal
 
-from cogworker_async.jobs.times import seconds_of
+from cogworker_async.jobs.times import plain
 
 UniquePolicy = Literal["until_executed", "until_started"]
 POLICIES: Final = ("until_executed", "until_started")
@@ -95,8 +95,7 @@ class Unique:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"Unique's policy must be one of {POLICIES}, not {self.policy!r}")
-        if isinstance(self.ttl, timedelta):
-            object.__setattr__(self, "ttl", seconds_of(self.ttl, "ttl"))
+        object.__setattr__(self, "ttl", plain(self.ttl, "ttl"))
         if isinstance(self.ttl, bool) or not isinstance(self.ttl, int | float):
             raise TypeError(f"ttl must be seconds or a timedelta, not {type(self.ttl).__name__}")
         if not (math.isfinite(self.ttl) and 0 < self.ttl <= MAX_TTL):

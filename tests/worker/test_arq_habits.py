@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
+from fractions import Fraction
 from functools import partial
 from typing import Any
 
@@ -19,6 +21,7 @@ from cogworker_async import App, Retry, RetryPolicy, current_job
 from cogworker_async.admin import Inspector
 from cogworker_async.jobs.dedup import Debounce, Throttle
 from cogworker_async.jobs.periodic import STARTUP_WINDOW
+from cogworker_async.jobs.times import seconds_of
 from cogworker_async.jobs.unique import Unique
 from cogworker_async.redis.errors import Unavailable
 from cogworker_async.redis.store import Store
@@ -94,6 +97,40 @@ def test_every_duration_option_takes_a_timedelta(make_app: Callable[..., App]) -
     assert Debounce(timedelta(milliseconds=500)).seconds == 0.5
     assert RetryPolicy(delay=timedelta(seconds=7)).delay == 7.0
     assert Retry(in_=timedelta(minutes=2)).delay == 120.0
+
+
+async def test_any_real_number_is_seconds(make_app: Callable[..., App]) -> None:
+    # What float() read before durations took a timedelta: Decimal, Fraction (and
+    # numpy's numbers, which are numbers.Real too) must still be seconds in a job.
+    jobs = make_app()
+    tries: list[int] = []
+
+    @jobs.job(keep_result=60)
+    async def asks_with_retry() -> int:
+        tries.append(current_job().attempt)
+        if len(tries) == 1:
+            raise Retry(in_=Decimal("0.1"))
+        return len(tries)
+
+    @jobs.job(retry=RetryPolicy(max=2, delay=lambda attempt, error: Fraction(1, 20)),
+              keep_result=60)
+    async def asks_with_retry_in() -> int:
+        if current_job().attempt == 1:
+            raise RuntimeError("first run fails")
+        return current_job().attempt
+
+    assert (Retry(in_=Decimal("5")).delay, Retry(in_=Fraction(1, 2)).delay) == (5.0, 0.5)
+    assert RetryPolicy(delay=Decimal("1.5")).delay == 1.5
+    assert seconds_of(Fraction(3, 4)) == 0.75
+    options = asks_with_retry.options(timeout=Decimal("2"), keep_result=Fraction(3, 2),
+                                      expires_in=Decimal(60)).job_options
+    assert (options.timeout, options.keep_result, options.expires_in) == (2.0, 1.5, 60.0)
+    assert (Unique(ttl=Fraction(1, 2)).ttl, Throttle(Decimal(2)).seconds,
+            Debounce(Fraction(1, 4)).seconds) == (0.5, 2.0, 0.25)
+    retried, asked = await asks_with_retry.enqueue(), await asks_with_retry_in.enqueue()
+    async with jobs.worker():
+        assert await jobs.result(retried, timeout=TIMEOUT) == 2
+        assert await jobs.result(asked, timeout=TIMEOUT) == 2
 
 
 def test_bad_durations_are_refused_at_the_call(make_app: Callable[..., App]) -> None:
