@@ -47,8 +47,8 @@ class EmbeddedServerError(ConfigurationError):
 
 
 def install_extra(extra: str) -> str:
-    """How to get a missing extra, for a message: the package is on no index, so
-    ``pip install 'cogworker-async[web]'`` cannot work; a clone's folder can (issue 45)."""
+    """How to get a missing extra, for a message: the package is on no index, so pip
+    cannot install it by its name; from a clone's folder it can (issue 45)."""
     return (f"install the package with its {extra} extra: pip install '.[{extra}]' in your "
             "clone's folder (docs: Install)")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Final
 
-from cogworker_async.errors import ConfigurationError
+from cogworker_async.errors import ConfigurationError, install_extra
 from cogworker_async.settings import Settings
 from cogworker_async.worker.observers import OUTCOMES, ProcessMetrics, Vitals
 
@@ -50,8 +50,8 @@ class Wiring:
             from cogworker_async.prometheus.process import WorkerMetrics
         except ImportError as exc:
             raise ConfigurationError(
-                "metrics_port needs the metrics extra: pip install "
-                f"'cogworker-async[metrics]' ({exc})") from None
+                f"metrics_port needs the metrics extra ({exc}); "
+                f"{install_extra('metrics')}") from None
         # registered: series of their own; the outcomes passed, since the metrics do not
         # import the worker: each counter starts at 0.
         return WorkerMetrics(settings, vitals, registered, outcomes=OUTCOMES)

@@ -183,3 +183,33 @@ def test_no_page_gives_a_placeholder_url_to_type() -> None:
     placed = [str(page) for page in pages
               if re.search(r"<[^>\n]*URL[^>\n]*>", page.read_text())]
     assert not placed, placed
+
+
+
+_OUR_INSTALL: Final = re.compile(
+    r"pip install ['\"]?(?P<target>[^'\"\s`]*cogworker[^'\"\s`]*|\.\[)")
+
+
+def test_every_install_line_is_typed_in_the_clone_and_the_guides_say_so() -> None:
+    """One place to stand (issue 45, the first hour): every install of this package reads
+    ``pip install '.[extra]'`` in the clone's folder; ``'./cogworker-async[web]'`` works
+    only from the clone's parent, and the README and getting-started ``cd`` into it first."""
+    pages = [README, *sorted((README.parent / "docs").rglob("*.md"))]
+    elsewhere = [f"{page.relative_to(ROOT)}: {found['target']}" for page in pages
+                 for found in _OUR_INSTALL.finditer(page.read_text())
+                 if found["target"] != ".["]
+    assert not elsewhere, elsewhere
+    for page in (README, ROOT / "docs" / "getting-started.md"):
+        text = page.read_text()
+        first = text.index("pip install '.[")
+        assert "cd cogworker-async" in text[:first], f"{page.name}: no cd before its install"
+
+
+def test_no_message_names_an_install_that_cannot_work() -> None:
+    """The package is on no index: a message saying ``pip install 'cogworker-async[web]'``
+    sends the reader to a command that fails (issue 45); errors.install_extra says it."""
+    sources = sorted((ROOT / "cogworker_async").rglob("*.py"))
+    wrong = [f"{path.relative_to(ROOT)}: {found['target']}" for path in sources
+             for found in _OUR_INSTALL.finditer(path.read_text())
+             if found["target"] != ".["]
+    assert not wrong, wrong

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from cogworker_async.cli import common
 from cogworker_async.cli.tables import NONE, duration, megabytes
-from cogworker_async.redis import embedded_fleet
+from cogworker_async.redis import embedded_fleet, embedded_registry
 from cogworker_async.redis.embedded import SOCKET_NAME, EmbeddedServer, ServerStatus
 from cogworker_async.redis.embedded_fleet import FleetServer
 
@@ -149,8 +149,8 @@ def as_dict(server: FleetServer) -> dict[str, Any]:
 
 def fleet_table(found: list[FleetServer]) -> Table:
     """``status --all`` for a person (pure)."""
-    table = Table(title="embedded servers you started "
-                  "(stop them: cogworker-async embedded stop --all)")
+    table = Table(title="embedded servers you started (stop them: "
+                  f"{embedded_registry.command('embedded stop --all')})")
     for column in ("data dir", "pid", "socket", "memory (RSS)", "up", "keys"):
         table.add_column(column, overflow="fold")
     for server in found:
@@ -180,5 +180,8 @@ def describe(status: ServerStatus) -> str:
         f"url:      unix://{status.socket_path}",
         f"data dir: {status.data_dir}",
         f"memory:   {status.used_memory}, {status.keys} keys",
-        "stop it:  cogworker-async embedded stop (every one you started: stop --all)",
+        f"stop it:  {embedded_registry.command('embedded stop')}",
+        # Not stop --all: it stops every folder's server; the reader asked about this one.
+        f"others:   {embedded_registry.command('embedded status --all')} (every one you "
+        "started)",
     ])

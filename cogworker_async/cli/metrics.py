@@ -33,7 +33,7 @@ from cogworker_async.admin.run_metrics import (
     run_time,
 )
 from cogworker_async.cli import common
-from cogworker_async.errors import CogworkerError
+from cogworker_async.errors import CogworkerError, install_extra
 from cogworker_async.observe.run_metrics import MAX_WINDOW_MINUTES
 from cogworker_async.prometheus import exporter
 
@@ -176,8 +176,8 @@ def _metrics_command(load_app: common.LoadApp) -> Callable[..., None]:
         """Serve the system-wide Prometheus gauges (queues, sets, processes) until
         SIGTERM/SIGINT: an exporter for those who run no dashboard (the metrics extra)."""
         if (missing := exporter.missing_extra()) is not None:
-            common.fail("the metrics command needs the metrics extra "
-                        f"(pip install 'cogworker-async[metrics]'): {missing}")
+            common.fail(f"the metrics command needs the metrics extra ({missing}); "
+                        f"{install_extra('metrics')}")
         level = logging.getLevelName(log_level.upper())
         if not isinstance(level, int):
             common.fail(f"unknown log level {log_level!r}: use DEBUG, INFO, WARNING or ERROR")

@@ -46,7 +46,7 @@ from cogworker_async.cli.exits import (
     fail,
     leaves,
 )
-from cogworker_async.errors import CogworkerError, LifespanExitFailed, why
+from cogworker_async.errors import CogworkerError, LifespanExitFailed, install_extra, why
 from cogworker_async.redis import urls
 from cogworker_async.redis.connection import connect, server_info
 from cogworker_async.redis.errors import REFUSING, UNREACHABLE
@@ -373,7 +373,7 @@ def _supervise(target: str, shared: list[str], url: str, *, processes: str | Non
              f"{count}: worker i serves on PORT+i, and {metrics_port}+{count - 1} is past "
              f"{MAX_PORT}; use a port of at most {MAX_PORT - count + 1}")
     if reload and importlib.util.find_spec("watchfiles") is None:
-        fail("--reload needs watchfiles: pip install 'cogworker-async[reload]'")
+        fail(f"--reload needs watchfiles; {install_extra('reload')}")
 
     def argv_of(number: int) -> list[str]:
         port = [] if metrics_port is None else ["--metrics-port", str(metrics_port + number)]

@@ -81,6 +81,7 @@ from cogworker_async.cli.supervisor_rules import (
     usable_cores,
     verdict,
 )
+from cogworker_async.errors import install_extra
 
 __all__ = [
     "EXIT_HARD_STOP", "EXIT_OK", "EXIT_RECYCLE", "EXIT_REDIS", "EXIT_USAGE", "FIRST_BACKOFF",
@@ -409,7 +410,7 @@ class Supervisor:
         try:
             import watchfiles
         except ImportError:  # checked by the CLI first; here only if it went missing
-            log.error("--reload needs watchfiles (pip install 'cogworker-async[reload]')")
+            log.error("--reload needs watchfiles; %s", install_extra("reload"))
             return threading.Thread()
         root = self.reload_root or Path.cwd()
 

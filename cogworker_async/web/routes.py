@@ -31,6 +31,7 @@ from cogworker_async.admin.run_metrics import (
     run_time,
 )
 from cogworker_async.admin.sets import JobSet
+from cogworker_async.errors import install_extra
 from cogworker_async.web import actions, batch_page, format, job_page
 from cogworker_async.web.site import NO_STORE, SET_KINDS, STATIC, Site, page_number
 from cogworker_async.worker.streak import Streak
@@ -278,8 +279,8 @@ def prometheus(site: Site) -> Endpoint:
         try:
             from cogworker_async.prometheus.system import render
         except ImportError:
-            return PlainTextResponse("/metrics needs the metrics extra: pip install "
-                                     "'cogworker-async[metrics]'\n", NOT_IMPLEMENTED)
+            return PlainTextResponse("/metrics needs the metrics extra; "
+                                     f"{install_extra('metrics')}\n", NOT_IMPLEMENTED)
         body, content_type = await render(site.inspector, streak=streak)
         return Response(body, media_type=content_type, headers=NO_STORE)
     return view

