@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -78,10 +79,20 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return where
 
 
-def folder(tmp_path: Path, name: str) -> Path:
-    d = tmp_path / name / ".cogworker"
-    if len(str(d / "redis.sock")) > 100:
-        pytest.skip(f"tmp_path too long for a socket in the data dir: {d}")
+@pytest.fixture
+def short() -> Iterator[Path]:
+    """A short folder for the data dirs: a unix socket's path must fit in sun_path (107
+    bytes), which pytest's tmp_path under xdist often does not (the tests were skipped)."""
+    base = Path(tempfile.mkdtemp(prefix="cwf-", dir="/tmp"))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def folder(base: Path, name: str) -> Path:
+    d = base / name / ".cogworker"
+    assert len(str(d / "redis.sock")) <= 100, d  # short: never skipped
     return d
 
 
@@ -110,10 +121,10 @@ def pid_of(data_dir: Path) -> int:
     return int((data_dir / "server.pid").read_text())
 
 
-def test_status_all_lists_every_folders_server_and_stop_all_stops_them(
+def test_status_all_lists_every_folders_server_and_stop_all_stops_them(short: Path,
     reaper: Reaper, registry: Path, tmp_path: Path
 ) -> None:
-    first, second = folder(tmp_path, "one"), folder(tmp_path, "two")
+    first, second = folder(short, "one"), folder(short, "two")
     for data_dir in (first, second):
         reaper.data_dirs.append(data_dir)
         script(data_dir)  # exits: its server runs on
@@ -142,10 +153,10 @@ def test_status_all_lists_every_folders_server_and_stop_all_stops_them(
     assert list(registry.glob("*.json")) == []
 
 
-def test_stale_entries_are_pruned_and_their_pids_never_signalled(
+def test_stale_entries_are_pruned_and_their_pids_never_signalled(short: Path,
     reaper: Reaper, registry: Path, tmp_path: Path
 ) -> None:
-    killed_dir, bystander_dir = folder(tmp_path, "killed"), folder(tmp_path, "reused")
+    killed_dir, bystander_dir = folder(short, "killed"), folder(short, "reused")
     killed = reaper.server(killed_dir)
     killed.start()
     killed_pid = pid_of(killed_dir)
@@ -165,10 +176,10 @@ def test_stale_entries_are_pruned_and_their_pids_never_signalled(
     assert list(registry.glob("*.json")) == []
 
 
-def test_a_script_that_starts_one_says_so_on_stderr_once(
+def test_a_script_that_starts_one_says_so_on_stderr_once(short: Path,
     reaper: Reaper, registry: Path, tmp_path: Path
 ) -> None:
-    data_dir = folder(tmp_path, "script")
+    data_dir = folder(short, "script")
     reaper.data_dirs.append(data_dir)
 
     first = script(data_dir)
@@ -192,14 +203,14 @@ def test_a_script_that_starts_one_says_so_on_stderr_once(
 STOP_IT: Final = re.compile(r"Stop it with '([^']+)'")
 
 
-def test_the_notice_names_a_stop_command_that_works_where_the_user_is(
+def test_the_notice_names_a_stop_command_that_works_where_the_user_is(short: Path,
     reaper: Reaper, registry: Path, tmp_path: Path
 ) -> None:
     """After ``make run`` the venv is not on PATH: the notice's command must still work
     typed as it is, from the folder the script ran in (issue 45)."""
     venv_bin = str(Path(sys.executable).parent)
     for name, on_path in (("off-path", False), ("on-path", True)):
-        data_dir = folder(tmp_path, name)
+        data_dir = folder(short, name)
         reaper.data_dirs.append(data_dir)
         rest = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d != venv_bin]
         env = {**not_a_test(), "PATH": os.pathsep.join([venv_bin] * on_path + rest)}
@@ -254,10 +265,10 @@ def squatter(reaper: Reaper, data_dir: Path, binary: str) -> subprocess.Popen[by
     return proc
 
 
-def test_stop_all_never_signals_a_process_that_only_works_in_the_data_dir(
+def test_stop_all_never_signals_a_process_that_only_works_in_the_data_dir(short: Path,
     reaper: Reaper, registry: Path, tmp_path: Path
 ) -> None:
-    data_dir = folder(tmp_path, "crashed")
+    data_dir = folder(short, "crashed")
     bystander = squatter(reaper, data_dir, "sleep")
     embedded_registry.record(data_dir, str(data_dir / "redis.sock"), bystander.pid)
 
@@ -268,12 +279,12 @@ def test_stop_all_never_signals_a_process_that_only_works_in_the_data_dir(
     assert list(registry.glob("*.json")) == []
 
 
-def test_a_server_named_process_started_after_its_entry_is_not_signalled(
+def test_a_server_named_process_started_after_its_entry_is_not_signalled(short: Path,
     reaper: Reaper, registry: Path, tmp_path: Path
 ) -> None:
     # Named as a server binary, in the data dir, in server.pid: but the entry's server
     # started an hour before this process did, so its pid was reused since.
-    data_dir = folder(tmp_path, "reused")
+    data_dir = folder(short, "reused")
     named = tmp_path / "redis-server"
     shutil.copy(shutil.which("sleep") or "/bin/sleep", named)  # a copy: /proc's exe names it
     bystander = squatter(reaper, data_dir, str(named))
