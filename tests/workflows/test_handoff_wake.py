@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 
 from cogworker_async import After, App
@@ -99,14 +100,21 @@ async def test_an_end_that_notes_wakes_its_queue_s_relays_on_the_wake_channel(
     # The script derives the channel and the queue from the notes list's name
     # (_record.lua): this holds them to the names the worker listens for.
     app, _, step, _ = slow_polling(make_app)
+    gate = anyio.Event()
+
+    @app.job(name="gated", retry=0)
+    async def gated() -> None:
+        await gate.wait()  # ends after its dependent watches it: its end is noted
+
     store = app._store()
     pubsub = store.client.pubsub()
     await pubsub.subscribe(store.keys.wake_channel)
     try:
         async with app.worker():
-            parent = await step.options(queue="emails").enqueue(1)
+            parent = await gated.options(queue="emails").enqueue()
             assert parent is not None
             await step.options(queue="reports", after=[parent]).enqueue(2)
+            gate.set()
             heard: list[str] = []
 
             async def notes_heard() -> bool:
@@ -116,7 +124,7 @@ async def test_an_end_that_notes_wakes_its_queue_s_relays_on_the_wake_channel(
                     heard.append(message["data"].decode())
                 return f"{NOTES_WAKE}emails" in heard
 
-            await wait_until(notes_heard, timeout=WAIT)
+            await wait_until(notes_heard, timeout=WAIT)  # (heard: in the failure's locals)
     finally:
         await pubsub.aclose()
 
