@@ -130,6 +130,33 @@ class QueuesPart(Part):
         finally:
             await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
 
+    async def name_levels(self, queue: str) -> list[int]:
+        """Name again, in ``queue``'s set of priority levels, each level whose list holds
+        jobs but that the set lost (evicted under an ``allkeys-*`` policy, deleted by a
+        hand): the fetch looks only at the levels the set names, so such a level's jobs
+        would wait forever. Returns the levels named again. Idempotent (SADD); a set of
+        another type is left to the fetch, which then looks at every level."""
+        levels = [level for level in LEVELS if level != 0]
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.smembers(self.keys.priority_levels(queue))
+            for level in levels:
+                pipe.llen(self.keys.priority_level(queue, level))
+            replies = await pipe.execute(raise_on_error=False)
+        named, lengths = replies[0], replies[1:]
+        if isinstance(named, Exception):
+            if wrong_type(named):
+                return []
+            raise named
+        known = {as_bytes(member) for member in named}
+        lost = [level for level, length in zip(levels, lengths, strict=True)
+                if isinstance(length, int) and length > 0
+                and str(level).encode() not in known]
+        if lost:
+            await self.client.sadd(self.keys.priority_levels(queue), *lost)
+            log.warning("queue %r: its set of priority levels had lost %s, whose lists "
+                        "hold jobs: named again", queue, ", ".join(map(str, lost)))
+        return lost
+
     async def backlog(self, queues: Sequence[str], ahead: float = 0.0,
                       ) -> tuple[int, list[str]]:
         """Jobs of ``queues`` waiting to run now: queued, plus scheduled and retry

@@ -217,6 +217,7 @@ class Store:
     queue_names = Via("queues", QueuesPart.queue_names)
     wake_ups = Via("queues", QueuesPart.wake_ups)
     backlog = Via("queues", QueuesPart.backlog)
+    name_levels = Via("queues", QueuesPart.name_levels)
 
     # stats.py
     add_stats = Via("stats", StatsPart.add_stats)

@@ -5,6 +5,10 @@ pushed on its queue before it is removed from its set (``promote.lua``), so it i
 in at least one place, and a member moved by another process meanwhile is skipped.
 An entry that is not a job goes to dead with its bytes kept.
 
+Every ``LEVELS_EVERY`` seconds it also names again, in each served queue's set of
+priority levels, a level whose list holds jobs but that the set lost (eviction, a hand):
+the fetch reads only the levels the set names.
+
 Each queue has its own schedule and retry sets (in its slot): a worker polls those of
 the queues it serves. A job scheduled on a queue no worker serves waits in its set —
 it could not run before a worker for that queue starts anyway.
@@ -32,6 +36,9 @@ BATCH: Final = 100
 """Due entries moved per round trip."""
 
 SETS: Final[tuple[SetName, ...]] = ("schedule", "retry")
+LEVELS_EVERY: Final = 60.0
+"""Seconds between two checks that each queue's set of priority levels names every
+level holding jobs (``Store.name_levels``: one pipeline a queue)."""
 
 
 class Poller:
@@ -40,6 +47,7 @@ class Poller:
         self.settings = settings
         self.queues = list(dict.fromkeys(settings.queue_names))
         self.streak = Streak("poller: moving due jobs")
+        self._levels_at = time.monotonic() + random.uniform(0, LEVELS_EVERY)
 
     async def run(self) -> None:
         """Poll forever at a jittered interval (so processes don't poll in lockstep)."""
@@ -54,10 +62,18 @@ class Poller:
         one must not hold up the other). Through an outage the streak says so once, not
         once per set per pass; one bad pass never stops the poller."""
         failure: Exception | None = None
+        levels_due = time.monotonic() >= self._levels_at
+        if levels_due:
+            self._levels_at = time.monotonic() + LEVELS_EVERY
         for queue in self.queues:
             for target in SETS:
                 try:
                     await self.promote_due(queue, target)
+                except Exception as exc:
+                    failure = failure or exc
+            if levels_due:  # a level its set lost would never be fetched again
+                try:
+                    await self.store.name_levels(queue)
                 except Exception as exc:
                     failure = failure or exc
         if failure is None:

@@ -223,6 +223,33 @@ async def test_a_level_set_holding_what_no_push_writes_leaves_no_level_s_job_wai
         b"garbage", b"1e300", b"2.5"}
 
 
+async def test_a_level_its_set_lost_is_named_again_and_its_jobs_fetched(
+    store: Store, keys: Keys
+) -> None:
+    # The set evicted (allkeys-* policies) or deleted by a hand: the fetch reads only the
+    # levels it names, so the poller names again each level whose list holds jobs.
+    high, plain, low = prio_job(5), prio_job(0), prio_job(-3)
+    await store.enqueue(QUEUE, [high, plain, low])
+    await store.client.delete(keys.priority_levels(QUEUE))
+    assert await order(store, count=1) == [plain]  # the lost levels are not looked at
+
+    assert sorted(await store.name_levels(QUEUE)) == [-3, 5]
+    assert await store.name_levels(QUEUE) == []  # named: nothing more to do
+    assert await order(store) == [high, low]
+
+
+async def test_naming_levels_leaves_a_set_of_another_type_to_the_fetch(
+    store: Store, keys: Keys
+) -> None:
+    high = prio_job(5)
+    await store.enqueue(QUEUE, [high])
+    await store.client.delete(keys.priority_levels(QUEUE))
+    await plant_wrong_type(store, keys.priority_levels(QUEUE))
+
+    assert await store.name_levels(QUEUE) == []  # not ours to overwrite
+    assert await order(store) == [high]  # the fetch looks at every level
+
+
 async def test_an_unreadable_head_of_a_level_is_taken_first_to_be_filed(
     store: Store, keys: Keys
 ) -> None:
